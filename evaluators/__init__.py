@@ -1,0 +1,1 @@
+"""Evaluators: protocols that score trained models and their explanations."""

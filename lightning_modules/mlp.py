@@ -1,0 +1,97 @@
+"""The tabular classifier of Ley et al.: an MLP with hidden layers 128-64-16 and ReLU.
+
+Two output logits; ``softmax`` gives class probabilities. Explanations differentiate
+``explained_output``: the positive-class (label 1) logit or probability, chosen by
+``explain_output``. Training: cross-entropy, Adam, no weight decay or dropout by
+default. Initialisation is a pure function of ``seed``: building the module with the
+same seed gives the same weights regardless of the global RNG state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from datamodules.errors import InputError
+
+ExplainOutput = Literal["logit", "probability"]
+
+
+def build_mlp(in_features: int, hidden: tuple[int, ...], num_classes: int, dropout: float, seed: int) -> nn.Sequential:
+    """Linear-ReLU stack with PyTorch's default initialisation drawn from ``seed``."""
+    sizes = [in_features, *hidden]
+    layers: list[nn.Module] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+        layers.append(nn.Linear(sizes[-1], num_classes))
+    return nn.Sequential(*layers)
+
+
+class MLPClassifier(pl.LightningModule):
+    """Binary MLP classifier (Ley et al., §5 and Table 3).
+
+    Args:
+        in_features: number of inputs (after encoding); linked from the datamodule.
+        hidden: hidden layer widths; the paper's 128-64-16 by default.
+        lr: Adam learning rate.
+        weight_decay: Adam L2 penalty (0 in the paper).
+        dropout: dropout after each hidden layer (0 in the paper).
+        seed: initialisation seed, the only thing that varies across an underspecification set.
+        explain_output: ``"logit"`` or ``"probability"`` of the positive class, the scalar
+            that explainers differentiate.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden: tuple[int, ...] = (128, 64, 16),
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        dropout: float = 0.0,
+        seed: int = 0,
+        explain_output: ExplainOutput = "logit",
+    ) -> None:
+        super().__init__()
+        if explain_output not in ("logit", "probability"):
+            raise InputError(f"option explain_output={explain_output!r}; expected 'logit' or 'probability'")
+        if in_features < 1:
+            raise InputError(f"option in_features={in_features}; expected a positive integer")
+        self.save_hyperparameters()
+        self.net = build_mlp(in_features, tuple(hidden), 2, dropout, seed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Two logits per row."""
+        return self.net(x)
+
+    def explained_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The positive-class logit or probability, shape ``(N,)``."""
+        logits = self(x)
+        if self.hparams.explain_output == "probability":
+            return logits.softmax(dim=-1)[:, 1]
+        return logits[:, 1]
+
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        acc = (logits.argmax(dim=-1) == y).float().mean()
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", on_epoch=True, on_step=False)
+        self.log(f"{stage}/acc", acc, prog_bar=True, on_epoch=True, on_step=False)
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

@@ -1,0 +1,88 @@
+"""train.py / evaluate.py end to end on the embedded German Credit data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import evaluate
+import train
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_train(tmp_path: Path, *extra: str) -> dict:
+    return train.main(["--trainer.max_epochs", "3", "--output_dir", str(tmp_path), *extra])
+
+
+@pytest.fixture(scope="module")
+def german_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    return run_train(out, "--log_to", "wandb_offline", "--run_name", "e2e")
+
+
+def test_german_beats_majority_rate_clearly(german_run):
+    majority = german_run["data"]["majority_rate_test"]
+    assert majority == pytest.approx(0.70)
+    assert german_run["test_acc"] >= majority + 0.04
+
+
+def test_run_folder_holds_config_checkpoint_metrics_and_wandb_offline_run(german_run):
+    run_dir = Path(german_run["run_dir"])
+    assert run_dir.name == "e2e" and run_dir.parent.name == "german"
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.json").is_file()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 1
+    assert list(offline_runs[0].glob("run-*.wandb")), "the offline run holds its .wandb log for `wandb sync`"
+
+
+def test_evaluate_reproduces_the_test_accuracy(german_run):
+    metrics = evaluate.main([german_run["run_dir"]])
+    assert metrics["test_acc"] == pytest.approx(german_run["test_acc"], abs=1e-6)
+
+
+def _weights(run: dict) -> dict:
+    ckpt = torch.load(Path(run["run_dir"]) / "checkpoints" / "last.ckpt", weights_only=True)
+    return ckpt["state_dict"]
+
+
+def test_same_seed_gives_identical_weights_and_runs_are_never_overwritten(tmp_path):
+    first = run_train(tmp_path, "--log_to", "none", "--run_name", "same")
+    second = run_train(tmp_path, "--log_to", "none", "--run_name", "same")
+    other = run_train(tmp_path, "--log_to", "csv", "--run_name", "other", "--model.init_args.seed", "1")
+    assert Path(second["run_dir"]).name == "same-2"
+    assert (Path(other["run_dir"]) / "csv" / "metrics.csv").is_file()
+    w1, w2, w3 = _weights(first), _weights(second), _weights(other)
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert not torch.equal(w1["net.0.weight"], w3["net.0.weight"])
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "train.py", "--output_dir", str(tmp_path / "out"), "--log_to", "none", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data.init_args.dataset", "hmda"], "unknown dataset 'hmda'"),
+        (["--config", "configs/heloc.yaml"], "dataset 'heloc' has no embedded copy; pass data_dir"),
+        (["--data.init_args.data_dir", "/nonexistent"], "data_dir '/nonexistent' does not exist"),
+        (["--model.init_args.explain_output", "margin"], "explain_output"),
+        (["--trainer.max_epoch", "3"], "max_epoch"),
+        (["--log_to", "tensorboard"], "log_to"),
+    ],
+)
+def test_bad_input_exits_nonzero_with_one_clear_message_and_no_output(tmp_path, args, message):
+    result = _cli(tmp_path, *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
