@@ -1,16 +1,19 @@
-"""Evaluate a finished training run on its held-out test split.
+"""Evaluate trained models.
 
-    python evaluate.py runs/german/<run>                    # the run's own data settings
-    python evaluate.py runs/heloc/<run> --data_dir ../shared/data --out eval.json
+    python evaluate.py run runs/german/<run>                 # re-test a run from its checkpoint
+    python evaluate.py landscape --config configs/landscape/german.yaml --data_dir ../shared/data
 
-Rebuilds the datamodule from the run's ``config.yaml`` and the model from
-``checkpoints/last.ckpt`` (loaded with ``weights_only=True``), tests it and
-prints the metrics as JSON.
+``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
+``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it.
+``landscape`` runs the ensembles-over-the-loss-landscape evaluator
+(``evaluators/landscape.py``) and writes JSON, CSV and a PNG to a new folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -21,9 +24,10 @@ from pytorch_lightning.cli import instantiate_class
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError
+from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 
 
-def evaluate(run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt") -> dict:
+def evaluate_run(run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt") -> dict:
     """Test accuracy and loss of ``run_dir``'s checkpoint on its test split."""
     config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
     for path in (config_path, ckpt_path):
@@ -41,21 +45,51 @@ def evaluate(run_dir: Path, data_dir: str | None = None, checkpoint: str = "last
             "test_loss": tested["test/loss"], "data": data.describe()}  # fmt: skip
 
 
+def load_config(path: Path, cls, overrides: dict):
+    """A dataclass config from YAML; unknown keys name themselves."""
+    if not path.is_file():
+        raise InputError(f"--config {path}: file not found")
+    values = {**(yaml.safe_load(path.read_text()) or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InputError(f"{path}: unknown option(s) {unknown}; expected some of {sorted(known)}")
+    return cls(**values)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path, help="a folder written by train.py")
-    parser.add_argument("--data_dir", default=None, help="override the run's data folder")
-    parser.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
-    parser.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="re-test a training run")
+    run.add_argument("run_dir", type=Path, help="a folder written by train.py")
+    run.add_argument("--data_dir", default=None, help="override the run's data folder")
+    run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
+    run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
+    land = commands.add_parser("landscape", help="ensembles over the loss landscape (Ley et al.)")
+    land.add_argument("--config", type=Path, required=True)
+    land.add_argument("--population", default=None, help="override the config's population file")
+    land.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
+    land.add_argument("--n_sets", type=int, default=None)
+    land.add_argument("--output_dir", default=None)
     args = parser.parse_args(argv)
-    if args.out is not None and args.out.exists():
-        raise InputError(f"--out {args.out}: already exists; choose a new file name")
-    metrics = evaluate(args.run_dir, args.data_dir, args.checkpoint)
-    text = json.dumps(metrics, indent=2)
-    if args.out is not None:
-        args.out.write_text(text)
-    print(text)
-    return metrics
+    if args.command == "run":
+        if args.out is not None and args.out.exists():
+            raise InputError(f"--out {args.out}: already exists; choose a new file name")
+        metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint)
+        text = json.dumps(metrics, indent=2)
+        if args.out is not None:
+            args.out.write_text(text)
+        print(text)
+        return metrics
+    overrides = {k: getattr(args, k) for k in ("population", "data_dir", "n_sets", "output_dir")}
+    cfg = load_config(args.config, LandscapeConfig, overrides)
+    summary = evaluate_landscape(cfg)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
+    write_landscape_report(summary, out_dir)
+    print(json.dumps({"test_accuracy": {k: v["mean"] for k, v in summary["test_accuracy"].items()},
+                      "distances": summary["distances"], "report": str(out_dir)}, indent=2))  # fmt: skip
+    return summary
 
 
 if __name__ == "__main__":

@@ -2,26 +2,35 @@
 
     python train.py                                   # German Credit MLP, embedded data
     python train.py --config configs/heloc.yaml --data.data_dir ../shared/data
+    python train.py --config configs/population.yaml --config configs/adult.yaml --data.data_dir ../shared/data
+    python train.py --resume runs/adult/<run>          # continue an interrupted run
     python train.py --print_config                    # the full composed configuration
 
 Each run writes to ``<output_dir>/<dataset>/<run_name>/``: the composed
-``config.yaml``, ``checkpoints/``, the logger's files (W&B offline by default)
-and, only once training and testing finished, ``metrics.json``.
+``config.yaml``, checkpoints, the logger's files (W&B offline by default) and,
+only once training and testing finished, ``metrics.json`` (and for a population
+``population.pt``, ``members.csv`` and ``accuracy_histogram.png``).
 """
 
 from __future__ import annotations
 
 import datetime
-import json
-import os
 import sys
+import time
 from pathlib import Path
 from typing import Literal
 
+import pytorch_lightning as pl
+import torch
 from jsonargparse import Namespace
+from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError
+from lightning_modules.population import PopulationMLP
+from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
+from lightning_modules.population_io import save_population
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = [str(ROOT / "configs" / "defaults.yaml"), str(ROOT / "configs" / "german.yaml")]
@@ -66,45 +75,57 @@ class TrainCLI(LightningCLI):
         parser.add_argument("--output_dir", type=str, default="runs", help="root of all run folders")
         parser.add_argument("--run_name", type=str | None, default=None, help="default: <model>-seed<seed>-<time>")
         parser.add_argument("--log_to", type=LogTo, default="wandb_offline", help="where metrics are logged")
-        parser.add_argument("--ckpt_path", type=str | None, default=None, help="resume training from this checkpoint")
+        parser.add_argument("--resume", type=str | None, default=None, help="a run folder to continue")
+        parser.add_argument("--population.chunk_size", type=int | None, default=None, help="members per chunk (auto)")
+        parser.add_argument(
+            "--population.drop_below_mean", type=float | None, default=None,
+            help="drop members whose test accuracy is more than this below the mean (paper: 0.01)",
+        )  # fmt: skip
         parser.link_arguments("data.num_features", "model.init_args.in_features", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
         data_args = cfg.data.init_args
         dataset = getattr(data_args, "dataset", None) or cfg.data.class_path.rsplit(".", 1)[-1].lower()
-        model_name = cfg.model.class_path.rsplit(".", 1)[-1]
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_name = cfg.run_name or f"{model_name}-seed{cfg.model.init_args.seed}-{stamp}"
-        run_dir = unique_run_dir(Path(cfg.output_dir), dataset, run_name)
+        if cfg.resume:
+            run_dir = Path(cfg.resume)
+        else:
+            model_name = cfg.model.class_path.rsplit(".", 1)[-1]
+            model_args = cfg.model.init_args
+            seed = getattr(model_args, "seed", None)
+            seed = getattr(model_args, "first_seed", 0) if seed is None else seed
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            run_dir = unique_run_dir(Path(cfg.output_dir), dataset, cfg.run_name or f"{model_name}-seed{seed}-{stamp}")
         cfg.trainer.default_root_dir = str(run_dir)
         cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset)
-        checkpoint = Namespace(
+        checkpoint = Namespace(  # last.ckpt, rewritten at every epoch end, for --resume
             class_path="pytorch_lightning.callbacks.ModelCheckpoint",
-            init_args=Namespace(dirpath=str(run_dir / "checkpoints"), save_last=True, save_top_k=0),
+            init_args=Namespace(
+                dirpath=str(run_dir / "checkpoints"), filename="last", save_top_k=1, enable_version_counter=False
+            ),
         )
-        cfg.trainer.callbacks = [*(cfg.trainer.callbacks or []), checkpoint]
+        others = [c for c in (cfg.trainer.callbacks or []) if not c.class_path.endswith("ModelCheckpoint")]
+        if cfg.trainer.enable_progress_bar is False:  # `--trainer.enable_progress_bar false` silences the bar
+            others = [c for c in others if not c.class_path.endswith("ProgressBar")]
+        cfg.trainer.callbacks = [*others, checkpoint]
         self.run_dir = run_dir
 
 
-def write_json_atomically(path: Path, payload: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+def resume_args(args: list[str]) -> list[str]:
+    """``--resume RUN`` composes the run's own saved config first, so nothing need be repeated."""
+    if "--resume" in args:
+        run_dir = Path(args[args.index("--resume") + 1])
+        config = run_dir / "config.yaml"
+        if not config.is_file():
+            raise InputError(f"--resume {run_dir}: no config.yaml there; expected a run folder written by train.py")
+        return ["--config", str(config), *args]
+    return args
 
 
-def main(args: list[str] | None = None) -> dict:
-    """Train, test on the held-out split and return the test metrics."""
-    cli = TrainCLI(
-        run=False,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        save_config_kwargs={"overwrite": False},
-        parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False},
-        args=args,
-    )
+def fit_single(cli: TrainCLI) -> dict:
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
-    trainer.fit(model, datamodule=data, ckpt_path=cli.config.ckpt_path)
+    last = cli.run_dir / "checkpoints" / "last.ckpt"
+    trainer.fit(model, datamodule=data, ckpt_path=last if last.exists() else None, weights_only=True)
     (tested,) = trainer.test(model, datamodule=data, verbose=False)
     metrics = {
         "test_acc": tested["test/acc"],
@@ -114,9 +135,102 @@ def main(args: list[str] | None = None) -> dict:
         "epochs": trainer.current_epoch,
         "run_dir": str(cli.run_dir),
     }
-    write_json_atomically(cli.run_dir / "metrics.json", metrics)
+    write_json(cli.run_dir / "metrics.json", metrics)
     print(f"test accuracy: {metrics['test_acc']:.4f}  ({data.name}, {metrics['epochs']} epochs, run {cli.run_dir})")
     return metrics
+
+
+def chunk_trainer_factory(cli: TrainCLI):
+    """Fresh Trainers configured like ``cli.trainer``, one per chunk, sharing its logger."""
+    skip = ("callbacks", "logger", "default_root_dir", "enable_progress_bar")
+    kwargs = {k: v for k, v in cli.config.trainer.as_dict().items() if k not in skip}
+    configured = cli.config_init.trainer.callbacks or []
+    extra = [c for c in configured if not isinstance(c, (ModelCheckpoint, ProgressBar))]
+    bars = [c for c in configured if isinstance(c, ProgressBar)] if cli.trainer.progress_bar_callback else []
+
+    def make(chunk_dir: Path) -> pl.Trainer:
+        checkpoint = ModelCheckpoint(dirpath=chunk_dir, filename="last", save_top_k=1, enable_version_counter=False)
+        progress = [type(bars[0])()] if bars else []
+        return pl.Trainer(
+            **kwargs, default_root_dir=str(chunk_dir), logger=cli.trainer.logger or False,
+            callbacks=[*extra, *progress, checkpoint], enable_progress_bar=bool(progress),
+        )  # fmt: skip
+
+    return make
+
+
+def fit_population_run(cli: TrainCLI) -> dict | None:
+    population, data, run_dir = cli.model, cli.datamodule, cli.run_dir
+    options = cli.config.population
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "config.yaml").exists():
+        cli.parser.save(cli.config, str(run_dir / "config.yaml"), skip_none=False)
+    started = time.perf_counter()
+    result = fit_population(population, data, chunk_trainer_factory(cli), run_dir, options.chunk_size)
+    if result is None:
+        print(f"interrupted; continue with: python train.py --resume {run_dir}", file=sys.stderr)
+        return None
+    trained, accuracy = result
+    kept = drop_below_mean(accuracy, options.drop_below_mean)
+    keep = torch.nonzero(kept).flatten().tolist()
+    info = data.describe()
+    metadata = {
+        "dataset": info,
+        "datamodule": cli.config.data.as_dict(),
+        "max_epochs": cli.config.trainer.max_epochs,
+        "drop_below_mean": options.drop_below_mean,
+        "dropped_seeds": [s for s, k in zip(trained.seeds, kept.tolist()) if not k],
+        "dropped_test_acc": accuracy[~kept].tolist(),
+    }
+    save_population(run_dir / "population.pt", trained.subset(keep), accuracy[kept].tolist(), metadata)
+    plot = write_reports(run_dir, trained.seeds, accuracy, kept, f"{info['dataset']}: {trained.size} members")
+    summary = {
+        "members_trained": trained.size,
+        "members_kept": len(keep),
+        "test_acc_mean": accuracy.mean().item(),
+        "test_acc_std": accuracy.std(unbiased=False).item(),
+        "test_acc_min": accuracy.min().item(),
+        "test_acc_max": accuracy.max().item(),
+        "train_seconds": round(time.perf_counter() - started, 1),
+    }
+    logger = cli.trainer.logger
+    if logger:
+        logger.log_metrics({f"population/{k}": v for k, v in summary.items()})
+        if isinstance(logger, WandbLogger):
+            import wandb
+
+            logger.experiment.log(
+                {
+                    "population/test_acc_histogram": wandb.Histogram(accuracy.numpy()),
+                    "population/accuracy_histogram": wandb.Image(str(plot)),
+                }
+            )
+        logger.finalize("success")
+    metrics = {**summary, "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt")}
+    write_json(run_dir / "metrics.json", metrics)
+    pct = {k: 100 * v for k, v in summary.items() if k.startswith("test_acc")}
+    print(
+        f"population: {trained.size} members, test accuracy {pct['test_acc_mean']:.2f} % ± {pct['test_acc_std']:.2f} "
+        f"(min {pct['test_acc_min']:.2f}, max {pct['test_acc_max']:.2f}); kept {len(keep)}; "
+        f"{summary['train_seconds']} s; run {run_dir}"
+    )
+    return metrics
+
+
+def main(args: list[str] | None = None) -> dict | None:
+    """Train, test on the held-out split and return the test metrics (None if interrupted)."""
+    args = resume_args(list(sys.argv[1:] if args is None else args))
+    cli = TrainCLI(
+        run=False,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False},
+        args=args,
+    )
+    if isinstance(cli.model, PopulationMLP):
+        return fit_population_run(cli)
+    return fit_single(cli)
 
 
 def input_error_in(err: BaseException) -> InputError | None:

@@ -18,12 +18,35 @@ import pytorch_lightning as pl
 import torch
 from sklearn.datasets import make_moons
 from sklearn.model_selection import train_test_split
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from datamodules.errors import InputError
 from datamodules.specs import get_spec
 
 log = logging.getLogger(__name__)
+
+
+class BatchIndexedTensors(TensorDataset):
+    """A TensorDataset that fetches a whole batch with one indexing operation.
+
+    The DataLoader's default per-row fetch and ``torch.stack`` collation cost about
+    0.15 ms per batch of 32, comparable to a small MLP's whole training step.
+    """
+
+    def __getitems__(self, indices: list[int]) -> tuple[torch.Tensor, ...]:
+        index = torch.as_tensor(indices)
+        return tuple(t[index] for t in self.tensors)
+
+
+def _batch_is_ready(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return batch
+
+
+def batch_loader(dataset: BatchIndexedTensors, sampler, batch_size: int) -> DataLoader:
+    """Batches of ``batch_size`` rows in ``sampler`` order, the last one possibly smaller."""
+    return DataLoader(
+        dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=False), collate_fn=_batch_is_ready
+    )
 
 
 class TabularDataModule(pl.LightningDataModule, abc.ABC):
@@ -138,13 +161,20 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         log.info("data %s", self.describe())
 
     def train_dataloader(self) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.data_order_seed) if self.shuffle else None
-        return DataLoader(
-            TensorDataset(*self.train_tensors), batch_size=self.batch_size, shuffle=self.shuffle, generator=generator
+        dataset = BatchIndexedTensors(*self.train_tensors)
+        # The generator goes to the sampler alone, so epoch e's order is the e-th
+        # randperm(n) of Generator().manual_seed(data_order_seed) and nothing else
+        # draws from it; PopulationMLP(data_order="per_member") reproduces it per member.
+        sampler = (
+            RandomSampler(dataset, generator=torch.Generator().manual_seed(self.data_order_seed))
+            if self.shuffle
+            else SequentialSampler(dataset)
         )
+        return batch_loader(dataset, sampler, self.batch_size)
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(TensorDataset(*self.test_tensors), batch_size=self.eval_batch_size)
+        dataset = BatchIndexedTensors(*self.test_tensors)
+        return batch_loader(dataset, SequentialSampler(dataset), self.eval_batch_size)
 
 
 class FinancialDataModule(TabularDataModule):

@@ -94,4 +94,5 @@ class MLPClassifier(pl.LightningModule):
         self._step(batch, "test")
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        hp = self.hparams
+        return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)

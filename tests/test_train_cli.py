@@ -42,7 +42,7 @@ def test_run_folder_holds_config_checkpoint_metrics_and_wandb_offline_run(german
 
 
 def test_evaluate_reproduces_the_test_accuracy(german_run):
-    metrics = evaluate.main([german_run["run_dir"]])
+    metrics = evaluate.main(["run", german_run["run_dir"]])
     assert metrics["test_acc"] == pytest.approx(german_run["test_acc"], abs=1e-6)
 
 
@@ -86,3 +86,21 @@ def test_bad_input_exits_nonzero_with_one_clear_message_and_no_output(tmp_path, 
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_single_model_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
+    reference = run_train(tmp_path, "--log_to", "none", "--run_name", "reference", "--trainer.max_epochs", "4")
+    monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
+    # InterruptChunk fires in a run folder ending with "chunk-001", at the start of epoch 2
+    args = ["--log_to", "none", "--run_name", "single-chunk-001", "--trainer.max_epochs", "4",
+            "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_train(tmp_path, *args)
+    run_dir = tmp_path / "german" / "single-chunk-001"
+    assert not (run_dir / "metrics.json").exists()
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+    monkeypatch.delenv("RELEXP_TEST_INTERRUPT")
+    resumed = train.main(["--resume", str(run_dir)])
+    w_ref, w_res = _weights(reference), _weights(resumed)
+    assert all(torch.equal(w_ref[k], w_res[k]) for k in w_ref)
+    assert resumed["test_acc"] == reference["test_acc"]

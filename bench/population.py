@@ -1,0 +1,174 @@
+"""Training K seed-varied MLPs: one by one under Lightning, one by one in plain PyTorch,
+and as one PopulationMLP (issue: underspecification sets at scale).
+
+    python bench/population.py            # Adult (batch 128) and German (batch 32), K = 100
+
+(a) what a user would do: ``Trainer.fit`` on ``MLPClassifier`` per seed;
+(b) a plain PyTorch loop per seed (same model, batches and fused Adam);
+(c) ``fit_population``: the members in cache-sized chunks, each a ``PopulationMLP``
+    under its own ``Trainer``, test pass and chunk files included (median of 3 runs).
+Prints member-epochs/s, the ratios c/a and c/b, the effective GFLOP/s of (c) next
+to a same-run sgemm peak, peak memory, and whether the three give identical member
+test accuracies. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.nn import functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules import FinancialDataModule  # noqa: E402
+from lightning_modules import MLPClassifier, PopulationMLP  # noqa: E402
+from lightning_modules.population_fit import auto_chunk_size, fit_population  # noqa: E402
+
+K = 100
+SETTINGS = [  # (dataset, batch size, learning rate, epochs): the paper's batch sizes and rates
+    ("adult", 128, 4e-3, 1),
+    ("german", 32, 4e-3, 4),
+]
+
+
+def lean_trainer(epochs: int, **kwargs) -> pl.Trainer:
+    return pl.Trainer(
+        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu", **kwargs,
+    )  # fmt: skip
+
+
+def sgemm_peak_gflops() -> float:
+    best = 0.0
+    for n in (2048, 3072):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        for _ in range(3):
+            start = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def reset_peak_rss() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: resets VmHWM
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.no_grad():
+        return (model(x).argmax(-1) == y).float().mean().item()
+
+
+def useful_flops_per_row(widths: list[int]) -> int:
+    """Forward (2·in·out per layer) + weight gradients (same) + input gradients of
+    layers 2..L (layer 1's input needs none); biases, ReLU, loss and Adam not counted."""
+    products = [a * b for a, b in zip(widths[:-1], widths[1:])]
+    return 2 * sum(products) + 2 * sum(products) + 2 * sum(products[1:])
+
+
+def one_by_one_lightning(dataset, batch, lr, epochs, x_test, y_test, d) -> tuple[float, list[float]]:
+    accs, start = [], time.perf_counter()
+    for seed in range(K):
+        model = MLPClassifier(in_features=d, seed=seed, lr=lr)
+        lean_trainer(epochs).fit(model, datamodule=FinancialDataModule(dataset=dataset, batch_size=batch))
+        accs.append(accuracy(model, x_test, y_test))
+    return time.perf_counter() - start, accs
+
+
+def one_by_one_plain(data, batch, lr, epochs, x_test, y_test, d) -> tuple[float, list[float]]:
+    x, y = data.train_tensors
+    accs, start = [], time.perf_counter()
+    for seed in range(K):
+        model = MLPClassifier(in_features=d, seed=seed, lr=lr)
+        opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+        for _ in range(epochs):
+            for i in range(0, len(y), batch):
+                loss = F.cross_entropy(model(x[i : i + batch]), y[i : i + batch])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+        accs.append(accuracy(model, x_test, y_test))
+    return time.perf_counter() - start, accs
+
+
+def as_population(dataset, batch, lr, epochs, d) -> tuple[float, list[float], int]:
+    data = FinancialDataModule(dataset=dataset, batch_size=batch)
+    population = PopulationMLP(in_features=d, size=K, lr=lr)
+    chunk = auto_chunk_size(population, batch, torch.device("cpu"))
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        _, acc = fit_population(population, data, lambda chunk_dir: lean_trainer(epochs), Path(tmp), chunk)
+        return time.perf_counter() - start, acc.tolist(), chunk
+
+
+def main() -> None:
+    torch.set_num_threads(torch.get_num_threads())
+    peak = sgemm_peak_gflops()
+    print(f"sgemm peak: {peak:.1f} GFLOP/s on {torch.get_num_threads()} threads")
+    results = {}
+    for dataset, batch, lr, epochs in SETTINGS:
+        data = FinancialDataModule(dataset=dataset, batch_size=batch)
+        d, rows = data.num_features, len(data.train_tensors[1])
+        x_test, y_test = data.test_tensors
+        member_epochs = K * epochs
+        reset_peak_rss()
+        t_a, acc_a = one_by_one_lightning(dataset, batch, lr, epochs, x_test, y_test, d)
+        mem_a = peak_rss_mib()
+        reset_peak_rss()
+        t_b, acc_b = one_by_one_plain(data, batch, lr, epochs, x_test, y_test, d)
+        mem_b = peak_rss_mib()
+        reset_peak_rss()
+        runs = [as_population(dataset, batch, lr, epochs, d) for _ in range(3)]
+        mem_c = peak_rss_mib()
+        t_c = statistics.median(r[0] for r in runs)
+        acc_c, chunk = runs[0][1], runs[0][2]
+        flops = member_epochs * rows * useful_flops_per_row([d, 128, 64, 16, 2])
+        same = sum(a == b == c for a, b, c in zip(acc_a, acc_b, acc_c))
+        worst = max(max(abs(a - c), abs(b - c)) for a, b, c in zip(acc_a, acc_b, acc_c))
+        res = {
+            "members": K, "epochs": epochs, "rows": rows, "batch": batch, "chunk": chunk,
+            "a_member_epochs_per_s": member_epochs / t_a, "b_member_epochs_per_s": member_epochs / t_b,
+            "c_member_epochs_per_s": member_epochs / t_c, "ratio_c_a": t_a / t_c, "ratio_c_b": t_b / t_c,
+            "c_effective_gflops": flops / t_c / 1e9, "c_fraction_of_peak": flops / t_c / 1e9 / peak,
+            "peak_rss_mib": {"a": mem_a, "b": mem_b, "c": mem_c},
+            "identical_member_accuracies": f"{same}/{K}", "max_accuracy_difference": worst,
+            "mean_test_acc": {"a": sum(acc_a) / K, "b": sum(acc_b) / K, "c": sum(acc_c) / K},
+        }  # fmt: skip
+        results[dataset] = res
+        print(
+            f"{dataset}: K={K} x {epochs} epoch(s), batch {batch}, chunk {chunk}: member-epochs/s "
+            f"a={res['a_member_epochs_per_s']:.2f} b={res['b_member_epochs_per_s']:.2f} "
+            f"c={res['c_member_epochs_per_s']:.1f}; c/a={res['ratio_c_a']:.1f} c/b={res['ratio_c_b']:.1f}; "
+            f"c at {res['c_effective_gflops']:.1f} GFLOP/s = {100 * res['c_fraction_of_peak']:.0f} % of peak; "
+            f"peak RSS MiB a={mem_a:.0f} b={mem_b:.0f} c={mem_c:.0f}; identical accuracies {same}/{K} "
+            f"(max diff {worst:.4f})"
+        )
+    print(
+        json.dumps(
+            {
+                "ratio": min(r["ratio_c_a"] for r in results.values()),
+                "ratio_vs_plain": min(r["ratio_c_b"] for r in results.values()),
+                "effective_gflops": results["adult"]["c_effective_gflops"],
+                "sgemm_peak_gflops": peak,
+                "fraction_of_peak_adult": results["adult"]["c_fraction_of_peak"],
+                "settings": results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

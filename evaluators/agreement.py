@@ -1,0 +1,59 @@
+"""Explanation agreement as torchmetrics ``Metric``s (functional core: ``agreement_functional``).
+
+``PairwiseAgreement(name, k)`` accumulates, over batches of individuals, the mean
+and spread of a pairwise agreement score across all model pairs and individuals.
+Its states are sums with ``dist_reduce_fx="sum"``, so under DDP each process scores
+its own individuals and ``compute`` returns the score over all of them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import Metric
+
+from datamodules.errors import InputError
+from evaluators.agreement_functional import AGREEMENTS, angular_difference
+
+METRICS = (*AGREEMENTS, "angular")
+
+
+class PairwiseAgreement(Metric):
+    """Mean (and std) over model pairs and individuals of one agreement score.
+
+    Args:
+        name: ``sa``, ``ssa``, ``cdc``, ``feature``, ``rank``, ``signed_rank`` or ``angular``.
+        k: top-k size; for ``cdc`` None means all features (CDC@d); unused by ``angular``.
+    """
+
+    full_state_update = False
+    higher_is_better = None  # True for agreements, False for the angular difference
+
+    def __init__(self, name: str = "sa", k: int | None = 5, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if name not in METRICS:
+            raise InputError(f"unknown agreement metric {name!r}; expected one of {list(METRICS)}")
+        if name not in ("cdc", "angular") and k is None:
+            raise InputError(f"agreement metric {name!r} needs k")
+        self.name, self.k = name, k
+        self.add_state("total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("total_sq", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def scores(self, explanations: torch.Tensor) -> torch.Tensor:
+        """(P, N) scores of explanations (M, N, d)."""
+        if self.name == "angular":
+            return angular_difference(explanations)
+        return AGREEMENTS[self.name](explanations, self.k)
+
+    def update(self, explanations: torch.Tensor) -> None:
+        if explanations.dim() != 3 or explanations.shape[0] < 2:
+            raise InputError(f"explanations of shape {tuple(explanations.shape)}; expected (models >= 2, N, d)")
+        values = self.scores(explanations).double()
+        self.total += values.sum()
+        self.total_sq += (values**2).sum()
+        self.count += values.numel()
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        mean = self.total / self.count
+        std = (self.total_sq / self.count - mean**2).clamp(min=0).sqrt()
+        return {"mean": mean, "std": std}

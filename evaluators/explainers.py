@@ -1,0 +1,155 @@
+"""String-keyed explainers over Captum: one ``explain(model, x, method)`` call per method.
+
+Every explanation is of the positive class (label 1): the model's
+``explained_output`` (positive-class logit or probability for an ``MLPClassifier``
+or a population member, the ensemble's mean positive-class output for an
+``MLPEnsemble``). Populations are explained in one batched Captum call: member i's
+copy of the inputs is stacked as rows i*N .. i*N+N-1 of one large batch, each row
+reaching only its own member, so per-row methods (gradients, ablations, sampling)
+give exactly each member's own attributions.
+
+Captum splits some methods into one backward pass per input row, which is slow on
+large batches; ``internal_batch_size`` and ``nt_samples_batch_size`` bound the
+rows per pass (see Captum's docs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from captum import attr
+from torch import nn
+
+from datamodules.errors import InputError
+from lightning_modules.population import PopulationMLP
+from lightning_modules.stacked import stacked_forward
+
+
+class ExplainedOutput(nn.Module):
+    """Wraps a model so that ``forward`` returns its positive-class scalar, shape (N,)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.explained_output(x)
+
+
+class PopulationAsBatch(nn.Module):
+    """M members as one model over M*N rows: row r is member r // N's input.
+
+    Captum may evaluate ``copies`` stacked versions of such a batch in one forward
+    (DeepLift runs inputs and baselines together): each copy is member-major.
+    """
+
+    def __init__(self, population: PopulationMLP, copies: int = 1) -> None:
+        super().__init__()
+        self.population, self.copies = population, copies
+        self.relus = nn.ModuleList([nn.ReLU() for _ in range(len(population.weights) - 1)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pop, c = self.population, self.copies
+        per_member = x.reshape(c, pop.size, -1, x.shape[-1]).transpose(0, 1).reshape(pop.size, -1, x.shape[-1])
+        logits = stacked_forward(pop.weights, pop.biases, per_member, activations=list(self.relus))
+        out = logits.softmax(-1)[..., 1] if pop.hparams.explain_output == "probability" else logits[..., 1]
+        return out.reshape(pop.size, c, -1).transpose(0, 1).reshape(-1)
+
+
+def _baselines(x: torch.Tensor, options: dict) -> torch.Tensor:
+    return options.pop("baselines", torch.zeros_like(x[:1]))
+
+
+def _gradient(cls) -> Callable:
+    def run(model: nn.Module, x: torch.Tensor, **options) -> torch.Tensor:
+        return cls(model).attribute(x, **options)
+
+    return run
+
+
+def _noise_tunnel(nt_type: str) -> Callable:
+    def run(model: nn.Module, x: torch.Tensor, nt_samples: int = 50, stdevs: float = 0.1, **options) -> torch.Tensor:
+        """Ley et al.'s SmoothGrad: 50 samples, sigma = 0.1 (on standardised features)."""
+        tunnel = attr.NoiseTunnel(attr.Saliency(model))
+        return tunnel.attribute(x, nt_type=nt_type, nt_samples=nt_samples, stdevs=stdevs, abs=False, **options)
+
+    return run
+
+
+def _saliency(model: nn.Module, x: torch.Tensor, **options) -> torch.Tensor:
+    return attr.Saliency(model).attribute(x, abs=False, **options)
+
+
+def _with_baselines(cls, **defaults) -> Callable:
+    def run(model: nn.Module, x: torch.Tensor, **options) -> torch.Tensor:
+        options = {**defaults, **options}
+        return cls(model).attribute(x, baselines=_baselines(x, options), **options)
+
+    return run
+
+
+def _deepshap(model: nn.Module, x: torch.Tensor, baselines: torch.Tensor | None = None, **options) -> torch.Tensor:
+    """DeepLiftShap over a background sample (Ley et al. use DeepSHAP); ``baselines`` is required."""
+    if baselines is None:
+        raise InputError("explainer 'deepshap' needs option baselines: a background sample of inputs (B, d)")
+    return attr.DeepLiftShap(model).attribute(x, baselines=baselines, **options)
+
+
+def _perturbation(cls, **defaults) -> Callable:
+    def run(model: nn.Module, x: torch.Tensor, **options) -> torch.Tensor:
+        return cls(model).attribute(x, **{**defaults, **options})
+
+    return run
+
+
+EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
+    "saliency": _saliency,
+    "smoothgrad": _noise_tunnel("smoothgrad"),
+    "smoothgrad_sq": _noise_tunnel("smoothgrad_sq"),
+    "vargrad": _noise_tunnel("vargrad"),
+    "deepshap": _deepshap,
+    "gradient_shap": _with_baselines(attr.GradientShap, n_samples=50, stdevs=0.0),
+    "integrated_gradients": _with_baselines(attr.IntegratedGradients, n_steps=50),
+    "input_x_gradient": _gradient(attr.InputXGradient),
+    "guided_backprop": _gradient(attr.GuidedBackprop),
+    "deeplift": _with_baselines(attr.DeepLift),
+    "lime": _perturbation(attr.Lime, n_samples=200),
+    "kernel_shap": _perturbation(attr.KernelShap, n_samples=200),
+    "feature_ablation": _perturbation(attr.FeatureAblation),
+    "shapley_value_sampling": _perturbation(attr.ShapleyValueSampling, n_samples=25),
+}
+
+
+# Methods whose Captum implementation keeps each forward batch member-major (each
+# row's copies consecutive, as NoiseTunnel's; or whole member-major copies stacked,
+# as DeepLift's inputs-then-baselines): their population explanation is one call.
+# Lime and KernelShap explain one input row per forward batch and
+# GradientShap draws baselines per expanded row, so populations loop over members.
+BATCHED = {
+    "saliency", "smoothgrad", "smoothgrad_sq", "vargrad", "integrated_gradients", "input_x_gradient",
+    "guided_backprop", "deeplift", "deepshap", "feature_ablation", "shapley_value_sampling",
+}  # fmt: skip
+
+
+def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
+    """Attributions of the positive-class output.
+
+    ``model``: an ``MLPClassifier`` or ``MLPEnsemble`` -> (N, d); a ``PopulationMLP`` ->
+    (M, N, d), all members in one Captum call where the method allows (``BATCHED``).
+    """
+    if method not in EXPLAINERS:
+        raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
+    if not isinstance(model, PopulationMLP):
+        return EXPLAINERS[method](ExplainedOutput(model), x, **options)
+    if method not in BATCHED:
+        return torch.stack([explain(model.member(i), x, method, **options) for i in range(model.size)])
+    rows = x.repeat(model.size, 1)
+    if method == "integrated_gradients":
+        # IG stacks its n_steps scaled copies of the batch step after step: one step per
+        # forward keeps every forward batch member-major.
+        options.setdefault("internal_batch_size", len(rows))
+    if "baselines" in options and method != "deepshap":
+        options["baselines"] = options["baselines"].repeat(model.size, 1)
+    wrapped = PopulationAsBatch(model, copies=2 if method in ("deeplift", "deepshap") else 1)
+    return EXPLAINERS[method](wrapped, rows, **options).reshape(model.size, len(x), -1)

@@ -1,0 +1,190 @@
+"""Ensembles over the loss landscape on one dataset (Ley et al., §5 and Appendix C).
+
+From a trained population: draw disjoint sets of n pre-trained members; for each
+set, join its n/2 pairs with curves trained in mode ``trained`` (end points from the
+members' seeds and hyperparameters, loss along the curve); build every ensemble type
+(``single``, ``average``, ``majority``, ``perturb``, ``connect``, ``combine``) and
+score its test accuracy. Also the weight-space diagnostics of Figure 9: ℓ2 distances
+between curve start points, between pre-trained models, and between each start point
+and the model trained alone from the same seed; and loss / accuracy along each curve
+against the straight line between its end points.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.cli import instantiate_class
+from torch.nn import functional as F
+
+from datamodules.errors import InputError
+from lightning_modules.curves import MLPCurve
+from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
+from lightning_modules.population_io import load_population
+
+
+@dataclass
+class LandscapeConfig:
+    """Options of the landscape evaluator (configs/landscape/<dataset>.yaml)."""
+
+    population: str
+    data_dir: str | None = None
+    n_models: int = 4
+    n_sets: int = 5
+    set_seed: int = 0
+    curve_kind: str = "bezier"
+    curve_mode: str = "fixed"  # curves of the connect/combine ensembles: fixed (Garipov) or trained (Ley)
+    n_t: int = 25
+    n_perturb: int = 50
+    sigma: float = 0.2
+    layer: int = 0
+    part: str = "weight"
+    ts_diagnostics: list[float] = field(default_factory=lambda: [i / 10 for i in range(11)])
+    output_dir: str = "runs/landscape"
+
+
+def vector(params) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def disjoint_sets(size: int, n_models: int, n_sets: int, seed: int) -> list[list[int]]:
+    if n_models * n_sets > size:
+        raise InputError(
+            f"{n_sets} disjoint sets of {n_models} models need {n_models * n_sets}; the population has {size}"
+        )
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [order[k * n_models : (k + 1) * n_models] for k in range(n_sets)]
+
+
+def train_curve(population, a: int, b: int, data, hp: dict, epochs: int, kind: str, mode: str) -> MLPCurve:
+    """A curve between members a and b: fixed end points (the trained members) or end points
+    trained from the members' seeds along the curve, with the members' hyperparameters."""
+    curve = MLPCurve(
+        in_features=hp["in_features"], kind=kind, mode=mode, start_seed=population.seeds[a],
+        end_seed=population.seeds[b], hidden=tuple(hp["hidden"]), lr=hp["lr"], weight_decay=hp["weight_decay"],
+        explain_output=hp["explain_output"], start_model=population.member(a), end_model=population.member(b),
+    )  # fmt: skip
+    pl.seed_everything(population.seeds[a], verbose=False)
+    trainer = pl.Trainer(
+        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, deterministic=True,
+    )  # fmt: skip
+    trainer.fit(curve, datamodule=data)
+    return curve
+
+
+@torch.no_grad()
+def accuracy(model: MLPEnsemble, x: torch.Tensor, y: torch.Tensor) -> float:
+    return (model.predict(x) == y).float().mean().item()
+
+
+@torch.no_grad()
+def loss_and_accuracy(ensemble: MLPEnsemble, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per stacked model: cross-entropy and accuracy, each of shape (M,)."""
+    logits = ensemble.member_logits(x)
+    loss = F.cross_entropy(logits.reshape(-1, 2), y.repeat(len(logits)), reduction="none").view(len(logits), -1)
+    return loss.mean(1), (logits.argmax(-1) == y).float().mean(1)
+
+
+def straight_line(curve: MLPCurve, ts: torch.Tensor) -> MLPEnsemble:
+    """Models (1 - t) φ(0) + t φ(1) on the chord between the curve's end points."""
+    (w0, b0), (w1, b1) = curve.stacked_at(torch.zeros(1)), curve.stacked_at(torch.ones(1))
+    t = ts.view(-1, 1, 1)
+    return MLPEnsemble([(1 - t) * a + t * b for a, b in zip(w0, w1)], [(1 - t) * a + t * b for a, b in zip(b0, b1)])
+
+
+def evaluate_landscape(cfg: LandscapeConfig) -> dict:
+    population, payload = load_population(cfg.population)
+    meta, hp = payload["metadata"], payload["hparams"]
+    data_cfg = meta["datamodule"]
+    if cfg.data_dir is not None:
+        data_cfg["init_args"]["data_dir"] = cfg.data_dir
+    data = instantiate_class((), data_cfg)
+    x_train, y_train = data.train_tensors
+    x_test, y_test = data.test_tensors
+    sets = disjoint_sets(population.size, cfg.n_models, cfg.n_sets, cfg.set_seed)
+    ts = torch.tensor(cfg.ts_diagnostics)
+    accuracies = {k: [] for k in ["single", "average", "majority", "perturb", "connect", "combine"]}
+    distances = {"start_to_own_model": [], "start_to_start": [], "model_to_model": []}
+    along = {"curve_train_loss": [], "line_train_loss": [], "curve_test_acc": [], "line_test_acc": []}
+    for k, members in enumerate(sets):
+        seeds = [population.seeds[i] for i in members]
+        pairs = [(members[i], members[i + 1]) for i in range(0, len(members) - 1, 2)]
+        epochs = meta["max_epochs"]
+        curves = [train_curve(population, a, b, data, hp, epochs, cfg.curve_kind, cfg.curve_mode) for a, b in pairs]
+        trained = [train_curve(population, a, b, data, hp, epochs, cfg.curve_kind, "trained") for a, b in pairs]
+        accuracies["single"].append(accuracy(ENSEMBLES["average"](population, members[:1]), x_test, y_test))
+        for name in ("average", "majority"):
+            accuracies[name].append(accuracy(ENSEMBLES[name](population, members), x_test, y_test))
+        noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": k}
+        accuracies["perturb"].append(accuracy(ENSEMBLES["perturb"](population, members, **noise), x_test, y_test))
+        accuracies["connect"].append(accuracy(ENSEMBLES["connect"](curves, n_t=cfg.n_t), x_test, y_test))
+        combined = ENSEMBLES["combine"](curves, n_t=cfg.n_t, **noise)
+        accuracies["combine"].append(accuracy(combined, x_test, y_test))
+        starts = [vector(c.point_state(0).values()) for c in trained]  # Figure 9: curves trained from seeds
+        models = {i: vector(population.member(i).net.parameters()) for i in members}
+        for (a, _), start in zip(pairs, starts):
+            distances["start_to_own_model"].append((start - models[a]).norm().item())
+        distances["start_to_start"] += [(p - q).norm().item() for p, q in itertools.combinations(starts, 2)]
+        distances["model_to_model"] += [
+            (models[i] - models[j]).norm().item() for i, j in itertools.combinations(members, 2)
+        ]
+        for curve in curves:
+            on_curve = MLPEnsemble(*curve.stacked_at(ts))
+            on_line = straight_line(curve, ts)
+            for name, ens in (("curve", on_curve), ("line", on_line)):
+                along[f"{name}_train_loss"].append(loss_and_accuracy(ens, x_train, y_train)[0].tolist())
+                along[f"{name}_test_acc"].append(loss_and_accuracy(ens, x_test, y_test)[1].tolist())
+        print(f"set {k + 1}/{len(sets)} seeds {seeds}: " + ", ".join(f"{n} {v[-1]:.3f}" for n, v in accuracies.items()))
+    summary = {
+        "dataset": meta["dataset"]["dataset"],
+        "config": asdict(cfg),
+        "test_accuracy": {n: {**spread(v), "values": v} for n, v in accuracies.items()},
+        "distances": {n: {**spread(v), "n": len(v)} for n, v in distances.items()},
+        "along": {"t": ts.tolist(), **{n: np.mean(v, axis=0).tolist() for n, v in along.items()}},
+    }
+    return summary
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "std": float(np.std(values))}
+
+
+def write_landscape_report(summary: dict, out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=False)
+    (out_dir / "landscape.json").write_text(json.dumps(summary, indent=2))
+    lines = ["ensemble,mean_test_acc,std_test_acc"] + [
+        f"{n},{v['mean']:.6f},{v['std']:.6f}" for n, v in summary["test_accuracy"].items()
+    ]
+    (out_dir / "ensemble_accuracy.csv").write_text("\n".join(lines) + "\n")
+    along = summary["along"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), dpi=110)
+    axes[0].plot(along["t"], along["curve_train_loss"], "o-", label="Bezier curve")
+    axes[0].plot(along["t"], along["line_train_loss"], "s--", label="straight line")
+    axes[0].set(xlabel="t", ylabel="train loss", title="loss along the path")
+    axes[1].plot(along["t"], 100 * np.array(along["curve_test_acc"]), "o-", label="Bezier curve")
+    axes[1].plot(along["t"], 100 * np.array(along["line_test_acc"]), "s--", label="straight line")
+    axes[1].set(xlabel="t", ylabel="test accuracy (%)", title="accuracy along the path")
+    names = list(summary["distances"])
+    means = [summary["distances"][n]["mean"] for n in names]
+    stds = [summary["distances"][n]["std"] for n in names]
+    axes[2].bar(range(len(names)), means, yerr=stds, color=["tab:green", "tab:orange", "tab:blue"])
+    axes[2].set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=15)
+    axes[2].set(ylabel="ℓ2 distance", title="weight-space distances (Fig. 9)")
+    for ax in axes[:2]:
+        ax.legend()
+    fig.suptitle(f"{summary['dataset']}: mode-connecting curves")
+    fig.tight_layout()
+    fig.savefig(out_dir / "landscape.png")
+    plt.close(fig)

@@ -1,0 +1,188 @@
+"""Ensembles of tabular MLPs over the loss landscape (Ley et al., §4-5).
+
+Every ensemble here is an ordinary ``nn.Module`` over M stacked MLPs (see
+``stacked.py``), so Captum and the evaluators explain it like one model, and all
+M members run in one batched forward pass:
+
+* ``average``: f(x) = (1/M) Σ_i softmax(g_i(x)), the mean member probability;
+* ``majority``: the prediction is the majority vote; its explained output is the
+  members' mean positive-class output (logit or probability, as the population's
+  ``explain_output``), i.e. explanations averaged over members: a vote share is
+  piecewise constant, so its input gradient is zero almost everywhere, while the
+  gradient of a mean is the mean of the members' gradients;
+* ``perturb``: each pre-trained member ω_i is perturbed m times with ε ~ N(0, σ²)
+  on one layer's weights or biases (default: layer 1, the paper's choice); the n·m
+  variants are averaged (a mean of the n "perturbed models", each a mean of m);
+* ``connect``: n members form n/2 disjoint pairs joined by trained curves; models at
+  t sampled on [0, 1] along every curve are averaged;
+* ``combine``: the curve samples, each perturbed as in ``perturb``.
+
+Outputs: ``forward`` gives class probabilities (B, 2) (vote shares for
+``majority``); ``explained_output`` gives the positive-class scalar explainers
+differentiate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import torch
+from torch import nn
+
+from datamodules.errors import InputError
+from lightning_modules.population import PopulationMLP
+from lightning_modules.stacked import stacked_forward
+
+Reduction = Literal["average", "majority"]
+Part = Literal["weight", "bias"]
+
+
+class MLPEnsemble(nn.Module):
+    """M stacked MLPs reduced to one classifier (see module docstring)."""
+
+    def __init__(
+        self,
+        weights: Sequence[torch.Tensor],
+        biases: Sequence[torch.Tensor],
+        reduction: Reduction = "average",
+        explain_output: Literal["logit", "probability"] = "probability",
+    ) -> None:
+        super().__init__()
+        if reduction not in ("average", "majority"):
+            raise InputError(f"option reduction={reduction!r}; expected 'average' or 'majority'")
+        for k, (w, b) in enumerate(zip(weights, biases)):
+            self.register_buffer(f"weight{k}", w.detach().clone())
+            self.register_buffer(f"bias{k}", b.detach().clone())
+        self.depth = len(weights)
+        self.relus = nn.ModuleList([nn.ReLU() for _ in range(self.depth - 1)])  # modules, for DeepLift's hooks
+        self.reduction = reduction
+        self.explain_output = explain_output
+
+    @property
+    def stacked(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return (
+            [getattr(self, f"weight{k}") for k in range(self.depth)],
+            [getattr(self, f"bias{k}") for k in range(self.depth)],
+        )
+
+    @property
+    def size(self) -> int:
+        return self.weight0.shape[0]
+
+    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return stacked_forward(*self.stacked, x, activations=list(self.relus))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.member_logits(x)
+        if self.reduction == "majority":
+            return nn.functional.one_hot(logits.argmax(-1), 2).float().mean(0)
+        return logits.softmax(-1).mean(0)
+
+    def explained_output(self, x: torch.Tensor) -> torch.Tensor:
+        """The positive-class scalar per row, shape (B,)."""
+        logits = self.member_logits(x)
+        if self.reduction == "average":
+            return logits.softmax(-1)[..., 1].mean(0)
+        if self.explain_output == "probability":
+            return logits.softmax(-1)[..., 1].mean(0)
+        return logits[..., 1].mean(0)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Predicted labels; a tied vote goes to the positive class."""
+        scores = self(x)
+        return (scores[:, 1] >= scores[:, 0]).long()
+
+
+def _members(population: PopulationMLP, indices: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    index = torch.as_tensor(list(indices))
+    return [w.detach()[index] for w in population.weights], [b.detach()[index] for b in population.biases]
+
+
+def perturb_stack(
+    weights: list[torch.Tensor],
+    biases: list[torch.Tensor],
+    n_perturb: int,
+    sigma: float,
+    layer: int = 0,
+    part: Part = "weight",
+    seed: int = 0,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Repeat each of the M stacked models ``n_perturb`` times (model i's variants are
+    rows i*m .. i*m+m-1) and add N(0, σ²) noise to ``part`` of ``layer``."""
+    if part not in ("weight", "bias"):
+        raise InputError(f"option part={part!r}; expected 'weight' or 'bias'")
+    if not 0 <= layer < len(weights):
+        raise InputError(f"option layer={layer}; expected 0 <= layer < {len(weights)}")
+    if n_perturb < 1 or sigma < 0:
+        raise InputError(f"options n_perturb={n_perturb}, sigma={sigma}; expected n_perturb >= 1 and sigma >= 0")
+    weights = [w.repeat_interleave(n_perturb, dim=0) for w in weights]
+    biases = [b.repeat_interleave(n_perturb, dim=0) for b in biases]
+    target = (weights if part == "weight" else biases)[layer]
+    generator = torch.Generator(device=target.device).manual_seed(seed)
+    target.add_(sigma * torch.randn(target.shape, generator=generator, device=target.device, dtype=target.dtype))
+    return weights, biases
+
+
+def average(population: PopulationMLP, indices: Sequence[int]) -> MLPEnsemble:
+    return MLPEnsemble(*_members(population, indices), "average", population.hparams.explain_output)
+
+
+def majority(population: PopulationMLP, indices: Sequence[int]) -> MLPEnsemble:
+    return MLPEnsemble(*_members(population, indices), "majority", population.hparams.explain_output)
+
+
+def perturb(
+    population: PopulationMLP,
+    indices: Sequence[int],
+    n_perturb: int = 50,
+    sigma: float = 0.2,
+    layer: int = 0,
+    part: Part = "weight",
+    seed: int = 0,
+) -> MLPEnsemble:
+    stacked = perturb_stack(*_members(population, indices), n_perturb, sigma, layer, part, seed)
+    return MLPEnsemble(*stacked, "average", population.hparams.explain_output)
+
+
+def connect(curves: Sequence, n_t: int = 25, t_seed: int | None = None) -> MLPEnsemble:
+    """Average of models at ``n_t`` values of t on every curve: evenly spaced on [0, 1],
+    or drawn from U(0, 1) when ``t_seed`` is given."""
+    weights, biases = _curve_samples(curves, n_t, t_seed)
+    return MLPEnsemble(weights, biases, "average", curves[0].explain_output)
+
+
+def combine(
+    curves: Sequence,
+    n_t: int = 25,
+    n_perturb: int = 50,
+    sigma: float = 0.2,
+    layer: int = 0,
+    part: Part = "weight",
+    seed: int = 0,
+    t_seed: int | None = None,
+) -> MLPEnsemble:
+    stacked = perturb_stack(*_curve_samples(curves, n_t, t_seed), n_perturb, sigma, layer, part, seed)
+    return MLPEnsemble(*stacked, "average", curves[0].explain_output)
+
+
+def _curve_samples(curves: Sequence, n_t: int, t_seed: int | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    if n_t < 1:
+        raise InputError(f"option n_t={n_t}; expected at least one point per curve")
+    if t_seed is None:
+        ts = torch.linspace(0.0, 1.0, n_t)
+    else:
+        ts = torch.rand(n_t, generator=torch.Generator().manual_seed(t_seed))
+    per_curve = [curve.stacked_at(ts) for curve in curves]
+    weights = [torch.cat([w[k] for w, _ in per_curve]) for k in range(len(per_curve[0][0]))]
+    biases = [torch.cat([b[k] for _, b in per_curve]) for k in range(len(per_curve[0][1]))]
+    return weights, biases
+
+
+ENSEMBLES: dict[str, Callable[..., MLPEnsemble]] = {
+    "average": average,
+    "majority": majority,
+    "perturb": perturb,
+    "connect": connect,
+    "combine": combine,
+}

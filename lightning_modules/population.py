@@ -1,0 +1,234 @@
+"""A population of tabular MLPs trained at once: an underspecification set in one module.
+
+Ley et al. sample the underspecification set by training many MLPs (128-64-16,
+ReLU, two logits) that differ only in their initialisation seed s_i. Here the M
+members' parameters are stacked along a member axis and trained together:
+
+* every layer is one batched product over the member axis (``torch.baddbmm``);
+  with the shared data order, layer 1 multiplies the same batch x (B, d), expanded
+  without a copy, by every member's weights. (One wide product x @ [W1_1 .. W1_M]
+  was measured too: its (B, M*128) output must be transposed to member-major for
+  layer 2, and the strided ReLU and its backward made a whole step 1.3-1.6x slower
+  on this 2-core CPU than the batched form.)
+* the loss is the sum over members of each member's mean cross-entropy, so the
+  gradient of member i's parameters is exactly its own gradient, and one Adam
+  step for all members equals M separate Adam steps (Adam is elementwise);
+* gradient-norm clipping, which is not elementwise, is computed per member.
+
+Member i is initialised exactly like ``MLPClassifier(seed=s_i)`` and extracts as
+one (:meth:`PopulationMLP.member`). Written by hand because no maintained library
+trains stacked MLP populations under Lightning with an exact per-member optimiser
+step; torch.func's vmap over stacked modules gives a batched forward but re-batches
+every call and leaves the optimiser and clipping to be stacked by hand anyway
+(speed: ``bench/population.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from datamodules.errors import InputError
+from lightning_modules.mlp import ExplainOutput, MLPClassifier, build_mlp
+from lightning_modules.stacked import stack_linears, stacked_forward
+
+DataOrder = Literal["shared", "per_member"]
+
+
+class PopulationMLP(pl.LightningModule):
+    """M seed-varied ``MLPClassifier`` members with stacked parameters.
+
+    Args:
+        in_features: number of inputs; linked from the datamodule.
+        size: number of members M when ``seeds`` is not given (seeds first_seed .. first_seed+M-1).
+        first_seed: the first initialisation seed.
+        seeds: explicit initialisation seeds s_1..s_M (overrides size/first_seed).
+        hidden, lr, weight_decay, explain_output: as for ``MLPClassifier``.
+        data_order: ``"shared"``: every member sees the datamodule's batches (the paper);
+            ``"per_member"``: member i sees its own shuffled order drawn from seed s_i, the
+            order ``TabularDataModule(shuffle=True, data_order_seed=s_i)`` gives a single model.
+        grad_clip_norm: clip each member's gradient to this total 2-norm (None: off).
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        size: int = 1000,
+        first_seed: int = 0,
+        seeds: list[int] | None = None,
+        hidden: tuple[int, ...] = (128, 64, 16),
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        explain_output: ExplainOutput = "logit",
+        data_order: DataOrder = "shared",
+        grad_clip_norm: float | None = None,
+    ) -> None:
+        super().__init__()
+        if data_order not in ("shared", "per_member"):
+            raise InputError(f"option data_order={data_order!r}; expected 'shared' or 'per_member'")
+        seeds = list(seeds) if seeds is not None else list(range(first_seed, first_seed + size))
+        if not seeds:
+            raise InputError("option size=0; expected at least one member")
+        if len(set(seeds)) != len(seeds):
+            raise InputError("option seeds: repeated seeds; expected distinct initialisation seeds")
+        self.save_hyperparameters(ignore=["size", "first_seed"])
+        self.hparams.seeds = seeds
+        self.automatic_optimization = False
+        self.seeds = seeds
+        # Layer k: weights (M, out_k, in_k) (nn.Linear's weight per member) and biases (M, 1, out_k).
+        weights, biases = stack_linears([build_mlp(in_features, tuple(hidden), 2, 0.0, s) for s in seeds])
+        self.weights = nn.ParameterList([nn.Parameter(w) for w in weights])
+        self.biases = nn.ParameterList([nn.Parameter(b) for b in biases])
+        self._order_generators: list[torch.Generator] | None = None
+        self._epoch_order: torch.Tensor | None = None
+        self.member_test_acc: torch.Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.seeds)
+
+    # --- forward --------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of every member, shape (M, B, 2), for x of shape (B, d) (shared) or (M, B, d)."""
+        return stacked_forward(self.weights, self.biases, x)
+
+    def explained_output(self, x: torch.Tensor) -> torch.Tensor:
+        """Positive-class logit or probability of every member, shape (M, B)."""
+        logits = self(x)
+        if self.hparams.explain_output == "probability":
+            return logits.softmax(dim=-1)[..., 1]
+        return logits[..., 1]
+
+    # --- members --------------------------------------------------------------
+    def member(self, i: int) -> MLPClassifier:
+        """Member i as a plain ``MLPClassifier`` with the same weights."""
+        hp = self.hparams
+        model = MLPClassifier(
+            in_features=hp.in_features, hidden=tuple(hp.hidden), lr=hp.lr, weight_decay=hp.weight_decay,
+            seed=self.seeds[i], explain_output=hp.explain_output,
+        )  # fmt: skip
+        linears = [mod for mod in model.net if isinstance(mod, nn.Linear)]
+        with torch.no_grad():
+            for lin, w, b in zip(linears, self.weights, self.biases):
+                lin.weight.copy_(w[i])
+                lin.bias.copy_(b[i, 0])
+        return model
+
+    def init_kwargs(self) -> dict:
+        """The constructor arguments other than the seeds (plain types, for files and copies)."""
+        names = ["in_features", "hidden", "lr", "weight_decay", "explain_output", "data_order", "grad_clip_norm"]
+        return {n: list(self.hparams[n]) if n == "hidden" else self.hparams[n] for n in names}
+
+    def subset(self, indices: list[int]) -> "PopulationMLP":
+        """A population of members ``indices`` with their current weights."""
+        part = PopulationMLP(**self.init_kwargs(), seeds=[self.seeds[i] for i in indices])
+        index = torch.as_tensor(indices)
+        with torch.no_grad():
+            for mine, theirs in zip(self.parameters(), part.parameters()):
+                theirs.copy_(mine[index])
+        return part
+
+    @classmethod
+    def concatenate(cls, parts: list["PopulationMLP"]) -> "PopulationMLP":
+        """One population holding the members of ``parts`` in order (same hyperparameters)."""
+        whole = cls(**parts[0].init_kwargs(), seeds=[s for part in parts for s in part.seeds])
+        with torch.no_grad():
+            for k, param in enumerate(whole.parameters()):
+                param.copy_(torch.cat([list(part.parameters())[k] for part in parts]))
+        return whole
+
+    # --- training -------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hp = self.hparams
+        return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
+
+    def on_train_start(self) -> None:
+        if self.hparams.data_order == "per_member" and self.trainer.datamodule.shuffle:
+            raise InputError(
+                "option data_order='per_member' draws each member's order itself; expected the datamodule "
+                "option shuffle=false"
+            )
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if self._order_generators is not None:  # so a resumed run draws the same orders
+            checkpoint["member_order_states"] = [g.get_state() for g in self._order_generators]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        states = checkpoint.get("member_order_states")
+        if states is not None:
+            self._order_generators = [torch.Generator() for _ in states]
+            for g, state in zip(self._order_generators, states):
+                g.set_state(state)
+
+    def on_train_epoch_start(self) -> None:
+        n, dev = len(self.trainer.datamodule.train_tensors[1]), self.device
+        self._stats = torch.zeros(3, self.size, device=dev)  # loss sum, correct, rows
+        if self.hparams.data_order == "per_member":
+            if self._order_generators is None:
+                self._order_generators = [torch.Generator().manual_seed(s) for s in self.seeds]
+            # The order RandomSampler(generator=Generator().manual_seed(s_i)) gives member i alone.
+            self._epoch_order = torch.stack([torch.randperm(n, generator=g) for g in self._order_generators]).to(dev)
+
+    def _member_batch(self, batch, batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = batch
+        if self._epoch_order is None:
+            return x, y.expand(self.size, -1)
+        start = batch_idx * self.trainer.datamodule.batch_size
+        idx = self._epoch_order[:, start : start + len(y)]
+        x_all, y_all = (t.to(self.device) for t in self.trainer.datamodule.train_tensors)
+        return x_all[idx], y_all[idx]
+
+    def training_step(self, batch, batch_idx: int) -> None:
+        x, y = self._member_batch(batch, batch_idx)
+        logits = self(x)
+        loss = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), reduction="none").view(self.size, -1)
+        member_loss = loss.mean(dim=1)
+        opt = self.optimizers()
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(member_loss.sum())
+        if self.hparams.grad_clip_norm is not None:
+            self._clip_per_member(self.hparams.grad_clip_norm)
+        opt.step()
+        with torch.no_grad():
+            rows = y.shape[1]
+            self._stats[0] += member_loss.detach() * rows
+            self._stats[1] += (logits.argmax(dim=-1) == y).sum(dim=1)
+            self._stats[2] += rows
+
+    def _clip_per_member(self, max_norm: float) -> None:
+        """``torch.nn.utils.clip_grad_norm_`` applied to each member separately."""
+        grads = [p.grad for p in self.parameters()]
+        sq = sum(g.pow(2).reshape(self.size, -1).sum(dim=1) for g in grads)
+        coef = (max_norm / (sq.sqrt() + 1e-6)).clamp(max=1.0).view(-1, 1, 1)
+        for g in grads:
+            g.mul_(coef)
+
+    def on_train_epoch_end(self) -> None:
+        loss, acc = self._stats[0] / self._stats[2], self._stats[1] / self._stats[2]
+        self._log_spread("train/member_loss", loss)
+        self._log_spread("train/member_acc", acc)
+
+    def _log_spread(self, name: str, values: torch.Tensor) -> None:
+        self.log_dict(
+            {f"{name}_mean": values.mean(), f"{name}_std": values.std(unbiased=False),
+             f"{name}_min": values.min(), f"{name}_max": values.max()},
+            prog_bar=False, on_epoch=True,
+        )  # fmt: skip
+
+    # --- testing --------------------------------------------------------------
+    def on_test_epoch_start(self) -> None:
+        self._test_correct = torch.zeros(self.size, device=self.device)
+        self._test_rows = 0
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        x, y = batch
+        self._test_correct += (self(x).argmax(dim=-1) == y).sum(dim=1)
+        self._test_rows += len(y)
+
+    def on_test_epoch_end(self) -> None:
+        self.member_test_acc = (self._test_correct / self._test_rows).cpu()
+        self._log_spread("test/member_acc", self.member_test_acc)

@@ -1,0 +1,62 @@
+"""Saving and loading a trained population as one file.
+
+The file is a plain ``torch.save`` dictionary of tensors, numbers, strings and
+lists, so it loads with ``torch.load(weights_only=True)``:
+``{"format", "hparams", "seeds", "state_dict", "member_test_acc", "metadata"}``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib.metadata import version
+from pathlib import Path
+
+import torch
+
+from datamodules.errors import InputError
+from lightning_modules.mlp import MLPClassifier
+from lightning_modules.population import PopulationMLP
+
+FORMAT = "reliable-explanations/population-v2"  # v2: weights (M, out, in)
+
+
+def software_versions() -> dict[str, str]:
+    names = ["torch", "pytorch-lightning", "numpy", "scikit-learn", "captum", "torchmetrics"]
+    return {"python": platform.python_version(), **{n: version(n) for n in names}}
+
+
+def save_population(path: Path, population: PopulationMLP, member_test_acc: list[float], metadata: dict) -> None:
+    """Write atomically: a reader never sees a half-written population file."""
+    payload = {
+        "format": FORMAT,
+        "hparams": population.init_kwargs(),
+        "seeds": list(population.seeds),
+        "state_dict": {k: v.detach().cpu() for k, v in population.state_dict().items()},
+        "member_test_acc": list(member_test_acc),
+        "metadata": {**metadata, "versions": software_versions()},
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_population(path: str | Path) -> tuple[PopulationMLP, dict]:
+    """The population and the rest of the file (seeds, accuracies, metadata)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: file not found; expected a population file written by train.py")
+    payload = torch.load(path, weights_only=True, map_location="cpu")
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise InputError(f"{path}: not a population file (expected format {FORMAT!r})")
+    population = PopulationMLP(**payload["hparams"], seeds=payload["seeds"])
+    population.load_state_dict(payload["state_dict"])
+    return population, payload
+
+
+def load_member(path: str | Path, index: int) -> MLPClassifier:
+    """Member ``index`` of a saved population as a plain ``MLPClassifier``."""
+    population, _ = load_population(path)
+    if not 0 <= index < population.size:
+        raise InputError(f"member index {index}: expected 0 <= index < {population.size}")
+    return population.member(index)

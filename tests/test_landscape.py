@@ -1,0 +1,49 @@
+"""The landscape evaluator end to end on a small German Credit population."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import evaluate
+import train
+
+
+@pytest.fixture(scope="module")
+def small_population(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pop")
+    metrics = train.main([
+        "--config", "configs/population.yaml", "--model.size", "8", "--trainer.max_epochs", "3",
+        "--trainer.enable_progress_bar", "false", "--log_to", "none", "--output_dir", str(out),
+    ])  # fmt: skip
+    return metrics["population"]
+
+
+def test_landscape_report(small_population, tmp_path):
+    config = tmp_path / "landscape.yaml"
+    config.write_text(
+        f"population: {small_population}\nn_models: 4\nn_sets: 2\nn_t: 5\nn_perturb: 3\nsigma: 0.0\n"
+        f"ts_diagnostics: [0.0, 0.5, 1.0]\noutput_dir: {tmp_path / 'out'}\n"
+    )
+    summary = evaluate.main(["landscape", "--config", str(config)])
+    acc = summary["test_accuracy"]
+    # sigma = 0: every perturbed variant is its member, so perturb == average
+    assert acc["perturb"]["values"] == acc["average"]["values"]
+    along = summary["along"]
+    # fixed end points: the curve and the straight line meet at t = 0 and t = 1
+    for end in (0, -1):
+        assert along["curve_train_loss"][end] == pytest.approx(along["line_train_loss"][end], rel=1e-5)
+    assert summary["distances"]["model_to_model"]["n"] == 2 * 6
+    assert summary["distances"]["start_to_own_model"]["n"] == 2 * 2
+    (report,) = list((tmp_path / "out").iterdir())
+    assert json.loads((report / "landscape.json").read_text())["dataset"] == "german"
+    assert (report / "landscape.png").stat().st_size > 1000
+    assert (report / "ensemble_accuracy.csv").read_text().count("\n") == 7
+
+
+def test_unknown_option_is_named(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("population: x.pt\nsigmaa: 0.2\n")
+    with pytest.raises(evaluate.InputError, match=r"unknown option\(s\) \['sigmaa'\]"):
+        evaluate.main(["landscape", "--config", str(config)])
