@@ -6,8 +6,9 @@ The ensemble: 2 curves x 25 points x 50 first-layer weight perturbations (sigma 
 = 2,500 German Credit MLPs (61 inputs); the explanation: Saliency (input gradient of
 the ensemble's positive-class probability, the mean of the members') on 1,000 inputs.
 
-(batched) one ``captum.attr.Saliency`` call on the ``MLPEnsemble`` module: all
-          2,500 members in one stacked forward and backward pass;
+(batched) ``evaluators.explainers.explain(ensemble, x, "saliency")``: Captum's
+          Saliency on the ``MLPEnsemble`` module, members stacked in chunks of
+          cache-sized activations, each chunk one forward and backward pass;
 (looped)  what a user does without stacking: build each of the 2,500 models as its
           own ``MLPClassifier``, explain it with ``Saliency`` and average;
 (looped, plain autograd) the same loop without Captum, to show where the time goes.
@@ -27,6 +28,7 @@ from captum.attr import Saliency
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lightning_modules import MLPClassifier  # noqa: E402
 from lightning_modules.curves import MLPCurve  # noqa: E402
+from evaluators.explainers import explain  # noqa: E402
 from lightning_modules.ensembles import ENSEMBLES  # noqa: E402
 
 D, N_INPUTS, N_T, N_PERTURB = 61, 1000, 25, 50
@@ -64,7 +66,7 @@ def main() -> None:
     print(f"combine ensemble: {ensemble.size} MLPs, {N_INPUTS} inputs x {D} features")
 
     start = time.perf_counter()
-    batched = Saliency(ensemble).attribute(x, target=1, abs=False)
+    batched = explain(ensemble, x, "saliency")
     batched_s = time.perf_counter() - start
 
     weights, biases = ensemble.stacked

@@ -91,6 +91,22 @@ def consistent_direction(e: torch.Tensor, k: int | None = None) -> torch.Tensor:
     return (differ_in_union.round() == 0).to(e.dtype)
 
 
+def ley_agreements(e: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
+    """SA@k, SSA@k, CDC@k and CDC@d at once, ranking and sign-encoding each model once
+    and sharing the pairwise Gram products between the four scores."""
+    signs = _sign_one_hot(e)
+    mask = _top_k_mask(e, k).to(e.dtype)
+    masked = signs * mask.unsqueeze(-1)
+    same_in_both = _pair_sum(masked)
+    differ_in_union = 2 * k - _pair_sum(masked, signs) - _pair_sum(signs, masked) - _pair_sum(mask) + same_in_both
+    return {
+        "sa": same_in_both / k,
+        "ssa": (same_in_both == k).to(e.dtype),
+        "cdc_k": (differ_in_union.round() == 0).to(e.dtype),
+        "cdc_d": (_pair_sum(signs) == e.shape[-1]).to(e.dtype),
+    }
+
+
 def feature_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
     return _pair_sum(_top_k_mask(e, k).to(e.dtype)) / k
 

@@ -88,6 +88,13 @@ class MLPEnsemble(nn.Module):
             return logits.softmax(-1)[..., 1].mean(0)
         return logits[..., 1].mean(0)
 
+    def subset(self, start: int, stop: int) -> "MLPEnsemble":
+        """The ensemble of members start .. stop-1 (same reduction and output)."""
+        weights, biases = self.stacked
+        return MLPEnsemble(
+            [w[start:stop] for w in weights], [b[start:stop] for b in biases], self.reduction, self.explain_output
+        )
+
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """Predicted labels; a tied vote goes to the positive class."""
         scores = self(x)

@@ -121,3 +121,16 @@ def test_watson_separability_and_consistency():
     e = torch.stack([a, a[torch.randperm(400)], a[torch.randperm(400)]])
     assert watson_consistency(e) > 0.85
     assert watson_consistency(torch.stack([a, shifted])) < 0.1
+
+
+def test_ley_agreements_at_once_equal_the_single_functions():
+    from evaluators.agreement_functional import ley_agreements
+
+    torch.manual_seed(2)
+    e = torch.randn(6, 50, 9)
+    e[e.abs() < 0.2] = 0.0
+    together = ley_agreements(e, 3)
+    assert torch.equal(together["sa"], sign_agreement(e, 3))
+    assert torch.equal(together["ssa"], signed_set_agreement(e, 3))
+    assert torch.equal(together["cdc_k"], consistent_direction(e, 3))
+    assert torch.equal(together["cdc_d"], consistent_direction(e, None))

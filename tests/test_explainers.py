@@ -106,3 +106,14 @@ def test_ensemble_of_logits_explains_as_the_mean_of_its_members(population, meth
     x = torch.randn(7, 6)
     members = torch.stack([explain(population.member(i), x, method) for i in range(3)]).mean(0)
     torch.testing.assert_close(explain(ensemble, x, method), members, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["saliency", "integrated_gradients", "input_x_gradient"])
+def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method, monkeypatch):
+    import evaluators.explainers as explainers
+
+    ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
+    x = torch.randn(5, 6)
+    whole = explainers.EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x)
+    monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 5 * 210 * 5)  # chunks of 5, 5, 2 members
+    torch.testing.assert_close(explain(ensemble, x, method), whole, rtol=1e-5, atol=1e-6)

@@ -88,7 +88,9 @@ def test_subset_and_concatenate_keep_members():
 
 
 def test_chunk_plan_and_auto_size():
-    assert plan_chunks(7, 3) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert plan_chunks(7, 3) == [[0, 1], [2, 3, 4], [5, 6]]
+    assert plan_chunks(100, 69) == [list(range(50)), list(range(50, 100))]
+    assert plan_chunks(6, 3) == [[0, 1, 2], [3, 4, 5]]
     population = PopulationMLP(in_features=6, size=500)
     size = auto_chunk_size(population, batch_size=128, device=torch.device("cpu"))
     assert 8 <= size <= 500
