@@ -2,11 +2,13 @@
 
     python evaluate.py run runs/german/<run>                 # re-test a run from its checkpoint
     python evaluate.py landscape --config configs/landscape/german.yaml --data_dir ../shared/data
+    python evaluate.py sigma --config configs/sigma/german.yaml
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it.
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
-(``evaluators/landscape.py``) and writes JSON, CSV and a PNG to a new folder.
+(``evaluators/landscape.py``), ``sigma`` the σ ablation of perturbed models
+(``evaluators/sigma_ablation.py``); each writes JSON, CSV and a PNG to a new folder.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pytorch_lightning.cli import instantiate_class
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError
 from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
+from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 
 
 def evaluate_run(run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt") -> dict:
@@ -71,6 +74,11 @@ def main(argv: list[str] | None = None) -> dict:
     land.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
     land.add_argument("--n_sets", type=int, default=None)
     land.add_argument("--output_dir", default=None)
+    sigma = commands.add_parser("sigma", help="sigma ablation of perturbed models (Ley et al., Fig. 4-5)")
+    sigma.add_argument("--config", type=Path, required=True)
+    sigma.add_argument("--population", default=None, help="override the config's population file")
+    sigma.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
+    sigma.add_argument("--output_dir", default=None)
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.out is not None and args.out.exists():
@@ -81,10 +89,18 @@ def main(argv: list[str] | None = None) -> dict:
             args.out.write_text(text)
         print(text)
         return metrics
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.command == "sigma":
+        overrides = {k: getattr(args, k) for k in ("population", "data_dir", "output_dir")}
+        cfg = load_config(args.config, SigmaAblationConfig, overrides)
+        summary = evaluate_sigma(cfg)
+        out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
+        write_sigma_report(summary, out_dir)
+        print(f"report: {out_dir}")
+        return summary
     overrides = {k: getattr(args, k) for k in ("population", "data_dir", "n_sets", "output_dir")}
     cfg = load_config(args.config, LandscapeConfig, overrides)
     summary = evaluate_landscape(cfg)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
     write_landscape_report(summary, out_dir)
     print(json.dumps({"test_accuracy": {k: v["mean"] for k, v in summary["test_accuracy"].items()},
