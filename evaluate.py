@@ -3,6 +3,7 @@
     python evaluate.py run runs/german/<run>                 # re-test a run from its checkpoint
     python evaluate.py landscape --config configs/landscape/german.yaml --data_dir ../shared/data
     python evaluate.py sigma --config configs/sigma/german.yaml
+    python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it.
@@ -26,6 +27,7 @@ from pytorch_lightning.cli import instantiate_class
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError
+from evaluators.consistency_protocol import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 
@@ -79,6 +81,12 @@ def main(argv: list[str] | None = None) -> dict:
     sigma.add_argument("--population", default=None, help="override the config's population file")
     sigma.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
     sigma.add_argument("--output_dir", default=None)
+    cons = commands.add_parser("consistency", help="Ley et al.'s consistency protocol (Table 1, Figure 6)")
+    cons.add_argument("--config", type=Path, required=True)
+    cons.add_argument("--population", default=None, help="override the config's population file")
+    cons.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
+    cons.add_argument("--n_sets", type=int, default=None)
+    cons.add_argument("--output_dir", default=None)
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.out is not None and args.out.exists():
@@ -90,6 +98,14 @@ def main(argv: list[str] | None = None) -> dict:
         print(text)
         return metrics
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.command == "consistency":
+        overrides = {k: getattr(args, k) for k in ("population", "data_dir", "n_sets", "output_dir")}
+        cfg = load_config(args.config, ConsistencyConfig, overrides)
+        summary = evaluate_consistency(cfg)
+        out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
+        write_consistency_report(summary, out_dir)
+        print((out_dir / "table1.md").read_text() + f"report: {out_dir}")
+        return summary
     if args.command == "sigma":
         overrides = {k: getattr(args, k) for k in ("population", "data_dir", "output_dir")}
         cfg = load_config(args.config, SigmaAblationConfig, overrides)

@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.cli import instantiate_class
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
-from lightning_modules.population_io import load_population
+from lightning_modules.population_io import load_population, population_datamodule
 
 
 @dataclass
@@ -102,10 +101,7 @@ def straight_line(curve: MLPCurve, ts: torch.Tensor) -> MLPEnsemble:
 def evaluate_landscape(cfg: LandscapeConfig) -> dict:
     population, payload = load_population(cfg.population)
     meta, hp = payload["metadata"], payload["hparams"]
-    data_cfg = meta["datamodule"]
-    if cfg.data_dir is not None:
-        data_cfg["init_args"]["data_dir"] = cfg.data_dir
-    data = instantiate_class((), data_cfg)
+    data = population_datamodule(payload, cfg.data_dir)
     x_train, y_train = data.train_tensors
     x_test, y_test = data.test_tensors
     sets = disjoint_sets(population.size, cfg.n_models, cfg.n_sets, cfg.set_seed)

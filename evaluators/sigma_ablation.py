@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pytorch_lightning.cli import instantiate_class
 
 from evaluators.agreement_functional import sign_agreement
 from evaluators.explainers import explain
 from lightning_modules.ensembles import ENSEMBLES
-from lightning_modules.population_io import load_population
+from lightning_modules.population_io import load_population, population_datamodule
 
 
 @dataclass
@@ -43,10 +42,7 @@ class SigmaAblationConfig:
 
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
     population, payload = load_population(cfg.population)
-    data_cfg = payload["metadata"]["datamodule"]
-    if cfg.data_dir is not None:
-        data_cfg["init_args"]["data_dir"] = cfg.data_dir
-    data = instantiate_class((), data_cfg)
+    data = population_datamodule(payload, cfg.data_dir)
     x_test, y_test = data.test_tensors
     x = x_test[: cfg.n_points]
     members = torch.randperm(population.size, generator=torch.Generator().manual_seed(cfg.seed))[: cfg.n_models]

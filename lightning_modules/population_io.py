@@ -60,3 +60,13 @@ def load_member(path: str | Path, index: int) -> MLPClassifier:
     if not 0 <= index < population.size:
         raise InputError(f"member index {index}: expected 0 <= index < {population.size}")
     return population.member(index)
+
+
+def population_datamodule(payload: dict, data_dir: str | None = None):
+    """The datamodule a saved population was trained on (optionally reading another folder)."""
+    from pytorch_lightning.cli import instantiate_class
+
+    data_cfg = payload["metadata"]["datamodule"]
+    if data_dir is not None:
+        data_cfg["init_args"]["data_dir"] = data_dir
+    return instantiate_class((), data_cfg)

@@ -76,3 +76,35 @@ def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, t
     assert zero["test_acc"] == pytest.approx(sum(accuracy) / 3, abs=1e-6)
     (report,) = list((tmp_path / "sigma").iterdir())
     assert (report / "sigma_ablation.png").stat().st_size > 1000
+
+
+def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_path):
+    import torch
+
+    from datamodules import FinancialDataModule
+    from evaluators.agreement_functional import ley_agreements
+    from evaluators.explainers import explain
+    from evaluators.landscape import disjoint_sets
+    from lightning_modules import load_population
+    from lightning_modules.ensembles import ENSEMBLES
+
+    config = tmp_path / "consistency.yaml"
+    config.write_text(
+        f"population: {small_population}\nmethods: [saliency]\nn_models: [4]\nn_sets: 2\nn_points: 40\n"
+        f"n_t: 3\nn_perturb: 2\nsigma: 0.0\noutput_dir: {tmp_path / 'c'}\n"
+    )
+    summary = evaluate.main(["consistency", "--config", str(config)])
+    by = {(r["strategy"], r["metric"]): r for r in summary["rows"]}
+    # sigma = 0: perturbed ensembles are the average ensembles
+    for metric in ("sa", "ssa", "cdc_k"):
+        assert by[("perturb", metric)]["mean"] == pytest.approx(by[("average", metric)]["mean"], abs=1e-6)
+    # the single-model row, recomputed independently
+    population, _ = load_population(small_population)
+    x = FinancialDataModule(dataset="german").test_tensors[0][:40]
+    sets = disjoint_sets(population.size, 4, 2, 0)
+    e = torch.stack([explain(ENSEMBLES["average"](population, s[:1]), x, "saliency") for s in sets])
+    assert by[("single", "sa")]["mean"] == pytest.approx(ley_agreements(e, 5)["sa"].mean().item(), abs=1e-6)
+    (report,) = list((tmp_path / "c").iterdir())
+    table = (report / "table1.md").read_text()
+    assert table.count("\n| ") == 7  # header and six strategies
+    assert (report / "agreement_vs_models.png").stat().st_size > 1000

@@ -1,0 +1,164 @@
+"""Ley et al.'s explanation-consistency protocol (§5, Table 1 and Figure 6).
+
+From a population: for each number n of pre-trained models per ensemble, draw
+``n_sets`` disjoint sets of n members; build one ensemble per set and strategy
+(``single``: the set's first member; ``average``, ``majority``, ``perturb``,
+``connect``, ``combine``: see ``lightning_modules.ensembles``); explain the first
+``n_points`` test points with each method; score every pair of the ``n_sets``
+ensembles of a strategy with SA, SSA and CDC at top-k. Per individual the scores
+are averaged over pairs; the summary over individuals is mean ± std and median
+with the central decile (45th-55th percentiles).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from datamodules.errors import InputError
+from evaluators.agreement_functional import ley_agreements
+from evaluators.explainers import explain
+from evaluators.landscape import disjoint_sets, train_curve
+from lightning_modules.ensembles import ENSEMBLES
+from lightning_modules.population_io import load_population, population_datamodule
+
+STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
+METRICS = ["sa", "ssa", "cdc_k"]
+
+
+@dataclass
+class ConsistencyConfig:
+    """Options of the protocol (configs/consistency/<dataset>.yaml)."""
+
+    population: str
+    data_dir: str | None = None
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
+    methods: list[str] = field(default_factory=lambda: ["saliency"])
+    n_models: list[int] = field(default_factory=lambda: [4])
+    n_sets: int = 50
+    n_points: int = 1000
+    n_points_deepshap: int = 100
+    n_background: int = 100
+    k: int = 5
+    n_t: int = 25
+    n_perturb: int = 50
+    sigma: float = 0.2
+    layer: int = 0
+    part: str = "weight"
+    curve_kind: str = "bezier"
+    seed: int = 0
+    output_dir: str = "runs/consistency"
+
+
+def summarise(per_individual: torch.Tensor) -> dict[str, float]:
+    values = per_individual.double().numpy()
+    q45, median, q55 = np.quantile(values, [0.45, 0.5, 0.55])
+    return {"mean": float(values.mean()), "std": float(values.std()), "median": float(median),
+            "q45": float(q45), "q55": float(q55)}  # fmt: skip
+
+
+def build_ensembles(strategy: str, population, sets, curves, cfg: ConsistencyConfig) -> list:
+    noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part}
+    built = []
+    for s, members in enumerate(sets):
+        if strategy == "single":
+            built.append(ENSEMBLES["average"](population, members[:1]))
+        elif strategy in ("average", "majority"):
+            built.append(ENSEMBLES[strategy](population, members))
+        elif strategy == "perturb":
+            built.append(ENSEMBLES["perturb"](population, members, **noise, seed=cfg.seed + s))
+        elif strategy == "connect":
+            built.append(ENSEMBLES["connect"](curves[s], n_t=cfg.n_t))
+        else:
+            built.append(ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s))
+    return built
+
+
+def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
+    unknown = [s for s in cfg.strategies if s not in STRATEGIES]
+    if unknown:
+        raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
+    population, payload = load_population(cfg.population)
+    meta, hp = payload["metadata"], payload["hparams"]
+    data = population_datamodule(payload, cfg.data_dir)
+    x_train, _ = data.train_tensors
+    x_test, y_test = data.test_tensors
+    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
+    background = x_train[order[: cfg.n_background]]  # DeepSHAP's background sample
+    rows = []
+    for n in cfg.n_models:
+        sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
+        curves = []
+        if {"connect", "combine"} & set(cfg.strategies):
+            for members in sets:
+                pairs = [(members[i], members[i + 1]) for i in range(0, n - 1, 2)]
+                curves.append([train_curve(population, a, b, data, hp, meta["max_epochs"], cfg.curve_kind, "fixed")
+                               for a, b in pairs])  # fmt: skip
+        for strategy in cfg.strategies:
+            ensembles = build_ensembles(strategy, population, sets, curves, cfg)
+            with torch.no_grad():
+                accuracy = float(np.mean([(e.predict(x_test) == y_test).float().mean().item() for e in ensembles]))
+            for method in cfg.methods:
+                points = cfg.n_points_deepshap if method == "deepshap" else cfg.n_points
+                x = x_test[:points]
+                options = {"baselines": background} if method == "deepshap" else {}
+                e = torch.stack([explain(ens, x, method, **options).detach() for ens in ensembles])
+                scores = ley_agreements(e, cfg.k)
+                for metric in METRICS:
+                    per_individual = scores[metric].mean(0)  # over the pairs of ensembles
+                    rows.append({"n_models": n, "strategy": strategy, "method": method, "metric": metric,
+                                 "test_acc": accuracy, **summarise(per_individual)})  # fmt: skip
+                scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(METRICS) :])
+                print(f"n={n} {strategy:8s} {method:10s} {scored}  acc {accuracy:.4f}")
+    return {"dataset": meta["dataset"]["dataset"], "config": asdict(cfg), "rows": rows}
+
+
+def markdown_table(summary: dict) -> str:
+    """Rows: strategies; columns: method x (SA, SSA), as mean ± std (Table 1's layout)."""
+    rows = summary["rows"]
+    n = max(r["n_models"] for r in rows)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    head = "| strategy | " + " | ".join(f"{m} SA | {m} SSA" for m in methods) + " | test acc |"
+    lines = [f"{summary['dataset']}, ensembles of {n} pre-trained models", "", head,
+             "|" + "---|" * (2 * len(methods) + 2)]  # fmt: skip
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        cells, acc = [], ""
+        for method in methods:
+            for metric in ("sa", "ssa"):
+                key = (n, strategy, method, metric)
+                (r,) = [r for r in rows if (r["n_models"], r["strategy"], r["method"], r["metric"]) == key]
+                cells.append(f"{r['mean']:.2f} ± {r['std']:.2f}")
+                acc = f"{100 * r['test_acc']:.1f} %"
+        lines.append(f"| {strategy} | " + " | ".join(cells) + f" | {acc} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_consistency_report(summary: dict, out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=False)
+    (out_dir / "consistency.json").write_text(json.dumps(summary, indent=2))
+    keys = ["n_models", "strategy", "method", "metric", "mean", "std", "median", "q45", "q55", "test_acc"]
+    lines = [",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in summary["rows"]]
+    (out_dir / "consistency.csv").write_text("\n".join(lines) + "\n")
+    (out_dir / "table1.md").write_text(markdown_table(summary))
+    methods = list(dict.fromkeys(r["method"] for r in summary["rows"]))
+    fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4), dpi=110, squeeze=False)
+    for ax, method in zip(axes[0], methods):
+        for strategy in dict.fromkeys(r["strategy"] for r in summary["rows"]):
+            pts = [r for r in summary["rows"] if (r["strategy"], r["method"], r["metric"]) == (strategy, method, "sa")]
+            ax.errorbar([r["n_models"] for r in pts], [r["mean"] for r in pts], yerr=[r["std"] for r in pts],
+                        marker="o", capsize=3, label=strategy)  # fmt: skip
+        ax.set(xlabel="pre-trained models per ensemble", ylabel=f"SA@{summary['config']['k']}", title=method)
+        ax.legend()
+    fig.suptitle(f"{summary['dataset']}: agreement of ensembles (Figure 6)")
+    fig.tight_layout()
+    fig.savefig(out_dir / "agreement_vs_models.png")
+    plt.close(fig)
