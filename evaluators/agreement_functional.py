@@ -20,8 +20,6 @@ equal signs too. Angular difference: arccos of the cosine similarity (radians).
 
 from __future__ import annotations
 
-import itertools
-
 import torch
 
 
@@ -138,11 +136,6 @@ AGREEMENTS = {
     "rank": rank_agreement,
     "signed_rank": signed_rank_agreement,
 }
-
-
-def pair_list(m: int) -> list[tuple[int, int]]:
-    """The pair order of every (P, N) result, as Python tuples."""
-    return list(itertools.combinations(range(m), 2))
 
 
 def separability(a: torch.Tensor, b: torch.Tensor, seed: int = 0, test_fraction: float = 0.5) -> float:
