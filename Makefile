@@ -31,8 +31,11 @@ $(VENV)/.complete: $(ENV_DIR)/.complete
 	  echo "error: $(VENV) exists and is not a link made by this Makefile; move it away" >&2; exit 1; fi
 	ln -sfn "$(ENV_DIR)" "$(VENV)"
 
+# The German Credit MLP (seed 0), then 100 seeds of it trained at once: one model's
+# accuracy on the 200 test rows moves by about 2 points with the seed alone.
 demo: install
 	$(PY) train.py
+	$(PY) train.py --config configs/population.yaml --model.size 100 --trainer.enable_progress_bar false
 
 test: install
 	$(PY) -m flake8
