@@ -62,6 +62,17 @@ def load_config(path: Path, cls, overrides: dict):
     return cls(**values)
 
 
+# name -> (help, config class, evaluate, write report, whether --n_sets applies)
+EVALUATORS = {
+    "landscape": ("ensembles over the loss landscape (Ley et al.)",
+                  LandscapeConfig, evaluate_landscape, write_landscape_report, True),
+    "sigma": ("sigma ablation of perturbed models (Ley et al., Fig. 4-5)",
+              SigmaAblationConfig, evaluate_sigma, write_sigma_report, False),
+    "consistency": ("Ley et al.'s consistency protocol (Table 1, Figure 6)",
+                    ConsistencyConfig, evaluate_consistency, write_consistency_report, True),
+}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,23 +81,14 @@ def main(argv: list[str] | None = None) -> dict:
     run.add_argument("--data_dir", default=None, help="override the run's data folder")
     run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
-    land = commands.add_parser("landscape", help="ensembles over the loss landscape (Ley et al.)")
-    land.add_argument("--config", type=Path, required=True)
-    land.add_argument("--population", default=None, help="override the config's population file")
-    land.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
-    land.add_argument("--n_sets", type=int, default=None)
-    land.add_argument("--output_dir", default=None)
-    sigma = commands.add_parser("sigma", help="sigma ablation of perturbed models (Ley et al., Fig. 4-5)")
-    sigma.add_argument("--config", type=Path, required=True)
-    sigma.add_argument("--population", default=None, help="override the config's population file")
-    sigma.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
-    sigma.add_argument("--output_dir", default=None)
-    cons = commands.add_parser("consistency", help="Ley et al.'s consistency protocol (Table 1, Figure 6)")
-    cons.add_argument("--config", type=Path, required=True)
-    cons.add_argument("--population", default=None, help="override the config's population file")
-    cons.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
-    cons.add_argument("--n_sets", type=int, default=None)
-    cons.add_argument("--output_dir", default=None)
+    for name, (help_text, *_, has_sets) in EVALUATORS.items():
+        sub = commands.add_parser(name, help=help_text)
+        sub.add_argument("--config", type=Path, required=True)
+        sub.add_argument("--population", default=None, help="override the config's population file")
+        sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
+        sub.add_argument("--output_dir", default=None)
+        if has_sets:
+            sub.add_argument("--n_sets", type=int, default=None)
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.out is not None and args.out.exists():
@@ -97,30 +99,14 @@ def main(argv: list[str] | None = None) -> dict:
             args.out.write_text(text)
         print(text)
         return metrics
+    _, config_cls, evaluate_fn, write_fn, _ = EVALUATORS[args.command]
+    overrides = {k: getattr(args, k, None) for k in ("population", "data_dir", "n_sets", "output_dir")}
+    cfg = load_config(args.config, config_cls, overrides)
+    summary = evaluate_fn(cfg)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    if args.command == "consistency":
-        overrides = {k: getattr(args, k) for k in ("population", "data_dir", "n_sets", "output_dir")}
-        cfg = load_config(args.config, ConsistencyConfig, overrides)
-        summary = evaluate_consistency(cfg)
-        out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
-        write_consistency_report(summary, out_dir)
-        print((out_dir / "table1.md").read_text() + f"report: {out_dir}")
-        return summary
-    if args.command == "sigma":
-        overrides = {k: getattr(args, k) for k in ("population", "data_dir", "output_dir")}
-        cfg = load_config(args.config, SigmaAblationConfig, overrides)
-        summary = evaluate_sigma(cfg)
-        out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
-        write_sigma_report(summary, out_dir)
-        print(f"report: {out_dir}")
-        return summary
-    overrides = {k: getattr(args, k) for k in ("population", "data_dir", "n_sets", "output_dir")}
-    cfg = load_config(args.config, LandscapeConfig, overrides)
-    summary = evaluate_landscape(cfg)
     out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
-    write_landscape_report(summary, out_dir)
-    print(json.dumps({"test_accuracy": {k: v["mean"] for k, v in summary["test_accuracy"].items()},
-                      "distances": summary["distances"], "report": str(out_dir)}, indent=2))  # fmt: skip
+    write_fn(summary, out_dir)
+    print(f"report: {out_dir}")
     return summary
 
 
