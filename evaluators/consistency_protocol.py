@@ -21,6 +21,7 @@ import torch
 
 from datamodules.errors import InputError
 from evaluators.agreement_functional import ley_agreements
+from evaluators.config import PopulationSource
 from evaluators.explainers import explain
 from evaluators.landscape import disjoint_sets, train_curve
 from lightning_modules.ensembles import ENSEMBLES
@@ -31,11 +32,9 @@ METRICS = ["sa", "ssa", "cdc_k"]
 
 
 @dataclass
-class ConsistencyConfig:
+class ConsistencyConfig(PopulationSource):
     """Options of the protocol (configs/consistency/<dataset>.yaml)."""
 
-    population: str
-    data_dir: str | None = None
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
     methods: list[str] = field(default_factory=lambda: ["saliency"])
     n_models: list[int] = field(default_factory=lambda: [4])

@@ -23,17 +23,16 @@ import torch
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from evaluators.config import PopulationSource
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 from lightning_modules.population_io import load_population, population_datamodule
 
 
 @dataclass
-class LandscapeConfig:
+class LandscapeConfig(PopulationSource):
     """Options of the landscape evaluator (configs/landscape/<dataset>.yaml)."""
 
-    population: str
-    data_dir: str | None = None
     n_models: int = 4
     n_sets: int = 5
     set_seed: int = 0

@@ -17,17 +17,16 @@ import numpy as np
 import torch
 
 from evaluators.agreement_functional import sign_agreement
+from evaluators.config import PopulationSource
 from evaluators.explainers import explain
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.population_io import load_population, population_datamodule
 
 
 @dataclass
-class SigmaAblationConfig:
+class SigmaAblationConfig(PopulationSource):
     """Options of the σ ablation (configs/sigma/<dataset>.yaml)."""
 
-    population: str
-    data_dir: str | None = None
     n_models: int = 10
     n_perturb: int = 50
     sigmas: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.5, 1.0])

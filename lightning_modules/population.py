@@ -172,6 +172,7 @@ class PopulationMLP(pl.LightningModule):
                 self._order_generators = [torch.Generator().manual_seed(s) for s in self.seeds]
             # The order RandomSampler(generator=Generator().manual_seed(s_i)) gives member i alone.
             self._epoch_order = torch.stack([torch.randperm(n, generator=g) for g in self._order_generators]).to(dev)
+            self._train_rows = tuple(t.to(dev) for t in self.trainer.datamodule.train_tensors)  # once per epoch
 
     def _member_batch(self, batch, batch_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = batch
@@ -179,7 +180,7 @@ class PopulationMLP(pl.LightningModule):
             return x, y.expand(self.size, -1)
         start = batch_idx * self.trainer.datamodule.batch_size
         idx = self._epoch_order[:, start : start + len(y)]
-        x_all, y_all = (t.to(self.device) for t in self.trainer.datamodule.train_tensors)
+        x_all, y_all = self._train_rows
         return x_all[idx], y_all[idx]
 
     def training_step(self, batch, batch_idx: int) -> None:
