@@ -11,8 +11,11 @@ members' parameters are stacked along a member axis and trained together:
   layer 2, and the strided ReLU and its backward made a whole step 1.3-1.6x slower
   on this 2-core CPU than the batched form.)
 * the loss is the sum over members of each member's mean cross-entropy, so the
-  gradient of member i's parameters is exactly its own gradient, and one Adam
-  step for all members equals M separate Adam steps (Adam is elementwise);
+  gradient of member i's parameters is exactly its own gradient; the layers'
+  backward pass is ``stacked_backward``, per member the products autograd forms
+  for ``nn.Linear``, so the gradients agree bit for bit;
+* one Adam step for all members equals M separate Adam steps (Adam is
+  elementwise; ``mlp.adam`` says why it is PyTorch's single-tensor implementation);
 * gradient-norm clipping, which is not elementwise, is computed per member.
 
 Member i is initialised exactly like ``MLPClassifier(seed=s_i)`` and extracts as
@@ -33,8 +36,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from lightning_modules.mlp import ExplainOutput, MLPClassifier, build_mlp
-from lightning_modules.stacked import stack_linears, stacked_forward
+from lightning_modules.allocator import retain_freed_memory
+from lightning_modules.mlp import ExplainOutput, MLPClassifier, adam, build_mlp
+from lightning_modules.stacked import stack_linears, stacked_backward, stacked_forward
 
 DataOrder = Literal["shared", "per_member"]
 
@@ -144,7 +148,11 @@ class PopulationMLP(pl.LightningModule):
     # --- training -------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
-        return torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay, fused=True)
+        return adam(self.parameters(), hp.lr, hp.weight_decay)
+
+    def on_fit_start(self) -> None:
+        if self.device.type == "cpu":
+            retain_freed_memory()
 
     def on_train_start(self) -> None:
         if self.hparams.data_order == "per_member" and self.trainer.datamodule.shuffle:
@@ -185,20 +193,33 @@ class PopulationMLP(pl.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> None:
         x, y = self._member_batch(batch, batch_idx)
-        logits = self(x)
+        with torch.no_grad():
+            saved: list[torch.Tensor] = []
+            logits = stacked_forward(self.weights, self.biases, x, saved=saved)
+        # The loss's gradient with respect to the logits through autograd (so it is the very
+        # computation a model alone gets); the layers' backward by hand (``stacked_backward``).
+        logits.requires_grad_(True)
         loss = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), reduction="none").view(self.size, -1)
         member_loss = loss.mean(dim=1)
-        opt = self.optimizers()
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(member_loss.sum())
-        if self.hparams.grad_clip_norm is not None:
-            self._clip_per_member(self.hparams.grad_clip_norm)
-        opt.step()
+        (grad_logits,) = torch.autograd.grad(member_loss.sum(), logits)
         with torch.no_grad():
+            weight_grads = [self._grad_buffer(w) for w in self.weights]
+            bias_grads = [self._grad_buffer(b) for b in self.biases]
+            stacked_backward(self.weights, saved, grad_logits, weight_grads, bias_grads)
+            if self.hparams.grad_clip_norm is not None:
+                self._clip_per_member(self.hparams.grad_clip_norm)
+            self.optimizers().step()
             rows = y.shape[1]
             self._stats[0] += member_loss.detach() * rows
             self._stats[1] += (logits.argmax(dim=-1) == y).sum(dim=1)
             self._stats[2] += rows
+
+    @staticmethod
+    def _grad_buffer(param: nn.Parameter) -> torch.Tensor:
+        """``param.grad``, allocated once; every step overwrites it whole."""
+        if param.grad is None:
+            param.grad = torch.empty_like(param)
+        return param.grad
 
     def _clip_per_member(self, max_norm: float) -> None:
         """``torch.nn.utils.clip_grad_norm_`` applied to each member separately."""
