@@ -23,7 +23,7 @@ from datamodules.errors import InputError
 from evaluators.agreement_functional import ley_agreements
 from evaluators.config import PopulationSource
 from evaluators.explainers import explain
-from evaluators.landscape import disjoint_sets, train_curve
+from evaluators.landscape import disjoint_sets, member_pairs, split_per_set, train_curves
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.population_io import load_population, population_datamodule
 
@@ -82,21 +82,22 @@ def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
     if unknown:
         raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
     population, payload = load_population(cfg.population)
-    meta, hp = payload["metadata"], payload["hparams"]
+    meta = payload["metadata"]
     data = population_datamodule(payload, cfg.data_dir)
     x_train, _ = data.train_tensors
     x_test, y_test = data.test_tensors
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
     background = x_train[order[: cfg.n_background]]  # DeepSHAP's background sample
+    torch.manual_seed(cfg.seed)  # SmoothGrad's noise comes from the global generator
     rows = []
     for n in cfg.n_models:
         sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
         curves = []
         if {"connect", "combine"} & set(cfg.strategies):
-            for members in sets:
-                pairs = [(members[i], members[i + 1]) for i in range(0, n - 1, 2)]
-                curves.append([train_curve(population, a, b, data, hp, meta["max_epochs"], cfg.curve_kind, "fixed")
-                               for a, b in pairs])  # fmt: skip
+            set_pairs = [member_pairs(members) for members in sets]
+            all_pairs = [pair for pairs in set_pairs for pair in pairs]
+            trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
+            curves = split_per_set(trained, set_pairs)
         for strategy in cfg.strategies:
             ensembles = build_ensembles(strategy, population, sets, curves, cfg)
             with torch.no_grad():

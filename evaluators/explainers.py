@@ -22,6 +22,7 @@ from captum import attr
 from torch import nn
 
 from datamodules.errors import InputError
+from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.ensembles import MLPEnsemble
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
@@ -134,8 +135,11 @@ BATCHED = {
 
 
 # Attributions that are linear in the explained function: for an average ensemble
-# f = (1/M) Σ f_i they are the weighted sum over any split of the members.
-LINEAR_IN_MODEL = {"saliency", "input_x_gradient", "integrated_gradients"}
+# f = (1/M) Σ f_i they are the weighted sum over any split of the members. SmoothGrad
+# too, provided every part sees the same noisy inputs: NoiseTunnel draws them from the
+# global generator, so each chunk restarts it from the same state.
+LINEAR_IN_MODEL = {"saliency", "input_x_gradient", "integrated_gradients", "smoothgrad"}
+ROWS_PER_INPUT = {"smoothgrad": ("nt_samples", 50), "integrated_gradients": ("n_steps", 50)}  # option, default
 ACTIVATION_FLOATS_PER_CHUNK = 2**22
 
 
@@ -144,9 +148,13 @@ def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **op
     chunk), so that one chunk's activations stay near the cache: all 2,500 members of a
     ``combine`` ensemble at once stream gigabytes of activations through memory."""
     widths = sum(w.shape[1] for w in ensemble.stacked[0])
-    step = max(1, ACTIVATION_FLOATS_PER_CHUNK // (len(x) * widths))
+    option, default = ROWS_PER_INPUT.get(method, (None, 1))
+    rows = len(x) * options.get(option, default)
+    step = max(1, ACTIVATION_FLOATS_PER_CHUNK // (rows * widths))
     total = torch.zeros_like(x)
+    rng = torch.get_rng_state()
     for start in range(0, ensemble.size, step):
+        torch.set_rng_state(rng)
         part = ensemble.subset(start, min(start + step, ensemble.size))
         total += EXPLAINERS[method](ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
     return total
@@ -160,6 +168,8 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.
     """
     if method not in EXPLAINERS:
         raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
+    if x.device.type == "cpu":
+        retain_freed_memory()  # stacked members' activations are megabytes, freed every call
     if isinstance(model, MLPEnsemble) and model.reduction == "average" and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):

@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from datamodules.errors import InputError
 from evaluators.config import PopulationSource
+from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 from lightning_modules.population_io import load_population, population_datamodule
@@ -51,6 +52,16 @@ def vector(params) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
+def member_pairs(members: list[int]) -> list[tuple[int, int]]:
+    """A set's n/2 disjoint pairs of members, in order: (m₁, m₂), (m₃, m₄), ..."""
+    return [(members[i], members[i + 1]) for i in range(0, len(members) - 1, 2)]
+
+
+def split_per_set(curves: list, set_pairs: list[list]) -> list[list]:
+    bounds = np.cumsum([0] + [len(pairs) for pairs in set_pairs])
+    return [curves[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 def disjoint_sets(size: int, n_models: int, n_sets: int, seed: int) -> list[list[int]]:
     if n_models * n_sets > size:
         raise InputError(
@@ -60,21 +71,17 @@ def disjoint_sets(size: int, n_models: int, n_sets: int, seed: int) -> list[list
     return [order[k * n_models : (k + 1) * n_models] for k in range(n_sets)]
 
 
-def train_curve(population, a: int, b: int, data, hp: dict, epochs: int, kind: str, mode: str) -> MLPCurve:
-    """A curve between members a and b: fixed end points (the trained members) or end points
-    trained from the members' seeds along the curve, with the members' hyperparameters."""
-    curve = MLPCurve(
-        in_features=hp["in_features"], kind=kind, mode=mode, start_seed=population.seeds[a],
-        end_seed=population.seeds[b], hidden=tuple(hp["hidden"]), lr=hp["lr"], weight_decay=hp["weight_decay"],
-        explain_output=hp["explain_output"], start_model=population.member(a), end_model=population.member(b),
-    )  # fmt: skip
-    pl.seed_everything(population.seeds[a], verbose=False)
+def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, kind: str, mode: str) -> list[MLPCurve]:
+    """Curves between members (a, b) for every pair, trained together in one stack
+    (``MLPCurvePopulation``) with the members' hyperparameters: fixed end points (the
+    trained members) or end points trained from the members' seeds along the curve."""
+    stacked = curves_between(population, pairs, kind, mode)
     trainer = pl.Trainer(
         max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, deterministic=True,
     )  # fmt: skip
-    trainer.fit(curve, datamodule=data)
-    return curve
+    trainer.fit(stacked, datamodule=data)
+    return [stacked.curve(i) for i in range(len(pairs))]
 
 
 @torch.no_grad()
@@ -99,7 +106,7 @@ def straight_line(curve: MLPCurve, ts: torch.Tensor) -> MLPEnsemble:
 
 def evaluate_landscape(cfg: LandscapeConfig) -> dict:
     population, payload = load_population(cfg.population)
-    meta, hp = payload["metadata"], payload["hparams"]
+    meta = payload["metadata"]
     data = population_datamodule(payload, cfg.data_dir)
     x_train, y_train = data.train_tensors
     x_test, y_test = data.test_tensors
@@ -108,12 +115,16 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
     accuracies = {k: [] for k in ["single", "average", "majority", "perturb", "connect", "combine"]}
     distances = {"start_to_own_model": [], "start_to_start": [], "model_to_model": []}
     along = {"curve_train_loss": [], "line_train_loss": [], "curve_test_acc": [], "line_test_acc": []}
-    for k, members in enumerate(sets):
+    set_pairs = [member_pairs(members) for members in sets]
+    all_pairs = [pair for pairs in set_pairs for pair in pairs]
+    for_sets = {
+        mode: split_per_set(train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, mode),
+                            set_pairs)  # fmt: skip
+        for mode in dict.fromkeys([cfg.curve_mode, "trained"])
+    }
+    for k, (members, pairs) in enumerate(zip(sets, set_pairs)):
         seeds = [population.seeds[i] for i in members]
-        pairs = [(members[i], members[i + 1]) for i in range(0, len(members) - 1, 2)]
-        epochs = meta["max_epochs"]
-        curves = [train_curve(population, a, b, data, hp, epochs, cfg.curve_kind, cfg.curve_mode) for a, b in pairs]
-        trained = [train_curve(population, a, b, data, hp, epochs, cfg.curve_kind, "trained") for a, b in pairs]
+        curves, trained = for_sets[cfg.curve_mode][k], for_sets["trained"][k]
         accuracies["single"].append(accuracy(ENSEMBLES["average"](population, members[:1]), x_test, y_test))
         for name in ("average", "majority"):
             accuracies[name].append(accuracy(ENSEMBLES[name](population, members), x_test, y_test))

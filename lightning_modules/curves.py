@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from lightning_modules.mlp import MLPClassifier, build_mlp
+from lightning_modules.mlp import MLPClassifier, adam, build_mlp
 
 CurveKind = Literal["bezier", "polychain"]
 
@@ -162,6 +162,7 @@ class CurveModel(pl.LightningModule):
         mode: ``fixed`` (end points frozen, Garipov) or ``trained`` (all points trained, Ley et al.).
         lr, weight_decay: Adam learning rate and the L2 coefficient λ on w(t).
         test_ts: the t at which ``test`` reports accuracy.
+        t_seed: seed of the curve's own generator of training t's (one draw per batch).
     """
 
     def __init__(
@@ -173,6 +174,7 @@ class CurveModel(pl.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         test_ts: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0),
+        t_seed: int = 0,
     ) -> None:
         super().__init__()
         if mode not in ("fixed", "trained"):
@@ -181,6 +183,7 @@ class CurveModel(pl.LightningModule):
         self.kind, self.mode, self.lr, self.weight_decay = kind, mode, lr, weight_decay
         self.test_ts = tuple(test_ts)
         self.net = to_curve(start, end, fixed_ends=mode == "fixed")
+        self.t_generator = torch.Generator().manual_seed(t_seed)
         self.set_t(0.0)
 
     # --- points on the curve ---------------------------------------------------
@@ -240,13 +243,20 @@ class CurveModel(pl.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         x, y = batch
-        self.set_t(float(torch.rand(())))
+        self.set_t(float(torch.rand((), generator=self.t_generator)))
         logits = self.net(x)
         loss = F.cross_entropy(logits, y)
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True)
         if self.weight_decay:
             loss = loss + 0.5 * self.weight_decay * self.l2_at_t()
         return loss
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["t_generator_state"] = self.t_generator.get_state()  # a resumed run draws the same t's
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "t_generator_state" in checkpoint:
+            self.t_generator.set_state(checkpoint["t_generator_state"])
 
     def on_test_start(self) -> None:
         """Recompute BatchNorm statistics for every test t (on the training data) first."""
@@ -283,8 +293,7 @@ class CurveModel(pl.LightningModule):
         self.log("test/loss", sum(s[0] / s[2] for s in self._test_stats.values()) / len(accs))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        params = [p for p in self.parameters() if p.requires_grad]
-        return torch.optim.Adam(params, lr=self.lr, fused=True)
+        return adam([p for p in self.parameters() if p.requires_grad], self.lr, 0.0)
 
 
 class MLPCurve(CurveModel):
@@ -312,6 +321,7 @@ class MLPCurve(CurveModel):
         weight_decay: float = 0.0,
         explain_output: Literal["logit", "probability"] = "logit",
         test_ts: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0),
+        t_seed: int = 0,
         start_model: MLPClassifier | None = None,
         end_model: MLPClassifier | None = None,
     ) -> None:
@@ -327,7 +337,7 @@ class MLPCurve(CurveModel):
         else:
             start = build_mlp(in_features, tuple(hidden), 2, 0.0, start_seed)
             end = build_mlp(in_features, tuple(hidden), 2, 0.0, end_seed)
-        super().__init__(start, end, kind, mode, lr, weight_decay, test_ts)
+        super().__init__(start, end, kind, mode, lr, weight_decay, test_ts, t_seed)
         self.save_hyperparameters(ignore=["start_model", "end_model"])
         self.explain_output = explain_output
 

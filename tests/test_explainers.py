@@ -108,12 +108,18 @@ def test_ensemble_of_logits_explains_as_the_mean_of_its_members(population, meth
     torch.testing.assert_close(explain(ensemble, x, method), members, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("method", ["saliency", "integrated_gradients", "input_x_gradient"])
-def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method, monkeypatch):
+@pytest.mark.parametrize(
+    ("method", "rows_per_input"), [("saliency", 1), ("integrated_gradients", 50), ("input_x_gradient", 1),
+                                   ("smoothgrad", 50)],
+)  # fmt: skip
+def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method, rows_per_input, monkeypatch):
     import evaluators.explainers as explainers
 
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
     x = torch.randn(5, 6)
+    torch.manual_seed(1)
     whole = explainers.EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x)
-    monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 5 * 210 * 5)  # chunks of 5, 5, 2 members
+    # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
+    monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 5 * rows_per_input * 210 * 5)
+    torch.manual_seed(1)
     torch.testing.assert_close(explain(ensemble, x, method), whole, rtol=1e-5, atol=1e-6)
