@@ -4,6 +4,7 @@
     python evaluate.py landscape --config configs/landscape/german.yaml --data_dir ../shared/data
     python evaluate.py sigma --config configs/sigma/german.yaml
     python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
+    python evaluate.py consistency --config configs/consistency/heloc.yaml --set n_points_smoothgrad=100
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it.
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
         sub.add_argument("--output_dir", default=None)
         if has_sets:
             sub.add_argument("--n_sets", type=int, default=None)
+        sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                         help="override any option of the config; VALUE is read as YAML")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.out is not None and args.out.exists():
@@ -101,6 +104,11 @@ def main(argv: list[str] | None = None) -> dict:
         return metrics
     _, config_cls, evaluate_fn, write_fn, _ = EVALUATORS[args.command]
     overrides = {k: getattr(args, k, None) for k in ("population", "data_dir", "n_sets", "output_dir")}
+    for setting in args.settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set {setting!r}: expected KEY=VALUE, e.g. --set n_background=10")
+        overrides[key] = yaml.safe_load(value)
     cfg = load_config(args.config, config_cls, overrides)
     summary = evaluate_fn(cfg)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

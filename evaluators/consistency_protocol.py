@@ -40,6 +40,7 @@ class ConsistencyConfig(PopulationSource):
     n_models: list[int] = field(default_factory=lambda: [4])
     n_sets: int = 50
     n_points: int = 1000
+    n_points_smoothgrad: int = 1000
     n_points_deepshap: int = 100
     n_background: int = 100
     k: int = 5
@@ -103,7 +104,9 @@ def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
             with torch.no_grad():
                 accuracy = float(np.mean([(e.predict(x_test) == y_test).float().mean().item() for e in ensembles]))
             for method in cfg.methods:
-                points = cfg.n_points_deepshap if method == "deepshap" else cfg.n_points
+                points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}.get(
+                    method, cfg.n_points
+                )
                 x = x_test[:points]
                 options = {"baselines": background} if method == "deepshap" else {}
                 e = torch.stack([explain(ens, x, method, **options).detach() for ens in ensembles])

@@ -52,16 +52,17 @@ def test_registry_matches_captum_called_directly(population, method):
                                direct(model, x, method, background), rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
-def test_smoothgrad_matches_noise_tunnel_with_the_same_noise(population):
+@pytest.mark.parametrize("nt_type", ["smoothgrad", "smoothgrad_sq", "vargrad"])
+def test_noise_tunnel_methods_match_captum_with_the_same_noise(population, nt_type):
     model = population.member(0)
     x = torch.randn(8, 6)
     torch.manual_seed(3)
-    ours = explain(model, x, "smoothgrad")
+    ours = explain(model, x, nt_type)
     torch.manual_seed(3)
     theirs = attr.NoiseTunnel(attr.Saliency(model)).attribute(
-        x, nt_type="smoothgrad", nt_samples=50, stdevs=0.1, target=1, abs=False
+        x, nt_type=nt_type, nt_samples=50, stdevs=0.1, target=1, abs=False
     )
-    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("method", DETERMINISTIC + ["smoothgrad", "vargrad"])
@@ -110,16 +111,17 @@ def test_ensemble_of_logits_explains_as_the_mean_of_its_members(population, meth
 
 @pytest.mark.parametrize(
     ("method", "rows_per_input"), [("saliency", 1), ("integrated_gradients", 50), ("input_x_gradient", 1),
-                                   ("smoothgrad", 50)],
+                                   ("smoothgrad", 50), ("deepshap", 6)],
 )  # fmt: skip
 def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method, rows_per_input, monkeypatch):
     import evaluators.explainers as explainers
 
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
     x = torch.randn(5, 6)
+    options = {"baselines": torch.randn(3, 6)} if method == "deepshap" else {}
     torch.manual_seed(1)
-    whole = explainers.EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x)
+    whole = explainers.EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x, **options)
     # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
     monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 5 * rows_per_input * 210 * 5)
     torch.manual_seed(1)
-    torch.testing.assert_close(explain(ensemble, x, method), whole, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(explain(ensemble, x, method, **options), whole, rtol=1e-5, atol=1e-6)

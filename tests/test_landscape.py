@@ -47,6 +47,11 @@ def test_unknown_option_is_named(tmp_path):
     config.write_text("population: x.pt\nsigmaa: 0.2\n")
     with pytest.raises(evaluate.InputError, match=r"unknown option\(s\) \['sigmaa'\]"):
         evaluate.main(["landscape", "--config", str(config)])
+    config.write_text("population: x.pt\n")
+    with pytest.raises(evaluate.InputError, match=r"unknown option\(s\) \['n_pertub'\]"):
+        evaluate.main(["landscape", "--config", str(config), "--set", "n_pertub=3"])
+    with pytest.raises(evaluate.InputError, match="expected KEY=VALUE"):
+        evaluate.main(["landscape", "--config", str(config), "--set", "n_perturb"])
 
 
 def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, tmp_path):
@@ -90,10 +95,10 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
 
     config = tmp_path / "consistency.yaml"
     config.write_text(
-        f"population: {small_population}\nmethods: [saliency]\nn_models: [4]\nn_sets: 2\nn_points: 40\n"
-        f"n_t: 3\nn_perturb: 2\nsigma: 0.0\noutput_dir: {tmp_path / 'c'}\n"
+        f"population: {small_population}\nmethods: [saliency]\nn_models: [4]\nn_sets: 2\nn_points: 1000\n"
+        f"n_t: 3\nn_perturb: 2\nsigma: 0.3\noutput_dir: {tmp_path / 'c'}\n"
     )
-    summary = evaluate.main(["consistency", "--config", str(config)])
+    summary = evaluate.main(["consistency", "--config", str(config), "--set", "n_points=40", "--set", "sigma=0.0"])
     by = {(r["strategy"], r["metric"]): r for r in summary["rows"]}
     # sigma = 0: perturbed ensembles are the average ensembles
     for metric in ("sa", "ssa", "cdc_k"):
