@@ -38,14 +38,21 @@ LogTo = Literal["wandb_offline", "wandb_online", "csv", "none"]
 WANDB_PROJECT = "reliable-explanations"
 
 
-def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str) -> Namespace | bool:
-    """The ``trainer.logger`` entry for a ``log_to`` choice; W&B never needs a key offline."""
+def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resumed: bool) -> Namespace | bool:
+    """The ``trainer.logger`` entry for a ``log_to`` choice; W&B never needs a key offline.
+    A resumed run logs CSV metrics to ``csv/resume-<k>/`` so the first part's file stays."""
     if log_to == "none":
         return False
     if log_to == "csv":
+        version = ""
+        if resumed:
+            k = 1
+            while (run_dir / "csv" / f"resume-{k}").exists():
+                k += 1
+            version = f"resume-{k}"
         return Namespace(
             class_path="pytorch_lightning.loggers.CSVLogger",
-            init_args=Namespace(save_dir=str(run_dir), name="csv", version=""),
+            init_args=Namespace(save_dir=str(run_dir), name="csv", version=version),
         )
     return Namespace(
         class_path="pytorch_lightning.loggers.WandbLogger",
@@ -97,7 +104,7 @@ class TrainCLI(LightningCLI):
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_dir = unique_run_dir(Path(cfg.output_dir), dataset, cfg.run_name or f"{model_name}-seed{seed}-{stamp}")
         cfg.trainer.default_root_dir = str(run_dir)
-        cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset)
+        cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, resumed=bool(cfg.resume))
         checkpoint = Namespace(  # last.ckpt, rewritten at every epoch end, for --resume
             class_path="pytorch_lightning.callbacks.ModelCheckpoint",
             init_args=Namespace(

@@ -125,9 +125,13 @@ def test_interrupted_run_resumes_without_redoing_chunks_or_epochs(tmp_path, monk
     assert not (run_dir / "population.pt").exists() and not (run_dir / "metrics.json").exists()
     first_chunk = run_dir / "chunks" / "chunk-000.pt"
     stamp = first_chunk.stat().st_mtime_ns
+    first_metrics = (run_dir / "csv" / "metrics.csv").read_text()
     monkeypatch.delenv("RELEXP_TEST_INTERRUPT")
     resumed = train.main(["--resume", str(run_dir)])
     assert first_chunk.stat().st_mtime_ns == stamp
+    # the interrupted part's metrics stay; the resumed part logs beside them
+    assert (run_dir / "csv" / "metrics.csv").read_text() == first_metrics
+    assert "train/member_loss_mean" in (run_dir / "csv" / "resume-1" / "metrics.csv").read_text()
     epochs = record.read_text().split("\n")
     assert [e for e in epochs if e.startswith("chunk-000")] == [f"chunk-000 {k}" for k in range(4)]
     # chunk 1 crashed at the start of epoch 2 and resumed there from its epoch-1 checkpoint
