@@ -1,0 +1,29 @@
+"""tools/table1.py: the cross-dataset Table 1 and its ordering verdicts."""
+
+from __future__ import annotations
+
+import json
+
+from tools.table1 import main, ordering_holds
+
+
+def test_ordering_by_hand():
+    means = {"single": 0.5, "average": 0.6, "majority": 0.1, "perturb": 0.7, "connect": 0.65, "combine": 0.7}
+    assert ordering_holds(means)  # combine may tie the better of perturb and connect
+    assert not ordering_holds({**means, "connect": 0.6})  # connect must beat vanilla
+    assert not ordering_holds({**means, "combine": 0.69})  # combine below perturb
+
+
+def test_table_lists_every_strategy_and_its_verdict(tmp_path):
+    values = {"single": 0.5, "average": 0.6, "majority": 0.6, "perturb": 0.55, "connect": 0.7, "combine": 0.8}
+    rows = [
+        {"strategy": s, "method": "saliency", "metric": m, "mean": v, "std": 0.1, "test_acc": 0.7}
+        for s, v in values.items()
+        for m in ("sa", "ssa")
+    ]
+    path = tmp_path / "consistency.json"
+    path.write_text(json.dumps({"dataset": "toy", "config": {"n_sets": 3}, "rows": rows}))
+    text = main([str(path)])
+    assert text.count("| toy |") == 6
+    assert "| toy | perturb | 0.55 ± 0.10 | 0.55 ± 0.10 | 70.0 % |" in text
+    assert "- toy (n_sets 3): saliency SA: no, saliency SSA: no" in text  # perturb is under vanilla
