@@ -61,21 +61,19 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
             "q45": float(q45), "q55": float(q55)}  # fmt: skip
 
 
-def build_ensembles(strategy: str, population, sets, curves, cfg: ConsistencyConfig) -> list:
+def build_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
+    """Set s's ensemble of a strategy (built one at a time: a ``combine`` ensemble holds
+    2,500-5,000 MLPs, and 50 of them at once outgrow a 24 GB machine)."""
     noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part}
-    built = []
-    for s, members in enumerate(sets):
-        if strategy == "single":
-            built.append(ENSEMBLES["average"](population, members[:1]))
-        elif strategy in ("average", "majority"):
-            built.append(ENSEMBLES[strategy](population, members))
-        elif strategy == "perturb":
-            built.append(ENSEMBLES["perturb"](population, members, **noise, seed=cfg.seed + s))
-        elif strategy == "connect":
-            built.append(ENSEMBLES["connect"](curves[s], n_t=cfg.n_t))
-        else:
-            built.append(ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s))
-    return built
+    if strategy == "single":
+        return ENSEMBLES["average"](population, members[:1])
+    if strategy in ("average", "majority"):
+        return ENSEMBLES[strategy](population, members)
+    if strategy == "perturb":
+        return ENSEMBLES["perturb"](population, members, **noise, seed=cfg.seed + s)
+    if strategy == "connect":
+        return ENSEMBLES["connect"](curves[s], n_t=cfg.n_t)
+    return ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s)
 
 
 def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
@@ -99,24 +97,28 @@ def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
             all_pairs = [pair for pairs in set_pairs for pair in pairs]
             trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
             curves = split_per_set(trained, set_pairs)
+        points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
         for strategy in cfg.strategies:
-            ensembles = build_ensembles(strategy, population, sets, curves, cfg)
-            with torch.no_grad():
-                accuracy = float(np.mean([(e.predict(x_test) == y_test).float().mean().item() for e in ensembles]))
+            explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
+            accuracies = []
+            for s, members in enumerate(sets):
+                ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
+                with torch.no_grad():
+                    accuracies.append((ensemble.predict(x_test) == y_test).float().mean().item())
+                for method in cfg.methods:
+                    x = x_test[: points.get(method, cfg.n_points)]
+                    options = {"baselines": background} if method == "deepshap" else {}
+                    explanations[method].append(explain(ensemble, x, method, **options).detach())
+                del ensemble
+            accuracy = float(np.mean(accuracies))
             for method in cfg.methods:
-                points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}.get(
-                    method, cfg.n_points
-                )
-                x = x_test[:points]
-                options = {"baselines": background} if method == "deepshap" else {}
-                e = torch.stack([explain(ens, x, method, **options).detach() for ens in ensembles])
-                scores = ley_agreements(e, cfg.k)
+                scores = ley_agreements(torch.stack(explanations[method]), cfg.k)
                 for metric in METRICS:
                     per_individual = scores[metric].mean(0)  # over the pairs of ensembles
                     rows.append({"n_models": n, "strategy": strategy, "method": method, "metric": metric,
                                  "test_acc": accuracy, **summarise(per_individual)})  # fmt: skip
                 scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(METRICS) :])
-                print(f"n={n} {strategy:8s} {method:10s} {scored}  acc {accuracy:.4f}")
+                print(f"n={n} {strategy:8s} {method:10s} {scored}  acc {accuracy:.4f}", flush=True)
     return {"dataset": meta["dataset"]["dataset"], "config": asdict(cfg), "rows": rows}
 
 
