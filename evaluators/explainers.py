@@ -22,7 +22,6 @@ from captum import attr
 from torch import nn
 
 from datamodules.errors import InputError
-from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.ensembles import MLPEnsemble
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
@@ -202,8 +201,6 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.
     """
     if method not in EXPLAINERS:
         raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
-    if x.device.type == "cpu":
-        retain_freed_memory()  # stacked members' activations are megabytes, freed every call
     if isinstance(model, MLPEnsemble) and model.reduction == "average" and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):
