@@ -69,8 +69,9 @@ def _gradient(cls) -> Callable:
     return run
 
 
-def _input_gradient(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """∂f(x_r)/∂x_r for every row r, as one backward pass of Σ_r f(x_r) (rows do not
+def _saliency(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Saliency (Simonyan et al.), the signed input gradient as Captum's ``Saliency(abs=False)``:
+    ∂f(x_r)/∂x_r for every row r, as one backward pass of Σ_r f(x_r) (rows do not
     interact: MLPs, and models in eval mode). Written in torch because speed is the
     reason: Captum's Saliency differentiates every row's output separately
     (``torch.unbind``), which on a SmoothGrad batch of 50,000 rows is seconds of
@@ -79,11 +80,6 @@ def _input_gradient(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         (grad,) = torch.autograd.grad(model(x).sum(), x)
     return grad
-
-
-def _saliency(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Saliency (Simonyan et al.): the signed input gradient, as Captum's ``Saliency(abs=False)``."""
-    return _input_gradient(model, x)
 
 
 def _noise_tunnel(nt_type: str) -> Callable:
@@ -95,7 +91,7 @@ def _noise_tunnel(nt_type: str) -> Callable:
         draws it, so both give the same attributions for the same generator state."""
         n, shape = len(x), tuple(x.shape[1:])
         noise = torch.normal(0, torch.tensor(stdevs, device=x.device).repeat((n * nt_samples, *shape)))
-        grads = _input_gradient(model, x.repeat_interleave(nt_samples, dim=0) + noise).view(n, nt_samples, *shape)
+        grads = _saliency(model, x.repeat_interleave(nt_samples, dim=0) + noise).view(n, nt_samples, *shape)
         mean = grads.sum(dim=1) * (1 / nt_samples)
         if nt_type == "smoothgrad":
             return mean

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from datamodules.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.curves import CurveKind, MLPCurve, curve_coefficients, curve_layers
-from lightning_modules.mlp import MLPClassifier, adam, build_mlp
+from lightning_modules.mlp import MLPClassifier, adam
 from lightning_modules.stacked import stack_linears, stacked_backward, stacked_forward
 
 POINTS = 3  # ω₁ (start), θ (bend), ω₂ (end)
@@ -92,10 +92,14 @@ class MLPCurvePopulation(pl.LightningModule):
 
     def stacked_at(self, t: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Networks w_c(t_c) for one t per curve (shape (C,)), stacked."""
-        c = curve_coefficients(self.kind, t.cpu()).to(self.device).view(self.size, POINTS, 1, 1).unbind(1)
+        return self._mix(curve_coefficients(self.kind, t.cpu()).to(self.device))
+
+    def _mix(self, coefficients: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Σ_k c_k ω_k per curve for coefficients (C, 3), in ``CurveModel``'s order."""
+        c = coefficients.view(self.size, POINTS, 1, 1).unbind(1)
 
         def mix(points: nn.ParameterList) -> torch.Tensor:
-            return c[0] * points[0] + c[1] * points[1] + c[2] * points[2]  # CurveModel's order
+            return c[0] * points[0] + c[1] * points[1] + c[2] * points[2]
 
         return [mix(p) for p in self.weight_points], [mix(p) for p in self.bias_points]
 
@@ -119,7 +123,7 @@ class MLPCurvePopulation(pl.LightningModule):
         t = torch.stack([torch.rand((), generator=g) for g in self.t_generators])
         coefficients = curve_coefficients(self.kind, t).to(self.device)  # (C, 3)
         with torch.no_grad():
-            weights, biases = self.stacked_at(t)
+            weights, biases = self._mix(coefficients)
             saved: list[torch.Tensor] = []
             logits = stacked_forward(weights, biases, x, saved=saved)
         logits.requires_grad_(True)
@@ -173,9 +177,7 @@ def curves_between(
     def member(i: int) -> MLPClassifier:
         if mode == "fixed":
             return population.member(i)
-        model = population.member(i)
-        model.net = build_mlp(hp.in_features, tuple(hp.hidden), 2, 0.0, population.seeds[i])
-        return model
+        return MLPClassifier(**{**population.member(i).hparams, "seed": population.seeds[i]})  # its initialisation
 
     return MLPCurvePopulation(
         [member(a) for a, _ in pairs], [member(b) for _, b in pairs], [population.seeds[a] for a, _ in pairs],
