@@ -56,6 +56,9 @@ class PopulationMLP(pl.LightningModule):
             ``"per_member"``: member i sees its own shuffled order drawn from seed s_i, the
             order ``TabularDataModule(shuffle=True, data_order_seed=s_i)`` gives a single model.
         grad_clip_norm: clip each member's gradient to this total 2-norm (None: off).
+        initialise: False leaves the parameters unset, for a copy whose weights are
+            written right after (``subset``, ``concatenate``, loading a file): building
+            M seeded MLPs only to overwrite them costs about 0.8 ms per member.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class PopulationMLP(pl.LightningModule):
         explain_output: ExplainOutput = "logit",
         data_order: DataOrder = "shared",
         grad_clip_norm: float | None = None,
+        initialise: bool = True,
     ) -> None:
         super().__init__()
         if data_order not in ("shared", "per_member"):
@@ -79,12 +83,17 @@ class PopulationMLP(pl.LightningModule):
             raise InputError("option size=0; expected at least one member")
         if len(set(seeds)) != len(seeds):
             raise InputError("option seeds: repeated seeds; expected distinct initialisation seeds")
-        self.save_hyperparameters(ignore=["size", "first_seed"])
+        self.save_hyperparameters(ignore=["size", "first_seed", "initialise"])
         self.hparams.seeds = seeds
         self.automatic_optimization = False
         self.seeds = seeds
         # Layer k: weights (M, out_k, in_k) (nn.Linear's weight per member) and biases (M, 1, out_k).
-        weights, biases = stack_linears([build_mlp(in_features, tuple(hidden), 2, 0.0, s) for s in seeds])
+        if initialise:
+            weights, biases = stack_linears([build_mlp(in_features, tuple(hidden), 2, 0.0, s) for s in seeds])
+        else:
+            widths = [in_features, *hidden, 2]
+            weights = [torch.empty(len(seeds), o, i) for i, o in zip(widths[:-1], widths[1:])]
+            biases = [torch.empty(len(seeds), 1, o) for o in widths[1:]]
         self.weights = nn.ParameterList([nn.Parameter(w) for w in weights])
         self.biases = nn.ParameterList([nn.Parameter(b) for b in biases])
         self._order_generators: list[torch.Generator] | None = None
@@ -129,7 +138,7 @@ class PopulationMLP(pl.LightningModule):
 
     def subset(self, indices: list[int]) -> "PopulationMLP":
         """A population of members ``indices`` with their current weights."""
-        part = PopulationMLP(**self.init_kwargs(), seeds=[self.seeds[i] for i in indices])
+        part = PopulationMLP(**self.init_kwargs(), seeds=[self.seeds[i] for i in indices], initialise=False)
         index = torch.as_tensor(indices)
         with torch.no_grad():
             for mine, theirs in zip(self.parameters(), part.parameters()):
@@ -139,7 +148,7 @@ class PopulationMLP(pl.LightningModule):
     @classmethod
     def concatenate(cls, parts: list["PopulationMLP"]) -> "PopulationMLP":
         """One population holding the members of ``parts`` in order (same hyperparameters)."""
-        whole = cls(**parts[0].init_kwargs(), seeds=[s for part in parts for s in part.seeds])
+        whole = cls(**parts[0].init_kwargs(), seeds=[s for part in parts for s in part.seeds], initialise=False)
         with torch.no_grad():
             for k, param in enumerate(whole.parameters()):
                 param.copy_(torch.cat([list(part.parameters())[k] for part in parts]))

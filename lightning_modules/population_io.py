@@ -49,7 +49,7 @@ def load_population(path: str | Path) -> tuple[PopulationMLP, dict]:
     payload = torch.load(path, weights_only=True, map_location="cpu")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise InputError(f"{path}: not a population file (expected format {FORMAT!r})")
-    population = PopulationMLP(**payload["hparams"], seeds=payload["seeds"])
+    population = PopulationMLP(**payload["hparams"], seeds=payload["seeds"], initialise=False)
     population.load_state_dict(payload["state_dict"])
     return population, payload
 

@@ -16,9 +16,10 @@ from lightning_modules.population_fit import auto_chunk_size, drop_below_mean, p
 
 
 def quiet_trainer(max_epochs: int = 1, **kwargs) -> pl.Trainer:
+    # On the CPU, where a member equals its model alone bit for bit; tests/test_gpu.py holds the GPU's bound.
     return pl.Trainer(
         max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, deterministic=True, **kwargs,
+        enable_model_summary=False, deterministic=True, accelerator="cpu", **kwargs,
     )  # fmt: skip
 
 
