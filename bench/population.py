@@ -1,7 +1,7 @@
 """Training K seed-varied MLPs: one by one under Lightning, one by one in plain PyTorch,
 and as one PopulationMLP (issue: underspecification sets at scale).
 
-    python bench/population.py            # Adult (batch 128) and German (batch 32), K = 100
+    python bench/population.py            # Adult (batch 128) and German (batch 32), K = 200
 
 (a) what a user would do: ``Trainer.fit`` on ``MLPClassifier`` per seed;
 (b) a plain PyTorch loop per seed (same model, batches and optimiser);
@@ -30,7 +30,7 @@ from datamodules import FinancialDataModule  # noqa: E402
 from lightning_modules import MLPClassifier, PopulationMLP  # noqa: E402
 from lightning_modules.population_fit import auto_chunk_size, fit_population  # noqa: E402
 
-K = 100
+K = 200
 SETTINGS = [  # (dataset, batch size, learning rate, epochs): the paper's batch sizes and rates
     ("adult", 128, 4e-3, 2),
     ("german", 32, 4e-3, 4),
