@@ -25,7 +25,6 @@ from evaluators.config import PopulationSource
 from evaluators.explainers import explain
 from evaluators.landscape import disjoint_sets, member_pairs, split_per_set, train_curves
 from lightning_modules.ensembles import ENSEMBLES
-from lightning_modules.population_io import load_population, population_datamodule
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k"]
@@ -80,13 +79,12 @@ def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
     unknown = [s for s in cfg.strategies if s not in STRATEGIES]
     if unknown:
         raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
-    population, payload = load_population(cfg.population)
+    population, payload, data = cfg.load()
     meta = payload["metadata"]
-    data = population_datamodule(payload, cfg.data_dir)
     x_train, _ = data.train_tensors
-    x_test, y_test = data.test_tensors
+    x_test, y_test = (t.to(population.device) for t in data.test_tensors)
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
-    background = x_train[order[: cfg.n_background]]  # DeepSHAP's background sample
+    background = x_train[order[: cfg.n_background]].to(population.device)  # DeepSHAP's background sample
     torch.manual_seed(cfg.seed)  # SmoothGrad's noise comes from the global generator
     rows = []
     for n in cfg.n_models:
@@ -114,7 +112,7 @@ def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
             for method in cfg.methods:
                 scores = ley_agreements(torch.stack(explanations[method]), cfg.k)
                 for metric in METRICS:
-                    per_individual = scores[metric].mean(0)  # over the pairs of ensembles
+                    per_individual = scores[metric].mean(0).cpu()  # over the pairs of ensembles
                     rows.append({"n_models": n, "strategy": strategy, "method": method, "metric": metric,
                                  "test_acc": accuracy, **summarise(per_individual)})  # fmt: skip
                 scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(METRICS) :])

@@ -27,7 +27,6 @@ from evaluators.config import PopulationSource
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
-from lightning_modules.population_io import load_population, population_datamodule
 
 
 @dataclass
@@ -76,12 +75,14 @@ def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, ki
     (``MLPCurvePopulation``) with the members' hyperparameters: fixed end points (the
     trained members) or end points trained from the members' seeds along the curve."""
     stacked = curves_between(population, pairs, kind, mode)
+    device = population.device
     trainer = pl.Trainer(
         max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, deterministic=True,
+        enable_model_summary=False, deterministic=True, accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=[device.index or 0] if device.type == "cuda" else 1,
     )  # fmt: skip
     trainer.fit(stacked, datamodule=data)
-    return [stacked.curve(i) for i in range(len(pairs))]
+    return [stacked.curve(i).to(device) for i in range(len(pairs))]
 
 
 @torch.no_grad()
@@ -100,16 +101,15 @@ def loss_and_accuracy(ensemble: MLPEnsemble, x: torch.Tensor, y: torch.Tensor) -
 def straight_line(curve: MLPCurve, ts: torch.Tensor) -> MLPEnsemble:
     """Models (1 - t) φ(0) + t φ(1) on the chord between the curve's end points."""
     (w0, b0), (w1, b1) = curve.stacked_at(torch.zeros(1)), curve.stacked_at(torch.ones(1))
-    t = ts.view(-1, 1, 1)
+    t = ts.view(-1, 1, 1).to(w0[0].device)
     return MLPEnsemble([(1 - t) * a + t * b for a, b in zip(w0, w1)], [(1 - t) * a + t * b for a, b in zip(b0, b1)])
 
 
 def evaluate_landscape(cfg: LandscapeConfig) -> dict:
-    population, payload = load_population(cfg.population)
+    population, payload, data = cfg.load()
     meta = payload["metadata"]
-    data = population_datamodule(payload, cfg.data_dir)
-    x_train, y_train = data.train_tensors
-    x_test, y_test = data.test_tensors
+    x_train, y_train = (t.to(population.device) for t in data.train_tensors)
+    x_test, y_test = (t.to(population.device) for t in data.test_tensors)
     sets = disjoint_sets(population.size, cfg.n_models, cfg.n_sets, cfg.set_seed)
     ts = torch.tensor(cfg.ts_diagnostics)
     accuracies = {k: [] for k in ["single", "average", "majority", "perturb", "connect", "combine"]}
@@ -133,7 +133,7 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
         accuracies["connect"].append(accuracy(ENSEMBLES["connect"](curves, n_t=cfg.n_t), x_test, y_test))
         combined = ENSEMBLES["combine"](curves, n_t=cfg.n_t, **noise)
         accuracies["combine"].append(accuracy(combined, x_test, y_test))
-        starts = [vector(c.point_state(0).values()) for c in trained]  # Figure 9: curves trained from seeds
+        starts = [vector(c.point_state(0).values()).cpu() for c in trained]  # Figure 9: curves trained from seeds
         models = {i: vector(population.member(i).net.parameters()) for i in members}
         for (a, _), start in zip(pairs, starts):
             distances["start_to_own_model"].append((start - models[a]).norm().item())
@@ -142,8 +142,8 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
             (models[i] - models[j]).norm().item() for i, j in itertools.combinations(members, 2)
         ]
         for curve in curves:
-            on_curve = MLPEnsemble(*curve.stacked_at(ts))
-            on_line = straight_line(curve, ts)
+            on_curve = MLPEnsemble(*curve.stacked_at(ts)).to(population.device)
+            on_line = straight_line(curve, ts).to(population.device)
             for name, ens in (("curve", on_curve), ("line", on_line)):
                 along[f"{name}_train_loss"].append(loss_and_accuracy(ens, x_train, y_train)[0].tolist())
                 along[f"{name}_test_acc"].append(loss_and_accuracy(ens, x_test, y_test)[1].tolist())

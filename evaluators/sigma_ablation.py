@@ -20,7 +20,6 @@ from evaluators.agreement_functional import sign_agreement
 from evaluators.config import PopulationSource
 from evaluators.explainers import explain
 from lightning_modules.ensembles import ENSEMBLES
-from lightning_modules.population_io import load_population, population_datamodule
 
 
 @dataclass
@@ -40,9 +39,8 @@ class SigmaAblationConfig(PopulationSource):
 
 
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
-    population, payload = load_population(cfg.population)
-    data = population_datamodule(payload, cfg.data_dir)
-    x_test, y_test = data.test_tensors
+    population, payload, data = cfg.load()
+    x_test, y_test = (t.to(population.device) for t in data.test_tensors)
     x = x_test[: cfg.n_points]
     members = torch.randperm(population.size, generator=torch.Generator().manual_seed(cfg.seed))[: cfg.n_models]
     rows = []

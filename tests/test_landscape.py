@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import evaluate
 import train
@@ -52,6 +53,11 @@ def test_unknown_option_is_named(tmp_path):
         evaluate.main(["landscape", "--config", str(config), "--set", "n_pertub=3"])
     with pytest.raises(evaluate.InputError, match="expected KEY=VALUE"):
         evaluate.main(["landscape", "--config", str(config), "--set", "n_perturb"])
+    with pytest.raises(evaluate.InputError, match=r"option device='tpu'; expected 'auto', 'cpu', 'cuda'"):
+        evaluate.main(["consistency", "--config", str(config), "--set", "device=tpu"])
+    if not torch.cuda.is_available():
+        with pytest.raises(evaluate.InputError, match=r"option device='cuda:0': no such CUDA device"):
+            evaluate.main(["sigma", "--config", str(config), "--set", "device=cuda:0"])
 
 
 def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, tmp_path):
@@ -64,7 +70,7 @@ def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, t
     config = tmp_path / "sigma.yaml"
     config.write_text(
         f"population: {small_population}\nn_models: 3\nn_perturb: 4\nsigmas: [0.0, 0.5]\nlayers: [0]\n"
-        f"n_points: 50\noutput_dir: {tmp_path / 'sigma'}\n"
+        f"n_points: 50\noutput_dir: {tmp_path / 'sigma'}\ndevice: cpu\n"  # the reference below runs on the CPU
     )
     summary = evaluate.main(["sigma", "--config", str(config)])
     zero = summary["rows"][0]
@@ -96,7 +102,7 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
     config = tmp_path / "consistency.yaml"
     config.write_text(
         f"population: {small_population}\nmethods: [saliency]\nn_models: [4]\nn_sets: 2\nn_points: 1000\n"
-        f"n_t: 3\nn_perturb: 2\nsigma: 0.3\noutput_dir: {tmp_path / 'c'}\n"
+        f"n_t: 3\nn_perturb: 2\nsigma: 0.3\noutput_dir: {tmp_path / 'c'}\ndevice: cpu\n"  # as the reference below
     )
     summary = evaluate.main(["consistency", "--config", str(config), "--set", "n_points=40", "--set", "sigma=0.0"])
     by = {(r["strategy"], r["metric"]): r for r in summary["rows"]}
