@@ -142,8 +142,8 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
             (models[i] - models[j]).norm().item() for i, j in itertools.combinations(members, 2)
         ]
         for curve in curves:
-            on_curve = MLPEnsemble(*curve.stacked_at(ts)).to(population.device)
-            on_line = straight_line(curve, ts).to(population.device)
+            on_curve = MLPEnsemble(*curve.stacked_at(ts))
+            on_line = straight_line(curve, ts)
             for name, ens in (("curve", on_curve), ("line", on_line)):
                 along[f"{name}_train_loss"].append(loss_and_accuracy(ens, x_train, y_train)[0].tolist())
                 along[f"{name}_test_acc"].append(loss_and_accuracy(ens, x_test, y_test)[1].tolist())
