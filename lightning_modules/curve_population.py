@@ -174,11 +174,7 @@ def curves_between(
     from the members' initialisations (their seeds) and are trained along the curve."""
     hp = population.hparams
 
-    def member(i: int) -> MLPClassifier:
-        if mode == "fixed":
-            return population.member(i)
-        return MLPClassifier(**{**population.member(i).hparams, "seed": population.seeds[i]})  # its initialisation
-
+    member = population.member if mode == "fixed" else population.member_initialisation
     return MLPCurvePopulation(
         [member(a) for a, _ in pairs], [member(b) for _, b in pairs], [population.seeds[a] for a, _ in pairs],
         kind, mode, hp.lr, hp.weight_decay, hp.explain_output,

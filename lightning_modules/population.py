@@ -117,13 +117,17 @@ class PopulationMLP(pl.LightningModule):
         return logits[..., 1]
 
     # --- members --------------------------------------------------------------
-    def member(self, i: int) -> MLPClassifier:
-        """Member i as a plain ``MLPClassifier`` with the same weights."""
+    def member_initialisation(self, i: int) -> MLPClassifier:
+        """Member i as it started: ``MLPClassifier`` initialised with seed s_i."""
         hp = self.hparams
-        model = MLPClassifier(
+        return MLPClassifier(
             in_features=hp.in_features, hidden=tuple(hp.hidden), lr=hp.lr, weight_decay=hp.weight_decay,
             seed=self.seeds[i], explain_output=hp.explain_output,
         )  # fmt: skip
+
+    def member(self, i: int) -> MLPClassifier:
+        """Member i as a plain ``MLPClassifier`` with the same weights."""
+        model = self.member_initialisation(i)
         linears = [mod for mod in model.net if isinstance(mod, nn.Linear)]
         with torch.no_grad():
             for lin, w, b in zip(linears, self.weights, self.biases):
@@ -150,8 +154,8 @@ class PopulationMLP(pl.LightningModule):
         """One population holding the members of ``parts`` in order (same hyperparameters)."""
         whole = cls(**parts[0].init_kwargs(), seeds=[s for part in parts for s in part.seeds], initialise=False)
         with torch.no_grad():
-            for k, param in enumerate(whole.parameters()):
-                param.copy_(torch.cat([list(part.parameters())[k] for part in parts]))
+            for param, *pieces in zip(whole.parameters(), *(part.parameters() for part in parts)):
+                param.copy_(torch.cat(pieces))
         return whole
 
     # --- training -------------------------------------------------------------
