@@ -152,8 +152,8 @@ BATCHED = {
 }  # fmt: skip
 
 
-# Attributions that are linear in the explained function: for an average ensemble
-# f = (1/M) Σ f_i they are the weighted sum over any split of the members. SmoothGrad
+# Attributions that are linear in the explained function: for an ensemble, which
+# explains its members' mean output f = (1/M) Σ f_i, they are the weighted sum over any split of the members. SmoothGrad
 # too, provided every part sees the same noisy inputs: NoiseTunnel draws them from the
 # global generator, so each chunk restarts it from the same state. DeepLift(Shap) too:
 # its multipliers act elementwise on each member's own activations, and the members'
@@ -174,7 +174,7 @@ def _rows_per_input(method: str, options: dict) -> int:
 
 
 def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **options) -> torch.Tensor:
-    """Explain an average ensemble a chunk of members at a time (forward and backward per
+    """Explain an ensemble a chunk of members at a time (forward and backward per
     chunk), so that one chunk's activations stay near the cache: all 2,500 members of a
     ``combine`` ensemble at once stream gigabytes of activations through memory."""
     widths = sum(w.shape[1] for w in ensemble.stacked[0])
@@ -197,7 +197,7 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.
     """
     if method not in EXPLAINERS:
         raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
-    if isinstance(model, MLPEnsemble) and model.reduction == "average" and method in LINEAR_IN_MODEL:
+    if isinstance(model, MLPEnsemble) and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):
         return EXPLAINERS[method](ExplainedOutput(model), x, **options)

@@ -105,7 +105,7 @@ class MLPCurvePopulation(pl.LightningModule):
 
     # --- training -------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return adam([p for p in self.parameters() if p.requires_grad], self.lr, 0.0)
+        return adam([p for p in self.parameters() if p.requires_grad], self.lr, 0.0, members=self.size)
 
     def on_fit_start(self) -> None:
         if self.device.type == "cpu":

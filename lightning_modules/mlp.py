@@ -35,16 +35,31 @@ def build_mlp(in_features: int, hidden: tuple[int, ...], num_classes: int, dropo
     return nn.Sequential(*layers)
 
 
-def adam(params, lr: float, weight_decay: float) -> torch.optim.Adam:
-    """The optimiser of every tabular MLP, alone or in a population.
+FUSED_ADAM_UNIT = 16  # float32 values per task unit (one 64-byte cache line) of the fused CPU kernel
 
-    PyTorch's single-tensor Adam, not the fused or foreach kernels: the fused CPU
-    kernel rounds the scalar tail of a tensor differently from its vectorised body
-    (measured: 1-ulp differences in the second moment), so a parameter's update would
-    depend on where it sits in memory, and member i of a stacked population would
-    drift from the same model trained alone.
+
+def adam(params, lr: float, weight_decay: float, members: int = 1) -> torch.optim.Adam:
+    """The optimiser of every tabular MLP, alone or in a population of ``members`` stacked models.
+
+    PyTorch's Adam, fused for every tensor whose per-model size is a whole number of
+    16-value units and single-tensor for the others (in the 128-64-16 MLP: the output
+    bias, 2 values). The fused CPU kernel splits a tensor into 64-byte units and updates
+    the partial unit at its end with scalar code that rounds differently from its
+    vector body (measured: 1-ulp differences in the second moment), so such a tensor's
+    update would depend on whether it sits alone or inside a stack, and member i of a
+    population would drift from the same model trained alone. Whole units are updated
+    alike wherever they sit, and the single-tensor kernels are elementwise anywhere.
+    Fused where exact because speed is the reason: on the 2-core bench machine it made
+    a 200-member Adult step's optimiser 1.6x faster (3.1 -> 2.0 ms).
     """
-    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=False, fused=False)
+    params = list(params)
+    whole_units = [(p.numel() // members) % FUSED_ADAM_UNIT == 0 for p in params]
+    groups = [
+        {"params": [p for p, whole in zip(params, whole_units) if whole == fused], "fused": fused}
+        for fused in (True, False)
+        if fused in whole_units
+    ]
+    return torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay, foreach=False)
 
 
 class MLPClassifier(pl.LightningModule):

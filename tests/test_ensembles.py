@@ -20,12 +20,16 @@ def population():
     return pop
 
 
-def test_average_is_mean_member_probability(population):
+def test_average_predicts_mean_member_probability_and_explains_mean_output(population):
     x = torch.randn(10, 5)
     ensemble = ENSEMBLES["average"](population, [1, 3])
     expected = torch.stack([population.member(i)(x).softmax(-1) for i in (1, 3)]).mean(0)
     torch.testing.assert_close(ensemble(x), expected)
-    torch.testing.assert_close(ensemble.explained_output(x), expected[:, 1])
+    # explained: the mean member logit (the population explains logits), not the mean probability
+    mean_logit = torch.stack([population.member(i)(x)[:, 1] for i in (1, 3)]).mean(0)
+    torch.testing.assert_close(ensemble.explained_output(x), mean_logit)
+    as_probability = MLPEnsemble(*ensemble.stacked, "average", explain_output="probability")
+    torch.testing.assert_close(as_probability.explained_output(x), expected[:, 1])
 
 
 def test_majority_votes_and_explains_mean_member_output(population):

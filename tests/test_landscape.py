@@ -77,12 +77,12 @@ def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, t
     population, _ = load_population(small_population)
     members = torch.randperm(population.size, generator=torch.Generator().manual_seed(0))[:3].tolist()
     x, y = FinancialDataModule(dataset="german").test_tensors
-    # a perturbed model is an average ensemble: it explains the mean positive-class probability
-    probability = []
+    # a perturbed model explains its variants' mean positive-class logit: at sigma = 0, the member's logit
+    logit = []
     for i in members:
         xi = x[:50].clone().requires_grad_()
-        probability.append(torch.autograd.grad(population.member(i)(xi).softmax(-1)[:, 1].sum(), xi)[0])
-    assert zero["sa"] == pytest.approx(sign_agreement(torch.stack(probability), 5).mean().item(), abs=1e-6)
+        logit.append(torch.autograd.grad(population.member(i)(xi)[:, 1].sum(), xi)[0])
+    assert zero["sa"] == pytest.approx(sign_agreement(torch.stack(logit), 5).mean().item(), abs=1e-6)
     accuracy = [(population.member(i)(x).argmax(-1) == y).float().mean().item() for i in members]
     assert zero["test_acc"] == pytest.approx(sum(accuracy) / 3, abs=1e-6)
     (report,) = list((tmp_path / "sigma").iterdir())

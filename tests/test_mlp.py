@@ -8,6 +8,7 @@ from torch import nn
 
 from datamodules import InputError
 from lightning_modules import MLPClassifier
+from lightning_modules.mlp import adam
 
 
 def test_architecture_is_128_64_16_with_two_logits():
@@ -50,3 +51,27 @@ def test_explained_output_is_positive_class_logit_or_probability():
 def test_unknown_explain_output_is_rejected():
     with pytest.raises(InputError, match="explain_output='margin'"):
         MLPClassifier(in_features=4, explain_output="margin")
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-3])
+def test_adam_steps_a_stack_like_each_model_alone(weight_decay):
+    # Per-model sizes in and out of whole 16-value units (2 and 3 are the fused kernel's
+    # scalar tail alone): mlp.adam fuses only what updates alike alone and stacked.
+    members, sizes = 37, [2, 3, 16, 17, 48, 61 * 24, 10 * 24]
+    gen = torch.Generator().manual_seed(0)
+    stacked = [nn.Parameter(torch.randn(members, n, generator=gen)) for n in sizes]
+    alone = [[nn.Parameter(p.detach()[i].clone()) for p in stacked] for i in range(members)]
+    opt_stacked = adam(stacked, 4e-3, weight_decay, members=members)
+    opts_alone = [adam(params, 4e-3, weight_decay) for params in alone]
+    assert [g["fused"] for g in opt_stacked.param_groups] == [True, False]
+    for _ in range(25):
+        for p in stacked:
+            p.grad = torch.randn(p.shape, generator=gen) * 10.0 ** torch.randint(-4, 2, (1,), generator=gen).item()
+        for i, (params, opt) in enumerate(zip(alone, opts_alone)):
+            for q, p in zip(params, stacked):
+                q.grad = p.grad[i].clone()
+            opt.step()
+        opt_stacked.step()
+    for i, params in enumerate(alone):
+        for q, p in zip(params, stacked):
+            assert torch.equal(q.detach(), p.detach()[i])

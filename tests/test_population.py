@@ -12,6 +12,7 @@ import torch
 import train
 from datamodules import FinancialDataModule
 from lightning_modules import MLPClassifier, PopulationMLP, load_member, load_population
+from lightning_modules import population as population_module
 from lightning_modules.population_fit import auto_chunk_size, drop_below_mean, plan_chunks
 
 
@@ -74,6 +75,22 @@ def test_gradient_clipping_acts_per_member():
         clipped = quiet_trainer(gradient_clip_val=0.05, gradient_clip_algorithm="norm")
         clipped.fit(alone, datamodule=FinancialDataModule(dataset="german"))
         assert max_param_diff(population.member(i), alone) <= 1e-5
+
+
+def test_test_pass_in_row_pieces_scores_each_member_like_alone(monkeypatch):
+    seeds = [3, 4, 9]
+    data = FinancialDataModule(dataset="german")
+    population = PopulationMLP(in_features=61, seeds=seeds, lr=4e-3)
+    quiet_trainer().fit(population, datamodule=data)
+    # pieces of 7 rows (the 200 test rows are one evaluation batch)
+    monkeypatch.setattr(population_module, "EVAL_BLOCK_BYTES", 4 * len(seeds) * 128 * 7)
+    assert population._eval_rows() == 7
+    quiet_trainer().test(population, datamodule=data, verbose=False)
+    x, y = data.test_tensors
+    for i in range(len(seeds)):
+        with torch.no_grad():
+            alone = (population.member(i)(x).argmax(dim=-1) == y).double().mean().item()
+        assert population.member_test_acc[i].item() == pytest.approx(alone, abs=1e-7)
 
 
 def test_subset_and_concatenate_keep_members():
