@@ -110,3 +110,14 @@ def test_ensemble_is_one_module_captum_can_explain(population):
     torch.testing.assert_close(attributions, grad)
     member = population.member(0)
     assert isinstance(member, MLPClassifier)
+
+
+def test_predict_in_row_pieces_equals_one_pass(population, monkeypatch):
+    from lightning_modules import ensembles
+
+    x = torch.randn(103, 5)
+    ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=5, sigma=0.3, seed=1)
+    monkeypatch.setattr(ensembles, "PREDICT_BLOCK_FLOATS", ensemble.size * 128 * 10)  # pieces of 10 rows
+    pieces = ensemble.predict(x)
+    scores = ensemble(x)
+    assert torch.equal(pieces, (scores[:, 1] >= scores[:, 0]).long())

@@ -27,3 +27,21 @@ def test_table_lists_every_strategy_and_its_verdict(tmp_path):
     assert text.count("| toy |") == 6
     assert "| toy | perturb | 0.55 ± 0.10 | 0.55 ± 0.10 | 70.0 % |" in text
     assert "- toy (n_sets 3): saliency SA: no, saliency SSA: no" in text  # perturb is under vanilla
+
+
+def test_an_explainer_one_report_did_not_run_is_a_dash_without_verdict(tmp_path):
+    values = {"single": 0.5, "average": 0.6, "majority": 0.6, "perturb": 0.7, "connect": 0.7, "combine": 0.8}
+    paths = []
+    for dataset, methods in (("one", ["saliency", "deepshap"]), ("two", ["saliency"])):
+        rows = [
+            {"strategy": s, "method": method, "metric": m, "mean": v, "std": 0.0, "test_acc": 0.7}
+            for method in methods
+            for s, v in values.items()
+            for m in ("sa", "ssa")
+        ]
+        paths.append(tmp_path / f"{dataset}.json")
+        paths[-1].write_text(json.dumps({"dataset": dataset, "config": {"n_sets": 2}, "rows": rows}))
+    text = main([str(p) for p in paths])
+    assert "| two | combine | 0.80 ± 0.00 | 0.80 ± 0.00 | — | — | 70.0 % |" in text
+    assert "- one (n_sets 2): saliency SA: yes, saliency SSA: yes, deepshap SA: yes, deepshap SSA: yes" in text
+    assert "- two (n_sets 2): saliency SA: yes, saliency SSA: yes\n" in text
