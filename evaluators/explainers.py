@@ -153,11 +153,11 @@ BATCHED = {
 
 
 # Attributions that are linear in the explained function: for an ensemble, which
-# explains its members' mean output f = (1/M) Σ f_i, they are the weighted sum over any split of the members. SmoothGrad
-# too, provided every part sees the same noisy inputs: NoiseTunnel draws them from the
-# global generator, so each chunk restarts it from the same state. DeepLift(Shap) too:
-# its multipliers act elementwise on each member's own activations, and the members'
-# outputs meet only in the final mean.
+# explains its members' mean output f = (1/M) Σ f_i, they are the weighted sum over
+# any split of the members. SmoothGrad too, provided every part sees the same noisy
+# inputs: NoiseTunnel draws them from the global generator, so each chunk restarts it
+# from the same state. DeepLift(Shap) too: its multipliers act elementwise on each
+# member's own activations, and the members' outputs meet only in the final mean.
 LINEAR_IN_MODEL = {"saliency", "input_x_gradient", "integrated_gradients", "smoothgrad", "deepshap"}
 ACTIVATION_FLOATS_PER_CHUNK = 2**22
 

@@ -37,11 +37,11 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.population import PopulationMLP
-from lightning_modules.stacked import stacked_forward
+from lightning_modules.stacked import rows_per_pass, stacked_forward
 
 Reduction = Literal["average", "majority"]
-PREDICT_BLOCK_FLOATS = 2**24  # 64 MiB of float32 activations per piece of rows in ``predict``
 Part = Literal["weight", "bias"]
+PREDICT_BLOCK_FLOATS = 2**24  # 64 MiB of float32 activations per piece of rows in ``predict``
 
 
 class MLPEnsemble(nn.Module):
@@ -104,8 +104,7 @@ class MLPEnsemble(nn.Module):
         pieces whose widest activations (members x rows x width) hold at most
         ``PREDICT_BLOCK_FLOATS`` values: a 2,500-MLP ``combine`` ensemble took 15 GB for
         Adult's 6,513 test rows at once."""
-        width = max(w.shape[1] for w in self.stacked[0])
-        rows = max(1, PREDICT_BLOCK_FLOATS // (self.size * width))
+        rows = rows_per_pass(self.size, max(w.shape[1] for w in self.stacked[0]), PREDICT_BLOCK_FLOATS)
         scores = torch.cat([self(piece) for piece in x.split(rows)])
         return (scores[:, 1] >= scores[:, 0]).long()
 

@@ -38,7 +38,7 @@ from torch.nn import functional as F
 from datamodules.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.mlp import ExplainOutput, MLPClassifier, adam, build_mlp
-from lightning_modules.stacked import stack_linears, stacked_backward, stacked_forward
+from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_backward, stacked_forward
 
 DataOrder = Literal["shared", "per_member"]
 # On a CPU, an evaluation batch is run through the members in pieces whose widest
@@ -266,7 +266,8 @@ class PopulationMLP(pl.LightningModule):
 
     def test_step(self, batch, batch_idx: int) -> None:
         x, y = batch
-        for xs, ys in zip(x.split(self._eval_rows()), y.split(self._eval_rows())):
+        rows = self._eval_rows()
+        for xs, ys in zip(x.split(rows), y.split(rows)):
             self._test_correct += (self(xs).argmax(dim=-1) == ys).sum(dim=1)
         self._test_rows += len(y)
 
@@ -275,7 +276,7 @@ class PopulationMLP(pl.LightningModule):
         keep one layer's activations for all members within ``EVAL_BLOCK_BYTES``."""
         if self.device.type != "cpu":
             return 2**62
-        return max(1, EVAL_BLOCK_BYTES // (4 * self.size * max(self.hparams.hidden)))
+        return rows_per_pass(self.size, max(self.hparams.hidden), EVAL_BLOCK_BYTES // 4)
 
     def on_test_epoch_end(self) -> None:
         self.member_test_acc = (self._test_correct / self._test_rows).cpu()

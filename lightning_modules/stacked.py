@@ -71,6 +71,12 @@ def stacked_backward(
             g = torch.ops.aten.threshold_backward(torch.bmm(g, weights[k]), saved[k], 0.0)
 
 
+def rows_per_pass(members: int, width: int, block_floats: int) -> int:
+    """Rows per forward pass that keep one layer's activations for all members
+    (members x rows x width values) within ``block_floats``; at least one."""
+    return max(1, block_floats // (members * width))
+
+
 def stack_linears(models: Sequence[nn.Module]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Stacked (weights, biases) of the ``nn.Linear`` layers of equally shaped models."""
     layers = [[m for m in model.modules() if isinstance(m, nn.Linear)] for model in models]
