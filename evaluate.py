@@ -33,8 +33,11 @@ from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_land
 from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 
 
-def evaluate_run(run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt") -> dict:
-    """Test accuracy and loss of ``run_dir``'s checkpoint on its test split."""
+def evaluate_run(
+    run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt", accelerator: str = "auto"
+) -> dict:
+    """Test accuracy and loss of ``run_dir``'s checkpoint on its test split, on ``accelerator``
+    (Lightning's name: ``auto`` takes a GPU where there is one)."""
     config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
     for path in (config_path, ckpt_path):
         if not path.is_file():
@@ -45,7 +48,9 @@ def evaluate_run(run_dir: Path, data_dir: str | None = None, checkpoint: str = "
         data_cfg["init_args"]["data_dir"] = data_dir
     data = instantiate_class((), data_cfg)
     model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True)
-    trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer = pl.Trainer(
+        logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator=accelerator, devices=1
+    )
     (tested,) = trainer.test(model, datamodule=data, verbose=False)
     return {"run_dir": str(run_dir), "checkpoint": str(ckpt_path), "test_acc": tested["test/acc"],
             "test_loss": tested["test/loss"], "data": data.describe()}  # fmt: skip
@@ -81,6 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
     run.add_argument("run_dir", type=Path, help="a folder written by train.py")
     run.add_argument("--data_dir", default=None, help="override the run's data folder")
     run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
+    run.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu or gpu")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
     for name, (help_text, *_, has_sets) in EVALUATORS.items():
         sub = commands.add_parser(name, help=help_text)
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.command == "run":
         if args.out is not None and args.out.exists():
             raise InputError(f"--out {args.out}: already exists; choose a new file name")
-        metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint)
+        metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint, args.accelerator)
         text = json.dumps(metrics, indent=2)
         if args.out is not None:
             args.out.write_text(text)

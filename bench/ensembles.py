@@ -4,7 +4,7 @@
 
 The ensemble: 2 curves x 25 points x 50 first-layer weight perturbations (sigma 0.2)
 = 2,500 German Credit MLPs (61 inputs); the explanation: Saliency (input gradient of
-the ensemble's positive-class probability, the mean of the members') on 1,000 inputs.
+the ensemble's explained output, its members' mean positive-class logit) on 1,000 inputs.
 
 (batched) ``evaluators.explainers.explain(ensemble, x, "saliency")``: Captum's
           Saliency on the ``MLPEnsemble`` module, members stacked in chunks of
@@ -32,15 +32,6 @@ from evaluators.explainers import explain  # noqa: E402
 from lightning_modules.ensembles import ENSEMBLES  # noqa: E402
 
 D, N_INPUTS, N_T, N_PERTURB = 61, 1000, 25, 50
-
-
-class PositiveProbability(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x).softmax(-1)[:, 1]
 
 
 def materialise(weights, biases, i: int) -> MLPClassifier:
@@ -74,7 +65,7 @@ def main() -> None:
     looped = torch.zeros_like(x)
     for i in range(ensemble.size):
         model = materialise(weights, biases, i)
-        looped += Saliency(PositiveProbability(model)).attribute(x, abs=False)
+        looped += Saliency(model.explained_output).attribute(x, abs=False)
     looped /= ensemble.size
     looped_s = time.perf_counter() - start
 
@@ -83,7 +74,7 @@ def main() -> None:
     for i in range(ensemble.size):
         model = materialise(weights, biases, i)
         xi = x.clone().requires_grad_(True)
-        (grad,) = torch.autograd.grad(model(xi).softmax(-1)[:, 1].sum(), xi)
+        (grad,) = torch.autograd.grad(model.explained_output(xi).sum(), xi)
         plain += grad
     plain /= ensemble.size
     plain_s = time.perf_counter() - start

@@ -1,0 +1,32 @@
+"""Every benchmark still runs end to end: each ``bench/*.py`` with its sizes shrunk
+(module constants), its own agreement checks included, ending in one JSON line with a
+positive ``ratio``. The speeds themselves are the benches' business, not the tests'."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import ROOT
+
+SHRUNK = {
+    "consistency": {"M": 4, "N": 12},
+    "ensembles": {"N_INPUTS": 16, "N_T": 3, "N_PERTURB": 2},
+    "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHRUNK))
+def test_bench_script_runs_and_ends_in_json(name, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for constant, value in SHRUNK[name].items():
+        assert hasattr(module, constant), f"bench/{name}.py no longer has {constant}"
+        monkeypatch.setattr(module, constant, value)
+    module.main()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    result = json.loads(last)
+    assert result["ratio"] > 0
