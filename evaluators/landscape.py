@@ -7,7 +7,10 @@ members' seeds and hyperparameters, loss along the curve); build every ensemble 
 score its test accuracy. Also the weight-space diagnostics of Figure 9: ℓ2 distances
 between curve start points, between pre-trained models, and between each start point
 and the model trained alone from the same seed; and loss / accuracy along each curve
-against the straight line between its end points.
+against the straight line between its end points. Beside them, a yardstick the paper
+does not plot: the distance from each model to its own rerun from the same seed with
+every initial parameter nudged by N(0, ``nudge``²), which shows how far training
+alone carries two runs apart that start (almost) at the same point.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from evaluators.config import PopulationSource
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
+from lightning_modules.population import PopulationMLP
 
 
 @dataclass
@@ -44,6 +48,7 @@ class LandscapeConfig(PopulationSource):
     layer: int = 0
     part: str = "weight"
     ts_diagnostics: list[float] = field(default_factory=lambda: [i / 10 for i in range(11)])
+    nudge: float = 1e-7  # std of the noise on the initial parameters of the nudged reruns
     output_dir: str = "runs/landscape"
 
 
@@ -75,14 +80,29 @@ def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, ki
     (``MLPCurvePopulation``) with the members' hyperparameters: fixed end points (the
     trained members) or end points trained from the members' seeds along the curve."""
     stacked = curves_between(population, pairs, kind, mode)
-    device = population.device
-    trainer = pl.Trainer(
+    quiet_trainer(epochs, population.device).fit(stacked, datamodule=data)
+    return [stacked.curve(i).to(population.device) for i in range(len(pairs))]
+
+
+def nudged_reruns(population, members: list[int], data, epochs: int, nudge: float) -> dict[int, torch.Tensor]:
+    """Each member trained again from its own seed, with its hyperparameters and data
+    order, after adding N(0, nudge²) noise (generator seed 0) to every initial parameter;
+    member -> the rerun's parameter vector. With ``nudge = 0`` a rerun is its member."""
+    rerun = PopulationMLP(**population.init_kwargs(), seeds=[population.seeds[i] for i in members])
+    noise = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in rerun.parameters():
+            param.add_(nudge * torch.randn(param.shape, generator=noise))
+    quiet_trainer(epochs, population.device).fit(rerun, datamodule=data)
+    return {i: vector(rerun.member(j).net.parameters()) for j, i in enumerate(members)}
+
+
+def quiet_trainer(epochs: int, device: torch.device) -> pl.Trainer:
+    return pl.Trainer(
         max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, deterministic=True, accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=[device.index or 0] if device.type == "cuda" else 1,
     )  # fmt: skip
-    trainer.fit(stacked, datamodule=data)
-    return [stacked.curve(i).to(device) for i in range(len(pairs))]
 
 
 @torch.no_grad()
@@ -113,7 +133,7 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
     sets = disjoint_sets(population.size, cfg.n_models, cfg.n_sets, cfg.set_seed)
     ts = torch.tensor(cfg.ts_diagnostics)
     accuracies = {k: [] for k in ["single", "average", "majority", "perturb", "connect", "combine"]}
-    distances = {"start_to_own_model": [], "start_to_start": [], "model_to_model": []}
+    distances = {"start_to_own_model": [], "start_to_start": [], "model_to_model": [], "model_to_nudged_rerun": []}
     along = {"curve_train_loss": [], "line_train_loss": [], "curve_test_acc": [], "line_test_acc": []}
     set_pairs = [member_pairs(members) for members in sets]
     all_pairs = [pair for pairs in set_pairs for pair in pairs]
@@ -122,6 +142,7 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
                             set_pairs)  # fmt: skip
         for mode in dict.fromkeys([cfg.curve_mode, "trained"])
     }
+    reruns = nudged_reruns(population, [i for members in sets for i in members], data, meta["max_epochs"], cfg.nudge)
     for k, (members, pairs) in enumerate(zip(sets, set_pairs)):
         seeds = [population.seeds[i] for i in members]
         curves, trained = for_sets[cfg.curve_mode][k], for_sets["trained"][k]
@@ -141,6 +162,7 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
         distances["model_to_model"] += [
             (models[i] - models[j]).norm().item() for i, j in itertools.combinations(members, 2)
         ]
+        distances["model_to_nudged_rerun"] += [(models[i] - reruns[i]).norm().item() for i in members]
         for curve in curves:
             on_curve = MLPEnsemble(*curve.stacked_at(ts))
             on_line = straight_line(curve, ts)
@@ -185,7 +207,7 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     names = list(summary["distances"])
     means = [summary["distances"][n]["mean"] for n in names]
     stds = [summary["distances"][n]["std"] for n in names]
-    axes[2].bar(range(len(names)), means, yerr=stds, color=["tab:green", "tab:orange", "tab:blue"])
+    axes[2].bar(range(len(names)), means, yerr=stds, color=["tab:green", "tab:orange", "tab:blue", "tab:gray"])
     axes[2].set_xticks(range(len(names)), [n.replace("_", " ") for n in names], rotation=15)
     axes[2].set(ylabel="ℓ2 distance", title="weight-space distances (Fig. 9)")
     for ax in axes[:2]:

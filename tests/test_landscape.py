@@ -9,6 +9,7 @@ import torch
 
 import evaluate
 import train
+from evaluators.landscape import LandscapeConfig, nudged_reruns, vector
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +38,23 @@ def test_landscape_report(small_population, tmp_path):
         assert along["curve_train_loss"][end] == pytest.approx(along["line_train_loss"][end], rel=1e-5)
     assert summary["distances"]["model_to_model"]["n"] == 2 * 6
     assert summary["distances"]["start_to_own_model"]["n"] == 2 * 2
+    assert summary["distances"]["model_to_nudged_rerun"]["n"] == 2 * 4
     (report,) = list((tmp_path / "out").iterdir())
     assert json.loads((report / "landscape.json").read_text())["dataset"] == "german"
     assert (report / "landscape.png").stat().st_size > 1000
     assert (report / "ensemble_accuracy.csv").read_text().count("\n") == 7
+
+
+def test_a_rerun_without_nudge_is_its_member_and_a_nudge_moves_it(small_population):
+    population, payload, data = LandscapeConfig(population=small_population).load()
+    members = [1, 4, 6]
+    epochs = payload["metadata"]["max_epochs"]
+    exact = nudged_reruns(population, members, data, epochs, nudge=0.0)
+    nudged = nudged_reruns(population, members, data, epochs, nudge=1e-3)
+    for i in members:
+        model = vector(population.member(i).net.parameters())
+        assert torch.equal(exact[i], model)  # same seed, hyperparameters and batches: bit for bit
+        assert 0 < (nudged[i] - model).norm() < (model - vector(population.member(0).net.parameters())).norm()
 
 
 def test_unknown_option_is_named(tmp_path):
