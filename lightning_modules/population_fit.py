@@ -39,8 +39,9 @@ def auto_chunk_size(population: PopulationMLP, batch_size: int, device: torch.de
     largest block glibc's allocator serves from its heap once ``retain_freed_memory``
     has raised its thresholds: larger blocks are mapped and unmapped at every step.
     Within that bound the chunk size hardly matters (measured on the 2-core bench
-    machine, Adult, batch 128: 41-46 member-epochs/s for 50 to 400 members at once),
-    so the fewest chunks win: each chunk pays a ``Trainer`` set-up and a test pass.
+    machine, Adult, batch 128, training steps alone: 54-64 member-epochs/s for 50 to
+    300 members at once, in no order, within the machine's drift), so the fewest
+    chunks win: each chunk pays a ``Trainer`` set-up and a test pass.
     """
     widths = [population.hparams.in_features, *population.hparams.hidden, 2]
     if device.type == "cuda":

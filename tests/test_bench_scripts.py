@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+ROOT = Path(__file__).resolve().parent.parent
 
 SHRUNK = {
     "consistency": {"M": 4, "N": 12},
