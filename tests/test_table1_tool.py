@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tools.table1 import main, ordering_holds
 
 
@@ -45,3 +47,45 @@ def test_an_explainer_one_report_did_not_run_is_a_dash_without_verdict(tmp_path)
     assert "| two | combine | 0.80 ± 0.00 | 0.80 ± 0.00 | — | — | 70.0 % |" in text
     assert "- one (n_sets 2): saliency SA: yes, saliency SSA: yes, deepshap SA: yes, deepshap SSA: yes" in text
     assert "- two (n_sets 2): saliency SA: yes, saliency SSA: yes\n" in text
+
+
+def write_report(path, dataset, methods, values, n_sets=2, test_acc=0.7):
+    rows = [
+        {"strategy": s, "method": method, "metric": m, "mean": v, "std": 0.0, "test_acc": test_acc}
+        for method in methods
+        for s, v in values.items()
+        for m in ("sa", "ssa")
+    ]
+    path.write_text(json.dumps({"dataset": dataset, "config": {"n_sets": n_sets}, "rows": rows}))
+    return str(path)
+
+
+def test_reports_of_one_dataset_merge_into_its_rows(tmp_path):
+    good = {"single": 0.5, "average": 0.6, "majority": 0.6, "perturb": 0.7, "connect": 0.7, "combine": 0.8}
+    flat = dict.fromkeys(good, 0.9)
+    paths = [
+        write_report(tmp_path / "a.json", "toy", ["saliency", "smoothgrad"], good),
+        write_report(tmp_path / "b.json", "toy", ["deepshap"], flat),
+    ]
+    text = main(paths)
+    assert text.count("| toy |") == 6  # one row per strategy, not per report
+    single = "| toy | single |" + " 0.50 ± 0.00 |" * 4 + " 0.90 ± 0.00 |" * 2 + " 70.0 % |"
+    assert single in text
+    verdict = "saliency SA: yes, saliency SSA: yes, smoothgrad SA: yes, smoothgrad SSA: yes, deepshap SA: no"
+    assert f"- toy (n_sets 2): {verdict}, deepshap SSA: no" in text
+
+
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ({"methods": ["saliency"]}, "is also in"),  # the same explainer twice
+        ({"methods": ["deepshap"], "n_sets": 3}, "3 sets, but an earlier toy report has 2"),
+        ({"methods": ["deepshap"], "test_acc": 0.6}, "expected the same population and ensembles"),
+    ],
+)
+def test_reports_that_do_not_belong_together_are_refused(tmp_path, second, message):
+    values = dict.fromkeys(["single", "average", "majority", "perturb", "connect", "combine"], 0.5)
+    first = write_report(tmp_path / "a.json", "toy", ["saliency"], values)
+    other = write_report(tmp_path / "b.json", "toy", values=values, **second)
+    with pytest.raises(SystemExit, match=message):
+        main([first, other])

@@ -2,9 +2,10 @@
 
     python tools/table1.py runs/table1/*/consistency.json > docs/table1.md
 
-One row per dataset and strategy, SA and SSA (mean ± std over individuals) per
-explainer, and per dataset whether the paper's ordering holds for SA and SSA of each
-explainer: single < average (vanilla) < {perturb, connect} <= combine.
+One row per dataset and strategy (a dataset's reports merged, say one per
+explainer), SA and SSA (mean ± std over individuals) per explainer, and per
+dataset whether the paper's ordering holds for SA and SSA of each explainer:
+single < average (vanilla) < {perturb, connect} <= combine.
 """
 
 from __future__ import annotations
@@ -24,33 +25,59 @@ def ordering_holds(value: dict[str, float]) -> bool:
     )
 
 
+def merge_reports(paths: list[str]) -> list[dict]:
+    """One entry per dataset holding the rows of all its reports, e.g. Saliency and
+    SmoothGrad from one run and DeepSHAP from another. Reports are merged only when
+    they come from the same protocol: the same number of sets and, strategy by
+    strategy, the same ensembles' test accuracy; no row may appear twice."""
+    merged: dict[str, dict] = {}
+    for path in paths:
+        summary = json.loads(Path(path).read_text())
+        name, n_sets = summary["dataset"], summary["config"]["n_sets"]
+        entry = merged.setdefault(name, {"dataset": name, "n_sets": n_sets, "rows": {}, "source": {}, "accuracy": {}})
+        if n_sets != entry["n_sets"]:
+            raise SystemExit(f"{path}: {n_sets} sets, but an earlier {name} report has {entry['n_sets']}; "
+                             "expected reports of one protocol")  # fmt: skip
+        for row in summary["rows"]:
+            key = (row["strategy"], row["method"], row["metric"])
+            if key in entry["rows"]:
+                raise SystemExit(f"{path}: {name} {row['method']} {row['strategy']} is also in {entry['source'][key]}; "
+                                 "expected each explainer of a dataset in one report")  # fmt: skip
+            first = entry["accuracy"].setdefault(row["strategy"], (row["test_acc"], path))
+            if row["test_acc"] != first[0]:
+                raise SystemExit(f"{path}: {name} {row['strategy']} ensembles have test accuracy {row['test_acc']}, "
+                                 f"{first[0]} in {first[1]}; expected the same population and ensembles")  # fmt: skip
+            entry["rows"][key], entry["source"][key] = row, path
+    return list(merged.values())
+
+
 def main(paths: list[str]) -> str:
-    summaries = [json.loads(Path(p).read_text()) for p in paths]
-    methods = list(dict.fromkeys(r["method"] for s in summaries for r in s["rows"]))
+    datasets = merge_reports(paths)
+    methods = list(dict.fromkeys(m for d in datasets for (_, m, _) in d["rows"]))
     lines = [
         "| dataset | strategy | " + " | ".join(f"{m} SA | {m} SSA" for m in methods) + " | test acc |",
         "|---|---|" + "---|" * (2 * len(methods) + 1),
     ]
     verdicts = []
-    for summary in summaries:
-        rows = {(r["strategy"], r["method"], r["metric"]): r for r in summary["rows"]}
-        strategies = [s for s in ORDER if (s, methods[0], "sa") in rows]
+    for dataset in datasets:
+        rows = dataset["rows"]
+        strategies = [s for s in ORDER if any(key[0] == s for key in rows)]
         for strategy in strategies:
             cells = [
                 f"{rows[(strategy, m, metric)]['mean']:.2f} ± {rows[(strategy, m, metric)]['std']:.2f}"
                 if (strategy, m, metric) in rows
-                else "—"  # an explainer this report did not run
+                else "—"  # an explainer no report of this dataset ran
                 for m in methods
                 for metric in ("sa", "ssa")
             ]
-            acc = 100 * rows[(strategy, methods[0], "sa")]["test_acc"]
-            lines.append(f"| {summary['dataset']} | {strategy} | " + " | ".join(cells) + f" | {acc:.1f} % |")
+            acc = 100 * next(r["test_acc"] for key, r in rows.items() if key[0] == strategy)
+            lines.append(f"| {dataset['dataset']} | {strategy} | " + " | ".join(cells) + f" | {acc:.1f} % |")
         checks = []
         for m in (m for m in methods if all((s, m, "sa") in rows for s in strategies)):
             for metric in ("sa", "ssa"):
                 means = {s: rows[(s, m, metric)]["mean"] for s in strategies}
                 checks.append(f"{m} {metric.upper()}: {'yes' if ordering_holds(means) else 'no'}")
-        verdicts.append(f"- {summary['dataset']} (n_sets {summary['config']['n_sets']}): " + ", ".join(checks))
+        verdicts.append(f"- {dataset['dataset']} (n_sets {dataset['n_sets']}): " + ", ".join(checks))
     return "\n".join(lines) + "\n\nPaper's ordering single < vanilla < {perturb, connect} ≤ combine:\n\n" + "\n".join(
         verdicts
     ) + "\n"
