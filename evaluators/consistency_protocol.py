@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.progress import Progress
 
 from datamodules.errors import InputError
 from evaluators.agreement_functional import ley_agreements
@@ -87,36 +88,39 @@ def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
     background = x_train[order[: cfg.n_background]].to(population.device)  # DeepSHAP's background sample
     torch.manual_seed(cfg.seed)  # SmoothGrad's noise comes from the global generator
     rows = []
-    for n in cfg.n_models:
-        sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
-        curves = []
-        if {"connect", "combine"} & set(cfg.strategies):
-            set_pairs = [member_pairs(members) for members in sets]
-            all_pairs = [pair for pairs in set_pairs for pair in pairs]
-            trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
-            curves = split_per_set(trained, set_pairs)
-        points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
-        for strategy in cfg.strategies:
-            explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
-            accuracies = []
-            for s, members in enumerate(sets):
-                ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
-                with torch.no_grad():
-                    accuracies.append((ensemble.predict(x_test) == y_test).float().mean().item())
+    with Progress() as progress:  # a bar per strategy, over its sets: a combine pass takes minutes
+        for n in cfg.n_models:
+            sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
+            curves = []
+            if {"connect", "combine"} & set(cfg.strategies):
+                set_pairs = [member_pairs(members) for members in sets]
+                all_pairs = [pair for pairs in set_pairs for pair in pairs]
+                trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
+                curves = split_per_set(trained, set_pairs)
+            points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
+            for strategy in cfg.strategies:
+                task = progress.add_task(f"n={n} {strategy}", total=len(sets))
+                explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
+                accuracies = []
+                for s, members in enumerate(sets):
+                    ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
+                    with torch.no_grad():
+                        accuracies.append((ensemble.predict(x_test) == y_test).float().mean().item())
+                    for method in cfg.methods:
+                        x = x_test[: points.get(method, cfg.n_points)]
+                        options = {"baselines": background} if method == "deepshap" else {}
+                        explanations[method].append(explain(ensemble, x, method, **options).detach())
+                    del ensemble
+                    progress.advance(task)
+                accuracy = float(np.mean(accuracies))
                 for method in cfg.methods:
-                    x = x_test[: points.get(method, cfg.n_points)]
-                    options = {"baselines": background} if method == "deepshap" else {}
-                    explanations[method].append(explain(ensemble, x, method, **options).detach())
-                del ensemble
-            accuracy = float(np.mean(accuracies))
-            for method in cfg.methods:
-                scores = ley_agreements(torch.stack(explanations[method]), cfg.k)
-                for metric in METRICS:
-                    per_individual = scores[metric].mean(0).cpu()  # over the pairs of ensembles
-                    rows.append({"n_models": n, "strategy": strategy, "method": method, "metric": metric,
-                                 "test_acc": accuracy, **summarise(per_individual)})  # fmt: skip
-                scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(METRICS) :])
-                print(f"n={n} {strategy:8s} {method:10s} {scored}  acc {accuracy:.4f}", flush=True)
+                    scores = ley_agreements(torch.stack(explanations[method]), cfg.k)
+                    for metric in METRICS:
+                        per_individual = scores[metric].mean(0).cpu()  # over the pairs of ensembles
+                        rows.append({"n_models": n, "strategy": strategy, "method": method, "metric": metric,
+                                     "test_acc": accuracy, **summarise(per_individual)})  # fmt: skip
+                    scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(METRICS) :])
+                    progress.console.print(f"n={n} {strategy:8s} {method:10s} {scored}  acc {accuracy:.4f}")
     return {"dataset": meta["dataset"]["dataset"], "config": asdict(cfg), "rows": rows}
 
 
