@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tools.table1 import main, ordering_holds
+from tools.table1 import main, ordering_holds, summary
 
 
 def test_ordering_by_hand():
@@ -89,3 +89,17 @@ def test_reports_that_do_not_belong_together_are_refused(tmp_path, second, messa
     other = write_report(tmp_path / "b.json", "toy", values=values, **second)
     with pytest.raises(SystemExit, match=message):
         main([first, other])
+
+
+def test_summary_is_a_row_per_explainer_that_ran_every_strategy(tmp_path):
+    good = {"single": 0.5, "average": 0.6, "majority": 0.6, "perturb": 0.7, "connect": 0.75, "combine": 0.8}
+    partial = {s: v for s, v in good.items() if s != "combine"}
+    paths = [
+        write_report(tmp_path / "a.json", "toy", ["saliency"], good),
+        write_report(tmp_path / "b.json", "toy", ["deepshap"], partial),
+    ]
+    text = summary(paths)
+    cells = " | ".join(f"{v:.2f} ({v:.2f})" for v in good.values())
+    row = f"| toy | saliency | {cells} | yes, yes |"
+    assert row in text.splitlines()
+    assert "deepshap" not in text

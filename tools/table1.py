@@ -1,6 +1,7 @@
 """Ley et al.'s Table 1 across datasets, from the reports of ``evaluate.py consistency``.
 
-    python tools/table1.py runs/table1/*/consistency.json > docs/table1.md
+    python tools/table1.py runs/table1/*/consistency.json             # full table and verdicts
+    python tools/table1.py --summary runs/table1/*/consistency.json   # SA (SSA), a row per explainer
 
 One row per dataset and strategy (a dataset's reports merged, say one per
 explainer), SA and SSA (mean ± std over individuals) per explainer, and per
@@ -83,5 +84,25 @@ def main(paths: list[str]) -> str:
     ) + "\n"
 
 
+def summary(paths: list[str]) -> str:
+    """SA@k (SSA@k) means, a row per dataset and explainer that ran every strategy, and
+    whether the paper's ordering holds for SA and for SSA."""
+    lines = [
+        "| dataset | explainer | " + " | ".join(ORDER) + " | ordering (SA, SSA) |",
+        "|---|---|" + "---|" * (len(ORDER) + 1),
+    ]
+    for dataset in merge_reports(paths):
+        rows = dataset["rows"]
+        for m in dict.fromkeys(method for (_, method, _) in rows):
+            if not all((s, m, metric) in rows for s in ORDER for metric in ("sa", "ssa")):
+                continue
+            means = {metric: {s: rows[(s, m, metric)]["mean"] for s in ORDER} for metric in ("sa", "ssa")}
+            cells = [f"{means['sa'][s]:.2f} ({means['ssa'][s]:.2f})" for s in ORDER]
+            verdict = ", ".join("yes" if ordering_holds(means[metric]) else "no" for metric in ("sa", "ssa"))
+            lines.append(f"| {dataset['dataset']} | {m} | " + " | ".join(cells) + f" | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(main(sys.argv[1:]), end="")
+    args = sys.argv[1:]
+    print(summary(args[1:]) if args[:1] == ["--summary"] else main(args), end="")
