@@ -9,6 +9,18 @@ import pytest
 from tools.table1 import main, ordering_holds, summary
 
 
+def write_report(path, dataset, methods, values, n_sets=2, test_acc=0.7, std=0.0):
+    """A report of ``evaluate.py consistency`` with the same mean for SA and SSA."""
+    rows = [
+        {"strategy": s, "method": method, "metric": m, "mean": v, "std": std, "test_acc": test_acc}
+        for method in methods
+        for s, v in values.items()
+        for m in ("sa", "ssa")
+    ]
+    path.write_text(json.dumps({"dataset": dataset, "config": {"n_sets": n_sets}, "rows": rows}))
+    return str(path)
+
+
 def test_ordering_by_hand():
     means = {"single": 0.5, "average": 0.6, "majority": 0.1, "perturb": 0.7, "connect": 0.65, "combine": 0.7}
     assert ordering_holds(means)  # combine may tie the better of perturb and connect
@@ -18,14 +30,7 @@ def test_ordering_by_hand():
 
 def test_table_lists_every_strategy_and_its_verdict(tmp_path):
     values = {"single": 0.5, "average": 0.6, "majority": 0.6, "perturb": 0.55, "connect": 0.7, "combine": 0.8}
-    rows = [
-        {"strategy": s, "method": "saliency", "metric": m, "mean": v, "std": 0.1, "test_acc": 0.7}
-        for s, v in values.items()
-        for m in ("sa", "ssa")
-    ]
-    path = tmp_path / "consistency.json"
-    path.write_text(json.dumps({"dataset": "toy", "config": {"n_sets": 3}, "rows": rows}))
-    text = main([str(path)])
+    text = main([write_report(tmp_path / "consistency.json", "toy", ["saliency"], values, n_sets=3, std=0.1)])
     assert text.count("| toy |") == 6
     assert "| toy | perturb | 0.55 ± 0.10 | 0.55 ± 0.10 | 70.0 % |" in text
     assert "- toy (n_sets 3): saliency SA: no, saliency SSA: no" in text  # perturb is under vanilla
@@ -33,31 +38,14 @@ def test_table_lists_every_strategy_and_its_verdict(tmp_path):
 
 def test_an_explainer_one_report_did_not_run_is_a_dash_without_verdict(tmp_path):
     values = {"single": 0.5, "average": 0.6, "majority": 0.6, "perturb": 0.7, "connect": 0.7, "combine": 0.8}
-    paths = []
-    for dataset, methods in (("one", ["saliency", "deepshap"]), ("two", ["saliency"])):
-        rows = [
-            {"strategy": s, "method": method, "metric": m, "mean": v, "std": 0.0, "test_acc": 0.7}
-            for method in methods
-            for s, v in values.items()
-            for m in ("sa", "ssa")
-        ]
-        paths.append(tmp_path / f"{dataset}.json")
-        paths[-1].write_text(json.dumps({"dataset": dataset, "config": {"n_sets": 2}, "rows": rows}))
-    text = main([str(p) for p in paths])
+    paths = [
+        write_report(tmp_path / f"{dataset}.json", dataset, methods, values)
+        for dataset, methods in (("one", ["saliency", "deepshap"]), ("two", ["saliency"]))
+    ]
+    text = main(paths)
     assert "| two | combine | 0.80 ± 0.00 | 0.80 ± 0.00 | — | — | 70.0 % |" in text
     assert "- one (n_sets 2): saliency SA: yes, saliency SSA: yes, deepshap SA: yes, deepshap SSA: yes" in text
     assert "- two (n_sets 2): saliency SA: yes, saliency SSA: yes\n" in text
-
-
-def write_report(path, dataset, methods, values, n_sets=2, test_acc=0.7):
-    rows = [
-        {"strategy": s, "method": method, "metric": m, "mean": v, "std": 0.0, "test_acc": test_acc}
-        for method in methods
-        for s, v in values.items()
-        for m in ("sa", "ssa")
-    ]
-    path.write_text(json.dumps({"dataset": dataset, "config": {"n_sets": n_sets}, "rows": rows}))
-    return str(path)
 
 
 def test_reports_of_one_dataset_merge_into_its_rows(tmp_path):
