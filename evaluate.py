@@ -5,12 +5,17 @@
     python evaluate.py sigma --config configs/sigma/german.yaml
     python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
     python evaluate.py consistency --config configs/consistency/heloc.yaml --set n_points_smoothgrad=100
+    python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it.
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
 (``evaluators/landscape.py``), ``sigma`` the σ ablation of perturbed models
-(``evaluators/sigma_ablation.py``); each writes JSON, CSV and a PNG to a new folder.
+(``evaluators/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
+(``evaluators/consistency_protocol.py``). Each makes a new folder
+``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
+CSV and a PNG at the end. ``consistency`` keeps every finished ensemble there too, so
+an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import datetime
 import json
 import sys
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import pytorch_lightning as pl
 import yaml
@@ -31,6 +37,7 @@ from datamodules.errors import InputError
 from evaluators.consistency_protocol import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
+from lightning_modules.population_io import read_population_file
 
 
 def evaluate_run(
@@ -68,15 +75,50 @@ def load_config(path: Path, cls, overrides: dict):
     return cls(**values)
 
 
-# name -> (help, config class, evaluate, write report, whether --n_sets applies)
+class Evaluator(NamedTuple):
+    help: str
+    config: type
+    evaluate: Callable
+    write: Callable
+    report: str  # the file whose presence marks a finished run
+    has_sets: bool  # whether --n_sets applies
+    resumable: bool  # evaluate(cfg, run_dir) keeps its finished work in run_dir
+
+
 EVALUATORS = {
-    "landscape": ("ensembles over the loss landscape (Ley et al.)",
-                  LandscapeConfig, evaluate_landscape, write_landscape_report, True),
-    "sigma": ("sigma ablation of perturbed models (Ley et al., Fig. 4-5)",
-              SigmaAblationConfig, evaluate_sigma, write_sigma_report, False),
-    "consistency": ("Ley et al.'s consistency protocol (Table 1, Figure 6)",
-                    ConsistencyConfig, evaluate_consistency, write_consistency_report, True),
+    "landscape": Evaluator("ensembles over the loss landscape (Ley et al.)", LandscapeConfig,
+                           evaluate_landscape, write_landscape_report, "landscape.json", True, False),
+    "sigma": Evaluator("sigma ablation of perturbed models (Ley et al., Fig. 4-5)", SigmaAblationConfig,
+                       evaluate_sigma, write_sigma_report, "sigma_ablation.json", False, False),
+    "consistency": Evaluator("Ley et al.'s consistency protocol (Table 1, Figure 6)", ConsistencyConfig,
+                             evaluate_consistency, write_consistency_report, "consistency.json", True, True),
 }  # fmt: skip
+
+
+def new_report_dir(cfg) -> Path:
+    """``<output_dir>/<dataset>-<stamp>``, made now and never an existing folder, holding
+    the run's ``config.yaml``."""
+    dataset = read_population_file(cfg.population, mmap=True)["metadata"]["dataset"]["dataset"]
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir, suffix = Path(cfg.output_dir) / f"{dataset}-{stamp}", 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = Path(cfg.output_dir) / f"{dataset}-{stamp}-{suffix}"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    return run_dir
+
+
+def resumed_config(run_dir: Path, spec: Evaluator, overrides: dict):
+    """The config an interrupted run folder was started with; only ``data_dir`` may change
+    (where the raw data lies on this machine): any other option would change its numbers."""
+    if (run_dir / spec.report).exists():
+        raise InputError(f"--resume {run_dir}: {spec.report} is there, the run is finished")
+    changed = sorted(k for k, v in overrides.items() if v is not None and k != "data_dir")
+    if changed:
+        raise InputError(f"--resume {run_dir}: options {changed} cannot change in a resumed run; "
+                         "start a new run to change them")  # fmt: skip
+    return load_config(run_dir / "config.yaml", spec.config, overrides)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -88,13 +130,16 @@ def main(argv: list[str] | None = None) -> dict:
     run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     run.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu or gpu")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
-    for name, (help_text, *_, has_sets) in EVALUATORS.items():
-        sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--config", type=Path, required=True)
+    for name, spec in EVALUATORS.items():
+        sub = commands.add_parser(name, help=spec.help)
+        start = sub.add_mutually_exclusive_group(required=True)
+        start.add_argument("--config", type=Path)
+        if spec.resumable:
+            start.add_argument("--resume", type=Path, help="an interrupted run folder to continue")
         sub.add_argument("--population", default=None, help="override the config's population file")
         sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
         sub.add_argument("--output_dir", default=None)
-        if has_sets:
+        if spec.has_sets:
             sub.add_argument("--n_sets", type=int, default=None)
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                          help="override any option of the config; VALUE is read as YAML")  # fmt: skip
@@ -108,19 +153,29 @@ def main(argv: list[str] | None = None) -> dict:
             args.out.write_text(text)
         print(text)
         return metrics
-    _, config_cls, evaluate_fn, write_fn, _ = EVALUATORS[args.command]
+    spec = EVALUATORS[args.command]
     overrides = {k: getattr(args, k, None) for k in ("population", "data_dir", "n_sets", "output_dir")}
     for setting in args.settings:
         key, sep, value = setting.partition("=")
         if not sep or not key:
             raise InputError(f"--set {setting!r}: expected KEY=VALUE, e.g. --set n_background=10")
         overrides[key] = yaml.safe_load(value)
-    cfg = load_config(args.config, config_cls, overrides)
-    summary = evaluate_fn(cfg)
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = Path(cfg.output_dir) / f"{summary['dataset']}-{stamp}"
-    write_fn(summary, out_dir)
-    print(f"report: {out_dir}")
+    resume = getattr(args, "resume", None)
+    if resume is not None:
+        cfg, run_dir = resumed_config(resume, spec, overrides), resume
+    else:
+        cfg = load_config(args.config, spec.config, overrides)
+        run_dir = new_report_dir(cfg)
+    if not spec.resumable:
+        summary = spec.evaluate(cfg)
+    else:
+        try:
+            summary = spec.evaluate(cfg, run_dir)
+        except KeyboardInterrupt:
+            print(f"interrupted; continue with: python evaluate.py {args.command} --resume {run_dir}", file=sys.stderr)
+            raise SystemExit(130) from None
+    spec.write(summary, run_dir)
+    print(f"report: {run_dir}")
     return summary
 
 

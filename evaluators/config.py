@@ -38,6 +38,9 @@ class PopulationSource:
     data_dir: str | None = None
     device: str = "auto"
 
+    def __post_init__(self) -> None:
+        resolve_device(self.device)  # a bad value is named before any work starts
+
     def load(self) -> tuple[PopulationMLP, dict, TabularDataModule]:
         """The population (on ``device``), the rest of its file, and its datamodule."""
         device = resolve_device(self.device)

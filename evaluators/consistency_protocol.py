@@ -8,11 +8,18 @@ From a population: for each number n of pre-trained models per ensemble, draw
 ensembles of a strategy with SA, SSA and CDC at top-k. Per individual the scores
 are averaged over pairs; the summary over individuals is mean ± std and median
 with the central decile (45th-55th percentiles).
+
+Given a run folder, each ensemble's test accuracy and explanations are kept in
+``<run>/sets/n<n>/<strategy>/set-<s>.pt`` with the random generators' state after
+it (SmoothGrad draws its noise from the global generator). A run started again on
+that folder loads the finished ensembles, restores the generators and goes on from
+the first missing one, so it ends with the numbers an uninterrupted run gives.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,7 +30,7 @@ from rich.progress import Progress
 from datamodules.errors import InputError
 from evaluators.agreement_functional import ley_agreements
 from evaluators.config import PopulationSource
-from evaluators.explainers import explain
+from evaluators.explainers import EXPLAINERS, explain
 from evaluators.landscape import disjoint_sets, member_pairs, split_per_set, train_curves
 from lightning_modules.ensembles import ENSEMBLES
 
@@ -53,6 +60,15 @@ class ConsistencyConfig(PopulationSource):
     seed: int = 0
     output_dir: str = "runs/consistency"
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        if unknown:
+            raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
+        unknown = [m for m in self.methods if m not in EXPLAINERS]
+        if unknown:
+            raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(EXPLAINERS)}")
+
 
 def summarise(per_individual: torch.Tensor) -> dict[str, float]:
     values = per_individual.double().numpy()
@@ -76,41 +92,89 @@ def build_ensemble(strategy: str, s: int, members: list[int], population, curves
     return ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s)
 
 
-def evaluate_consistency(cfg: ConsistencyConfig) -> dict:
-    unknown = [s for s in cfg.strategies if s not in STRATEGIES]
-    if unknown:
-        raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
+def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfig) -> tuple[float, dict]:
+    """An ensemble's test accuracy and its explanations of the first test points, per method."""
+    with torch.no_grad():
+        accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
+    points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
+    explained = {}
+    for method in cfg.methods:
+        options = {"baselines": background} if method == "deepshap" else {}
+        explained[method] = explain(ensemble, x_test[: points.get(method, cfg.n_points)], method, **options).detach()
+    return accuracy, explained
+
+
+def set_file(run_dir: Path, n: int, strategy: str, s: int) -> Path:
+    return run_dir / "sets" / f"n{n}" / strategy / f"set-{s:03d}.pt"
+
+
+def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor], device: torch.device) -> None:
+    """One ensemble's results and the generators' state after it, written atomically."""
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    payload = {"accuracy": accuracy, "explanations": {m: e.cpu() for m, e in explanations.items()},
+               "rng": torch.get_rng_state(), "cuda_rng": cuda_rng}  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+
+
+def load_set(path: Path, methods: list[str], device: torch.device) -> tuple[float, dict[str, torch.Tensor]]:
+    """A finished ensemble's results; the generators continue from where they were after it."""
+    payload = torch.load(path, weights_only=True)
+    if sorted(payload["explanations"]) != sorted(methods):
+        raise InputError(f"{path}: holds explanations {sorted(payload['explanations'])}; this run's methods are "
+                         f"{sorted(methods)}")  # fmt: skip
+    torch.set_rng_state(payload["rng"])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(payload["cuda_rng"], device)
+    return payload["accuracy"], {m: e.to(device) for m, e in payload["explanations"].items()}
+
+
+def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) -> dict:
+    """The protocol's rows; with ``run_dir``, finished ensembles are kept there and taken
+    from there (see the module's docstring)."""
     population, payload, data = cfg.load()
-    meta = payload["metadata"]
+    meta, device = payload["metadata"], population.device
     x_train, _ = data.train_tensors
-    x_test, y_test = (t.to(population.device) for t in data.test_tensors)
+    x_test, y_test = (t.to(device) for t in data.test_tensors)
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
-    background = x_train[order[: cfg.n_background]].to(population.device)  # DeepSHAP's background sample
+    background = x_train[order[: cfg.n_background]].to(device)  # DeepSHAP's background sample
     torch.manual_seed(cfg.seed)  # SmoothGrad's noise comes from the global generator
+
+    def kept(n: int, strategy: str, s: int) -> Path | None:
+        """Where this ensemble's results are kept, if they are: None without a run folder."""
+        path = None if run_dir is None else set_file(run_dir, n, strategy, s)
+        return path if path is not None and path.exists() else None
+
     rows = []
     with Progress() as progress:  # a bar per strategy, over its sets: a combine pass takes minutes
         for n in cfg.n_models:
             sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
             curves = []
-            if {"connect", "combine"} & set(cfg.strategies):
+            on_curves = [(st, s) for st in {"connect", "combine"} & set(cfg.strategies) for s in range(len(sets))]
+            if any(kept(n, st, s) is None for st, s in on_curves):
                 set_pairs = [member_pairs(members) for members in sets]
                 all_pairs = [pair for pairs in set_pairs for pair in pairs]
                 trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
                 curves = split_per_set(trained, set_pairs)
-            points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
             for strategy in cfg.strategies:
                 task = progress.add_task(f"n={n} {strategy}", total=len(sets))
                 explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
                 accuracies = []
                 for s, members in enumerate(sets):
-                    ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
-                    with torch.no_grad():
-                        accuracies.append((ensemble.predict(x_test) == y_test).float().mean().item())
+                    path = kept(n, strategy, s)
+                    if path is not None:
+                        accuracy, explained = load_set(path, cfg.methods, device)
+                    else:
+                        ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
+                        accuracy, explained = ensemble_results(ensemble, x_test, y_test, background, cfg)
+                        del ensemble
+                        if run_dir is not None:
+                            save_set(set_file(run_dir, n, strategy, s), accuracy, explained, device)
+                    accuracies.append(accuracy)
                     for method in cfg.methods:
-                        x = x_test[: points.get(method, cfg.n_points)]
-                        options = {"baselines": background} if method == "deepshap" else {}
-                        explanations[method].append(explain(ensemble, x, method, **options).detach())
-                    del ensemble
+                        explanations[method].append(explained[method])
                     progress.advance(task)
                 accuracy = float(np.mean(accuracies))
                 for method in cfg.methods:
@@ -150,7 +214,6 @@ def write_consistency_report(summary: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=False)
     (out_dir / "consistency.json").write_text(json.dumps(summary, indent=2))
     keys = ["n_models", "strategy", "method", "metric", "mean", "std", "median", "q45", "q55", "test_acc"]
     lines = [",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in summary["rows"]]

@@ -190,7 +190,6 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=False)
     (out_dir / "landscape.json").write_text(json.dumps(summary, indent=2))
     lines = ["ensemble,mean_test_acc,std_test_acc"] + [
         f"{n},{v['mean']:.6f},{v['std']:.6f}" for n, v in summary["test_accuracy"].items()

@@ -68,7 +68,6 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=False)
     (out_dir / "sigma_ablation.json").write_text(json.dumps(summary, indent=2))
     lines = ["layer,sigma,sa,test_acc,test_acc_std"] + [
         f"{r['layer']},{r['sigma']},{r['sa']:.6f},{r['test_acc']:.6f},{r['test_acc_std']:.6f}" for r in summary["rows"]

@@ -41,14 +41,21 @@ def save_population(path: Path, population: PopulationMLP, member_test_acc: list
     os.replace(tmp, path)
 
 
-def load_population(path: str | Path) -> tuple[PopulationMLP, dict]:
-    """The population and the rest of the file (seeds, accuracies, metadata)."""
+def read_population_file(path: str | Path, mmap: bool = False) -> dict:
+    """A population file's dictionary, checked to be one; ``mmap=True`` maps its tensors
+    instead of reading them (for a look at the metadata alone)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found; expected a population file written by train.py")
-    payload = torch.load(path, weights_only=True, map_location="cpu")
+    payload = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise InputError(f"{path}: not a population file (expected format {FORMAT!r})")
+    return payload
+
+
+def load_population(path: str | Path) -> tuple[PopulationMLP, dict]:
+    """The population and the rest of the file (seeds, accuracies, metadata)."""
+    payload = read_population_file(path)
     population = PopulationMLP(**payload["hparams"], seeds=payload["seeds"], initialise=False)
     population.load_state_dict(payload["state_dict"])
     return population, payload

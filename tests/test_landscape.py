@@ -133,3 +133,41 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
     table = (report / "table1.md").read_text()
     assert table.count("\n| ") == 7  # header and six strategies
     assert (report / "agreement_vs_models.png").stat().st_size > 1000
+
+
+def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_population, tmp_path, monkeypatch):
+    from evaluators import consistency_protocol
+
+    config = tmp_path / "consistency.yaml"
+    config.write_text(  # SmoothGrad: the global generator must continue where it was
+        f"population: {small_population}\nmethods: [saliency, smoothgrad]\nn_models: [4]\nn_sets: 2\n"
+        f"n_points: 30\nn_points_smoothgrad: 10\nn_t: 3\nn_perturb: 2\nsigma: 0.3\ndevice: cpu\n"
+    )  # fmt: skip
+    whole = evaluate.main(["consistency", "--config", str(config), "--output_dir", str(tmp_path / "whole")])
+
+    calls = []
+    explain = consistency_protocol.explain
+
+    def interrupted(*args, **kwargs):
+        calls.append(args[2])
+        if len(calls) == 19:  # connect's second set: 9 ensembles kept, curves trained again on resuming
+            raise KeyboardInterrupt
+        return explain(*args, **kwargs)
+
+    monkeypatch.setattr(consistency_protocol, "explain", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["consistency", "--config", str(config), "--output_dir", str(tmp_path / "cut")])
+    assert stop.value.code == 130
+    (run,) = list((tmp_path / "cut").iterdir())
+    assert len(list((run / "sets").rglob("*.pt"))) == 9 and not (run / "consistency.json").exists()
+
+    calls.clear()
+    monkeypatch.setattr(consistency_protocol, "explain", lambda *a, **k: calls.append(a[2]) or explain(*a, **k))
+    with pytest.raises(evaluate.InputError, match=r"options \['n_sets'\] cannot change in a resumed run"):
+        evaluate.main(["consistency", "--resume", str(run), "--set", "n_sets=3"])
+    resumed = evaluate.main(["consistency", "--resume", str(run)])
+    assert len(calls) == 2 * (12 - 9)  # only the ensembles not kept, each with both methods
+    assert resumed["rows"] == whole["rows"]  # bit for bit, SmoothGrad included
+    assert json.loads((run / "consistency.json").read_text())["rows"] == whole["rows"]
+    with pytest.raises(evaluate.InputError, match="consistency.json is there, the run is finished"):
+        evaluate.main(["consistency", "--resume", str(run)])
