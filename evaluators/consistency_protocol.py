@@ -9,11 +9,16 @@ ensembles of a strategy with SA, SSA and CDC at top-k. Per individual the scores
 are averaged over pairs; the summary over individuals is mean ± std and median
 with the central decile (45th-55th percentiles).
 
+Explainers that draw random numbers (SmoothGrad's noise, from the global generator
+as Captum's NoiseTunnel) start each explanation of set s's ensemble from a seed of
+(seed, n, s) alone: an ensemble's explanations do not depend on which methods or
+strategies ran before it, and the strategies' ensembles of one set see the same
+noise, so strategies are compared on paired draws.
+
 Given a run folder, each ensemble's test accuracy and explanations are kept in
-``<run>/sets/n<n>/<strategy>/set-<s>.pt`` with the random generators' state after
-it (SmoothGrad draws its noise from the global generator). A run started again on
-that folder loads the finished ensembles, restores the generators and goes on from
-the first missing one, so it ends with the numbers an uninterrupted run gives.
+``<run>/sets/n<n>/<strategy>/set-<s>.pt``. A run started again on that folder loads
+the finished ensembles and computes only the missing ones, so it ends with the
+numbers an uninterrupted run gives.
 """
 
 from __future__ import annotations
@@ -92,13 +97,20 @@ def build_ensemble(strategy: str, s: int, members: list[int], population, curves
     return ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s)
 
 
-def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfig) -> tuple[float, dict]:
-    """An ensemble's test accuracy and its explanations of the first test points, per method."""
+def explanation_seed(seed: int, n: int, s: int) -> int:
+    """The global generator's seed for explaining set s's ensembles (every strategy's)."""
+    return int(np.random.SeedSequence([seed, n, s]).generate_state(1)[0])
+
+
+def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfig, seed: int) -> tuple[float, dict]:
+    """An ensemble's test accuracy and its explanations of the first test points, per
+    method, each method's random draws starting from ``seed``."""
     with torch.no_grad():
         accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
     points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
     explained = {}
     for method in cfg.methods:
+        torch.manual_seed(seed)
         options = {"baselines": background} if method == "deepshap" else {}
         explained[method] = explain(ensemble, x_test[: points.get(method, cfg.n_points)], method, **options).detach()
     return accuracy, explained
@@ -108,11 +120,9 @@ def set_file(run_dir: Path, n: int, strategy: str, s: int) -> Path:
     return run_dir / "sets" / f"n{n}" / strategy / f"set-{s:03d}.pt"
 
 
-def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor], device: torch.device) -> None:
-    """One ensemble's results and the generators' state after it, written atomically."""
-    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    payload = {"accuracy": accuracy, "explanations": {m: e.cpu() for m, e in explanations.items()},
-               "rng": torch.get_rng_state(), "cuda_rng": cuda_rng}  # fmt: skip
+def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor]) -> None:
+    """One ensemble's results, written atomically."""
+    payload = {"accuracy": accuracy, "explanations": {m: e.cpu() for m, e in explanations.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save(payload, tmp)
@@ -120,14 +130,11 @@ def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor],
 
 
 def load_set(path: Path, methods: list[str], device: torch.device) -> tuple[float, dict[str, torch.Tensor]]:
-    """A finished ensemble's results; the generators continue from where they were after it."""
+    """A finished ensemble's results."""
     payload = torch.load(path, weights_only=True)
     if sorted(payload["explanations"]) != sorted(methods):
         raise InputError(f"{path}: holds explanations {sorted(payload['explanations'])}; this run's methods are "
                          f"{sorted(methods)}")  # fmt: skip
-    torch.set_rng_state(payload["rng"])
-    if device.type == "cuda":
-        torch.cuda.set_rng_state(payload["cuda_rng"], device)
     return payload["accuracy"], {m: e.to(device) for m, e in payload["explanations"].items()}
 
 
@@ -140,7 +147,6 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     x_test, y_test = (t.to(device) for t in data.test_tensors)
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
     background = x_train[order[: cfg.n_background]].to(device)  # DeepSHAP's background sample
-    torch.manual_seed(cfg.seed)  # SmoothGrad's noise comes from the global generator
 
     def kept(n: int, strategy: str, s: int) -> Path | None:
         """Where this ensemble's results are kept, if they are: None without a run folder."""
@@ -168,10 +174,11 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
                         accuracy, explained = load_set(path, cfg.methods, device)
                     else:
                         ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
-                        accuracy, explained = ensemble_results(ensemble, x_test, y_test, background, cfg)
+                        seed = explanation_seed(cfg.seed, n, s)
+                        accuracy, explained = ensemble_results(ensemble, x_test, y_test, background, cfg, seed)
                         del ensemble
                         if run_dir is not None:
-                            save_set(set_file(run_dir, n, strategy, s), accuracy, explained, device)
+                            save_set(set_file(run_dir, n, strategy, s), accuracy, explained)
                     accuracies.append(accuracy)
                     for method in cfg.methods:
                         explanations[method].append(explained[method])

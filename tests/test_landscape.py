@@ -139,7 +139,7 @@ def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_
     from evaluators import consistency_protocol
 
     config = tmp_path / "consistency.yaml"
-    config.write_text(  # SmoothGrad: the global generator must continue where it was
+    config.write_text(  # SmoothGrad draws random numbers
         f"population: {small_population}\nmethods: [saliency, smoothgrad]\nn_models: [4]\nn_sets: 2\n"
         f"n_points: 30\nn_points_smoothgrad: 10\nn_t: 3\nn_perturb: 2\nsigma: 0.3\ndevice: cpu\n"
     )  # fmt: skip
@@ -171,3 +171,22 @@ def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_
     assert json.loads((run / "consistency.json").read_text())["rows"] == whole["rows"]
     with pytest.raises(evaluate.InputError, match="consistency.json is there, the run is finished"):
         evaluate.main(["consistency", "--resume", str(run)])
+
+
+def test_an_ensembles_smoothgrad_does_not_depend_on_what_ran_before_it(small_population, tmp_path):
+    config = tmp_path / "consistency.yaml"
+    config.write_text(
+        f"population: {small_population}\nn_models: [4]\nn_sets: 2\nn_points_smoothgrad: 10\nn_perturb: 2\n"
+        f"sigma: 0.3\ndevice: cpu\noutput_dir: {tmp_path}\n"
+    )  # fmt: skip
+
+    def smoothgrad_rows(*settings: str) -> list[dict]:
+        summary = evaluate.main(["consistency", "--config", str(config), *(a for s in settings for a in ("--set", s))])
+        return [{k: v for k, v in r.items() if k != "test_acc"} for r in summary["rows"] if r["method"] == "smoothgrad"]
+
+    alone = smoothgrad_rows("methods=[smoothgrad]", "strategies=[perturb]")
+    after_others = smoothgrad_rows("methods=[saliency, smoothgrad]", "strategies=[single, average, perturb]")
+    assert alone == [r for r in after_others if r["strategy"] == "perturb"]
+    # the same draws for every strategy: with sigma = 0 a perturbed ensemble is its average ensemble
+    at_zero = smoothgrad_rows("methods=[smoothgrad]", "strategies=[average, perturb]", "sigma=0.0")
+    assert [r["mean"] for r in at_zero[:3]] == [r["mean"] for r in at_zero[3:]]
