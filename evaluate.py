@@ -112,6 +112,8 @@ def new_report_dir(cfg) -> Path:
 def resumed_config(run_dir: Path, spec: Evaluator, overrides: dict):
     """The config an interrupted run folder was started with; only ``data_dir`` may change
     (where the raw data lies on this machine): any other option would change its numbers."""
+    if not (run_dir / "config.yaml").is_file():
+        raise InputError(f"--resume {run_dir}: no config.yaml there; expected a folder started by evaluate.py")
     if (run_dir / spec.report).exists():
         raise InputError(f"--resume {run_dir}: {spec.report} is there, the run is finished")
     changed = sorted(k for k, v in overrides.items() if v is not None and k != "data_dir")

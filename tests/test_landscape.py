@@ -171,6 +171,8 @@ def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_
     assert json.loads((run / "consistency.json").read_text())["rows"] == whole["rows"]
     with pytest.raises(evaluate.InputError, match="consistency.json is there, the run is finished"):
         evaluate.main(["consistency", "--resume", str(run)])
+    with pytest.raises(evaluate.InputError, match="no config.yaml there; expected a folder started by evaluate.py"):
+        evaluate.main(["consistency", "--resume", str(tmp_path)])
 
 
 def test_an_ensembles_smoothgrad_does_not_depend_on_what_ran_before_it(small_population, tmp_path):
