@@ -38,6 +38,7 @@ from evaluators.consistency_protocol import ConsistencyConfig, evaluate_consiste
 from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from lightning_modules.population_io import read_population_file
+from train import unique_folder
 
 
 def evaluate_run(
@@ -100,10 +101,7 @@ def new_report_dir(cfg) -> Path:
     the run's ``config.yaml``."""
     dataset = read_population_file(cfg.population, mmap=True)["metadata"]["dataset"]["dataset"]
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir, suffix = Path(cfg.output_dir) / f"{dataset}-{stamp}", 1
-    while run_dir.exists():
-        suffix += 1
-        run_dir = Path(cfg.output_dir) / f"{dataset}-{stamp}-{suffix}"
+    run_dir = unique_folder(Path(cfg.output_dir) / f"{dataset}-{stamp}")
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     return run_dir

@@ -66,12 +66,13 @@ def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resum
     )
 
 
-def unique_run_dir(output_dir: Path, dataset: str, run_name: str) -> Path:
-    """A run folder that does not exist yet: earlier runs are never overwritten."""
-    candidate, suffix = output_dir / dataset / run_name, 1
+def unique_folder(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``, ...: the first that does not exist yet, so
+    earlier runs are never overwritten."""
+    candidate, suffix = path, 1
     while candidate.exists():
         suffix += 1
-        candidate = output_dir / dataset / f"{run_name}-{suffix}"
+        candidate = path.with_name(f"{path.name}-{suffix}")
     return candidate
 
 
@@ -102,7 +103,8 @@ class TrainCLI(LightningCLI):
             seed = getattr(model_args, "seed", None)
             seed = getattr(model_args, "first_seed", 0) if seed is None else seed
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-            run_dir = unique_run_dir(Path(cfg.output_dir), dataset, cfg.run_name or f"{model_name}-seed{seed}-{stamp}")
+            run_name = cfg.run_name or f"{model_name}-seed{seed}-{stamp}"
+            run_dir = unique_folder(Path(cfg.output_dir) / dataset / run_name)
         cfg.trainer.default_root_dir = str(run_dir)
         cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, resumed=bool(cfg.resume))
         checkpoint = Namespace(  # last.ckpt, rewritten at every epoch end, for --resume

@@ -148,10 +148,9 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
     background = x_train[order[: cfg.n_background]].to(device)  # DeepSHAP's background sample
 
-    def kept(n: int, strategy: str, s: int) -> Path | None:
-        """Where this ensemble's results are kept, if they are: None without a run folder."""
-        path = None if run_dir is None else set_file(run_dir, n, strategy, s)
-        return path if path is not None and path.exists() else None
+    def kept(n: int, strategy: str, s: int) -> bool:
+        """Whether this ensemble's results are kept in the run folder from an earlier start."""
+        return run_dir is not None and set_file(run_dir, n, strategy, s).exists()
 
     rows = []
     with Progress() as progress:  # a bar per strategy, over its sets: a combine pass takes minutes
@@ -159,7 +158,7 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
             sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
             curves = []
             on_curves = [(st, s) for st in {"connect", "combine"} & set(cfg.strategies) for s in range(len(sets))]
-            if any(kept(n, st, s) is None for st, s in on_curves):
+            if not all(kept(n, st, s) for st, s in on_curves):
                 set_pairs = [member_pairs(members) for members in sets]
                 all_pairs = [pair for pairs in set_pairs for pair in pairs]
                 trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
@@ -169,9 +168,8 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
                 explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
                 accuracies = []
                 for s, members in enumerate(sets):
-                    path = kept(n, strategy, s)
-                    if path is not None:
-                        accuracy, explained = load_set(path, cfg.methods, device)
+                    if kept(n, strategy, s):
+                        accuracy, explained = load_set(set_file(run_dir, n, strategy, s), cfg.methods, device)
                     else:
                         ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
                         seed = explanation_seed(cfg.seed, n, s)
