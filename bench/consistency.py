@@ -31,21 +31,22 @@ M, N, D, K = 50, 1000, 23, 5
 def per_pair_loop(e: np.ndarray, k: int) -> dict[str, np.ndarray]:
     """Per pair of models: rank both matrices with numpy, then compare each individual's
     top-k sets and signs with Python sets, as public reference implementations do."""
-    out = {"sa": [], "ssa": [], "cdc_k": [], "cdc_d": []}
+    out = {"sa": [], "ssa": [], "cdc_k": [], "cdc_k_union": [], "cdc_d": []}
     for i, j in itertools.combinations(range(e.shape[0]), 2):
         a, b = e[i], e[j]
         top_a = np.argsort(-np.abs(a), axis=1, kind="stable")[:, :k]
         top_b = np.argsort(-np.abs(b), axis=1, kind="stable")[:, :k]
         sign_a, sign_b = np.sign(a), np.sign(b)
-        sa, ssa, cdc_k, cdc_d = (np.zeros(e.shape[1]) for _ in range(4))
+        sa, ssa, cdc_k, cdc_k_union, cdc_d = (np.zeros(e.shape[1]) for _ in range(5))
         for n in range(e.shape[1]):
             set_a, set_b = set(top_a[n].tolist()), set(top_b[n].tolist())
             agree = sum(1 for f in set_a & set_b if sign_a[n, f] == sign_b[n, f])
             sa[n] = agree / k
             ssa[n] = float(agree == k)
-            cdc_k[n] = float(all(sign_a[n, f] == sign_b[n, f] for f in set_a | set_b))
+            cdc_k[n] = float(all(sign_a[n, f] == sign_b[n, f] for f in set_a & set_b))
+            cdc_k_union[n] = float(all(sign_a[n, f] == sign_b[n, f] for f in set_a | set_b))
             cdc_d[n] = float((sign_a[n] == sign_b[n]).all())
-        for name, values in zip(out, (sa, ssa, cdc_k, cdc_d)):
+        for name, values in zip(out, (sa, ssa, cdc_k, cdc_k_union, cdc_d)):
             out[name].append(values)
     return {name: np.stack(v) for name, v in out.items()}
 

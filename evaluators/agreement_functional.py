@@ -11,15 +11,25 @@ Ley et al. (2023), §4:
 * SA@k, top-k sign agreement: |{f ∈ T_k(a) ∩ T_k(b) : sign a_f = sign b_f}| / k;
 * SSA@k, signed-set agreement: 1 if T_k(a) = T_k(b) and the signs agree on it, else 0
   (so SSA = 1 exactly when SA = 1);
-* CDC, consistent direction of contribution: 1 if sign a_f = sign b_f for every f in
-  T_k(a) ∪ T_k(b) (CDC@k) or for every feature (CDC@d), else 0.
+* CDC, consistent direction of contribution. The paper: CDC "requires that any feature
+  that appears in the top-k of one model has the same signed value if it appears in the
+  other model", and top-5 CDC "typically returned 1" and is "the least strict of the
+  three metrics". So CDC@k is 1 if sign a_f = sign b_f for every f in T_k(a) ∩ T_k(b)
+  (a feature must be in both top-k sets to be compared), else 0; with no common feature
+  it is 1. CDC@d compares every feature (T_d is all of them), the Table 1 column.
+  A stricter reading compares every f in T_k(a) ∪ T_k(b) (``cdc_union``): it is not the
+  paper's, and on correlated random explanations it gives 0.46-0.74 where the paper's
+  gives about 1; it is kept under its own name for comparison.
 Krishna et al. (2022): feature agreement |T_k(a) ∩ T_k(b)| / k; rank agreement, the
 share of the k ranks holding the same feature; signed-rank agreement, the same with
-equal signs too. Angular difference: arccos of the cosine similarity (radians).
+equal signs too. Angular difference: arccos of the cosine similarity (radians); an
+all-zero map has no direction, and its angle to any map is reported as π/2 (its unit
+vector is taken as zero, so the cosine is 0).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -59,10 +69,16 @@ def _pair_sum(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     return gram[:, i, j].T
 
 
+def _sign_terms(e: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One-hot signs (M, N, d, 3), the top-k mask (M, N, d) and the signs on it."""
+    signs = _sign_one_hot(e)
+    mask = _top_k_mask(e, k).to(e.dtype)
+    return signs, mask, signs * mask.unsqueeze(-1)
+
+
 def same_sign_in_top_k(e: torch.Tensor, k: int) -> torch.Tensor:
     """Number of features in both top-k sets with equal signs, (P, N)."""
-    masked = _sign_one_hot(e) * _top_k_mask(e, k).unsqueeze(-1).to(e.dtype)
-    return _pair_sum(masked)
+    return _pair_sum(_sign_terms(e, k)[2])
 
 
 def sign_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
@@ -73,34 +89,38 @@ def signed_set_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
     return (same_sign_in_top_k(e, k) == k).to(e.dtype)
 
 
+def _differ_in_union(k: int, signs, mask, masked, same_in_both) -> torch.Tensor:
+    """Features of T_k(a) ∪ T_k(b) whose signs differ, as Gram terms:
+    Σ_f (m_a + m_b - m_a m_b)(1 - same_f) with same_f = Σ_s S_afs S_bfs."""
+    return 2 * k - _pair_sum(masked, signs) - _pair_sum(signs, masked) - _pair_sum(mask) + same_in_both
+
+
 def consistent_direction(e: torch.Tensor, k: int | None = None) -> torch.Tensor:
-    """CDC@k over T_k(a) ∪ T_k(b); CDC@d (all features) when k is None."""
-    signs = _sign_one_hot(e)  # (M, N, d, 3)
+    """CDC@k as Ley et al. define it (equal signs on T_k(a) ∩ T_k(b)); CDC@d (equal signs
+    on every feature) when k is None."""
     if k is None:
-        same = _pair_sum(signs)  # features with equal signs
-        return (same == e.shape[-1]).to(e.dtype)
-    # Features of the union whose signs differ, expanded into Gram terms:
-    # Σ_f (m_i + m_j - m_i m_j)(1 - same_f) with same_f = Σ_s S_ifs S_jfs.
-    mask = _top_k_mask(e, k).to(e.dtype)
-    masked = signs * mask.unsqueeze(-1)
-    differ_in_union = (
-        2 * k - _pair_sum(masked, signs) - _pair_sum(signs, masked) - _pair_sum(mask) + _pair_sum(masked)
-    )
-    return (differ_in_union.round() == 0).to(e.dtype)
+        return (_pair_sum(_sign_one_hot(e)) == e.shape[-1]).to(e.dtype)
+    _, mask, masked = _sign_terms(e, k)
+    return ((_pair_sum(mask) - _pair_sum(masked)).round() == 0).to(e.dtype)  # all of ∩ same-signed
+
+
+def consistent_direction_union(e: torch.Tensor, k: int) -> torch.Tensor:
+    """CDC@k read over T_k(a) ∪ T_k(b): not the paper's definition (see the module's
+    docstring); kept to compare with code that reads it so."""
+    signs, mask, masked = _sign_terms(e, k)
+    return (_differ_in_union(k, signs, mask, masked, _pair_sum(masked)).round() == 0).to(e.dtype)
 
 
 def ley_agreements(e: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
-    """SA@k, SSA@k, CDC@k and CDC@d at once, ranking and sign-encoding each model once
-    and sharing the pairwise Gram products between the four scores."""
-    signs = _sign_one_hot(e)
-    mask = _top_k_mask(e, k).to(e.dtype)
-    masked = signs * mask.unsqueeze(-1)
+    """SA@k, SSA@k, CDC@k (both readings) and CDC@d at once, ranking and sign-encoding
+    each model once and sharing the pairwise Gram products between the scores."""
+    signs, mask, masked = _sign_terms(e, k)
     same_in_both = _pair_sum(masked)
-    differ_in_union = 2 * k - _pair_sum(masked, signs) - _pair_sum(signs, masked) - _pair_sum(mask) + same_in_both
     return {
         "sa": same_in_both / k,
         "ssa": (same_in_both == k).to(e.dtype),
-        "cdc_k": (differ_in_union.round() == 0).to(e.dtype),
+        "cdc_k": ((_pair_sum(mask) - same_in_both).round() == 0).to(e.dtype),
+        "cdc_k_union": (_differ_in_union(k, signs, mask, masked, same_in_both).round() == 0).to(e.dtype),
         "cdc_d": (_pair_sum(signs) == e.shape[-1]).to(e.dtype),
     }
 
@@ -123,7 +143,8 @@ def signed_rank_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def angular_difference(e: torch.Tensor) -> torch.Tensor:
-    """arccos of the cosine similarity, in radians; 0 for identical directions."""
+    """arccos of the cosine similarity, in radians; 0 for identical directions, π/2 when
+    either map is all zero (no direction; see the module's docstring)."""
     unit = torch.nn.functional.normalize(e, dim=-1)
     return torch.arccos(_pair_sum(unit).clamp(-1.0, 1.0))
 
@@ -132,30 +153,51 @@ AGREEMENTS = {
     "sa": sign_agreement,
     "ssa": signed_set_agreement,
     "cdc": consistent_direction,
+    "cdc_union": consistent_direction_union,
     "feature": feature_agreement,
     "rank": rank_agreement,
     "signed_rank": signed_rank_agreement,
 }
 
 
-def separability(a: torch.Tensor, b: torch.Tensor, seed: int = 0, test_fraction: float = 0.5) -> float:
+def separability(
+    a: torch.Tensor, b: torch.Tensor, seed: int = 0, test_fraction: float = 0.5, classifier: dict | None = None
+) -> float:
     """Watson et al.: held-out accuracy M(a, b) of a logistic regression that tells model
-    a's explanations (N, d) from model b's; 0.5 means indistinguishable."""
+    a's explanations from model b's; 0.5 means indistinguishable.
+
+    Row i of a and of b explain the same individual x_i, so the split into training and
+    held-out rows is by individual (both of x_i's rows on one side, a random
+    ``test_fraction`` of the individuals held out, from ``seed``). Split by row, the
+    classifier would meet the twin of a held-out row in training with the other label
+    and score below 0.5 on identical explanation sets. ``classifier``: options of
+    scikit-learn's ``LogisticRegression`` (default ``max_iter=1000``, otherwise its own
+    defaults: L2, C = 1)."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import GroupShuffleSplit
 
-    x = torch.cat([a, b]).double().numpy()
-    y = [0] * len(a) + [1] * len(b)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=test_fraction, random_state=seed, stratify=y
-    )
-    classifier = LogisticRegression(max_iter=1000).fit(x_train, y_train)
-    return float(classifier.score(x_test, y_test))
+    if a.shape != b.shape:
+        raise ValueError(f"explanations of shapes {tuple(a.shape)} and {tuple(b.shape)}; expected the same "
+                         "individuals (rows) and features from both models")  # fmt: skip
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction}; expected a fraction strictly between 0 and 1")
+    x = torch.cat([a, b]).double().cpu().numpy()
+    y = np.repeat([0, 1], len(a))
+    individual = np.tile(np.arange(len(a)), 2)
+    split = GroupShuffleSplit(n_splits=1, test_size=test_fraction, random_state=seed)
+    train, test = next(split.split(x, y, groups=individual))
+    model = LogisticRegression(**{"max_iter": 1000, **(classifier or {})}).fit(x[train], y[train])
+    return float(model.score(x[test], y[test]))
 
 
-def watson_consistency(e: torch.Tensor, seed: int = 0) -> float:
+def watson_consistency(
+    e: torch.Tensor, seed: int = 0, test_fraction: float = 0.5, classifier: dict | None = None
+) -> float:
     """C = 1 - Σ_{pairs} S(a, b) / α with S(a, b) = 2 |M(a, b) - 0.5| and α the number of
-    pairs: 1 when no pair's explanations can be told apart, 0 when every pair's can."""
+    pairs: 1 when no pair's explanations can be told apart, 0 when every pair's can.
+    M is ``separability`` (split by individual) with these options."""
     i, j = pairs(e.shape[0])
-    scores = [2 * abs(separability(e[a], e[b], seed) - 0.5) for a, b in zip(i.tolist(), j.tolist())]
+    scores = [
+        2 * abs(separability(e[a], e[b], seed, test_fraction, classifier) - 0.5) for a, b in zip(i.tolist(), j.tolist())
+    ]
     return 1.0 - sum(scores) / len(scores)

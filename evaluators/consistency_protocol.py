@@ -5,9 +5,19 @@ From a population: for each number n of pre-trained models per ensemble, draw
 (``single``: the set's first member; ``average``, ``majority``, ``perturb``,
 ``connect``, ``combine``: see ``lightning_modules.ensembles``); explain the first
 ``n_points`` test points with each method; score every pair of the ``n_sets``
-ensembles of a strategy with SA, SSA and CDC at top-k. Per individual the scores
-are averaged over pairs; the summary over individuals is mean ± std and median
-with the central decile (45th-55th percentiles).
+ensembles of a strategy with SA@k, SSA@k, CDC@k (the paper's reading, over the
+features in both top-k sets) and CDC@d (all features, Table 1's column). Per
+individual the scores are averaged over pairs; the summary over individuals is mean ±
+std and median with the central decile (45th-55th percentiles).
+
+Curves (``connect``, ``combine``) join the set's n/2 pairs of members. By default they
+are trained from scratch as in the paper's main text and Appendix C
+(``curve_mode: trained``: the start point from member a's seed, the end point from
+member b's, the members' own hyperparameters, the loss at a uniformly drawn t per
+batch); ``fixed`` keeps the two trained members as end points (Garipov et al.). The
+``n_t`` models taken from each curve sit at t drawn from U(0, 1) with the seed
+``seed + set`` (``t_sampling: uniform``, the paper's "uniformly sampling models along
+each mode connecting path") or evenly spaced on [0, 1] (``even``).
 
 Explainers that draw random numbers (SmoothGrad's noise, from the global generator
 as Captum's NoiseTunnel) start each explanation of set s's ensemble from a seed of
@@ -40,7 +50,9 @@ from evaluators.landscape import disjoint_sets, member_pairs, split_per_set, tra
 from lightning_modules.ensembles import ENSEMBLES
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
-METRICS = ["sa", "ssa", "cdc_k"]
+METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
+CURVE_MODES = ["trained", "fixed"]
+T_SAMPLINGS = ["uniform", "even"]
 
 
 @dataclass
@@ -62,6 +74,8 @@ class ConsistencyConfig(PopulationSource):
     layer: int = 0
     part: str = "weight"
     curve_kind: str = "bezier"
+    curve_mode: str = "trained"
+    t_sampling: str = "uniform"
     seed: int = 0
     output_dir: str = "runs/consistency"
 
@@ -73,6 +87,9 @@ class ConsistencyConfig(PopulationSource):
         unknown = [m for m in self.methods if m not in EXPLAINERS]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(EXPLAINERS)}")
+        for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS)):
+            if getattr(self, option) not in allowed:
+                raise InputError(f"option {option}={getattr(self, option)!r}; expected one of {allowed}")
 
 
 def summarise(per_individual: torch.Tensor) -> dict[str, float]:
@@ -86,6 +103,7 @@ def build_ensemble(strategy: str, s: int, members: list[int], population, curves
     """Set s's ensemble of a strategy (built one at a time: a ``combine`` ensemble holds
     2,500-5,000 MLPs, and 50 of them at once outgrow a 24 GB machine)."""
     noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part}
+    t_seed = cfg.seed + s if cfg.t_sampling == "uniform" else None
     if strategy == "single":
         return ENSEMBLES["average"](population, members[:1])
     if strategy in ("average", "majority"):
@@ -93,8 +111,8 @@ def build_ensemble(strategy: str, s: int, members: list[int], population, curves
     if strategy == "perturb":
         return ENSEMBLES["perturb"](population, members, **noise, seed=cfg.seed + s)
     if strategy == "connect":
-        return ENSEMBLES["connect"](curves[s], n_t=cfg.n_t)
-    return ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s)
+        return ENSEMBLES["connect"](curves[s], n_t=cfg.n_t, t_seed=t_seed)
+    return ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s, t_seed=t_seed)
 
 
 def explanation_seed(seed: int, n: int, s: int) -> int:
@@ -161,7 +179,7 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
             if not all(kept(n, st, s) for st, s in on_curves):
                 set_pairs = [member_pairs(members) for members in sets]
                 all_pairs = [pair for pairs in set_pairs for pair in pairs]
-                trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, "fixed")
+                trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, cfg.curve_mode)
                 curves = split_per_set(trained, set_pairs)
             for strategy in cfg.strategies:
                 task = progress.add_task(f"n={n} {strategy}", total=len(sets))
@@ -194,17 +212,18 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
 
 
 def markdown_table(summary: dict) -> str:
-    """Rows: strategies; columns: method x (SA, SSA), as mean ± std (Table 1's layout)."""
+    """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d), as mean ± std (Table 1's
+    layout)."""
     rows = summary["rows"]
     n = max(r["n_models"] for r in rows)
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    head = "| strategy | " + " | ".join(f"{m} SA | {m} SSA" for m in methods) + " | test acc |"
+    head = "| strategy | " + " | ".join(f"{m} SA | {m} SSA | {m} CDC@d" for m in methods) + " | test acc |"
     lines = [f"{summary['dataset']}, ensembles of {n} pre-trained models", "", head,
-             "|" + "---|" * (2 * len(methods) + 2)]  # fmt: skip
+             "|" + "---|" * (3 * len(methods) + 2)]  # fmt: skip
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         cells, acc = [], ""
         for method in methods:
-            for metric in ("sa", "ssa"):
+            for metric in ("sa", "ssa", "cdc_d"):
                 key = (n, strategy, method, metric)
                 (r,) = [r for r in rows if (r["n_models"], r["strategy"], r["method"], r["metric"]) == key]
                 cells.append(f"{r['mean']:.2f} ± {r['std']:.2f}")
@@ -214,26 +233,50 @@ def markdown_table(summary: dict) -> str:
 
 
 def write_consistency_report(summary: dict, out_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     (out_dir / "consistency.json").write_text(json.dumps(summary, indent=2))
     keys = ["n_models", "strategy", "method", "metric", "mean", "std", "median", "q45", "q55", "test_acc"]
     lines = [",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in summary["rows"]]
     (out_dir / "consistency.csv").write_text("\n".join(lines) + "\n")
     (out_dir / "table1.md").write_text(markdown_table(summary))
-    methods = list(dict.fromkeys(r["method"] for r in summary["rows"]))
+    plot_agreement(summary, out_dir)
+
+
+def plot_agreement(summary: dict, out_dir: Path) -> Path:
+    """Figure 6 (``agreement_vs_models.png``: SA@k against n, a line per strategy) when
+    the run has several n; with one n, ``agreement_by_strategy.png``: SA@k, SSA@k and
+    CDC@d per strategy (mean ± std over individuals), strategies on the x axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, k = summary["rows"], summary["config"]["k"]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    several_n = len({r["n_models"] for r in rows}) > 1
     fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4), dpi=110, squeeze=False)
     for ax, method in zip(axes[0], methods):
-        for strategy in dict.fromkeys(r["strategy"] for r in summary["rows"]):
-            pts = [r for r in summary["rows"] if (r["strategy"], r["method"], r["metric"]) == (strategy, method, "sa")]
-            ax.errorbar([r["n_models"] for r in pts], [r["mean"] for r in pts], yerr=[r["std"] for r in pts],
-                        marker="o", capsize=3, label=strategy)  # fmt: skip
-        ax.set(xlabel="pre-trained models per ensemble", ylabel=f"SA@{summary['config']['k']}", title=method)
+        if several_n:
+            for strategy in strategies:
+                pts = [r for r in rows if (r["strategy"], r["method"], r["metric"]) == (strategy, method, "sa")]
+                ax.errorbar([r["n_models"] for r in pts], [r["mean"] for r in pts], yerr=[r["std"] for r in pts],
+                            marker="o", capsize=3, label=strategy)  # fmt: skip
+            ax.set(xlabel="pre-trained models per ensemble", ylabel=f"SA@{k}")
+        else:
+            labels = {"sa": f"SA@{k}", "ssa": f"SSA@{k}", "cdc_d": "CDC@d"}
+            for offset, (metric, label) in zip((-0.2, 0.0, 0.2), labels.items()):
+                pts = [next(r for r in rows if (r["strategy"], r["method"], r["metric"]) == (s, method, metric))
+                       for s in strategies]  # fmt: skip
+                ax.errorbar(np.arange(len(strategies)) + offset, [r["mean"] for r in pts],
+                            yerr=[r["std"] for r in pts], fmt="o", capsize=3, label=label)  # fmt: skip
+            ax.set_xticks(range(len(strategies)), strategies)
+            ax.set(xlabel=f"strategy ({rows[0]['n_models']} pre-trained models per ensemble)", ylabel="agreement",
+                   ylim=(-0.05, 1.05))  # fmt: skip
+        ax.set_title(method)
         ax.legend()
-    fig.suptitle(f"{summary['dataset']}: agreement of ensembles (Figure 6)")
+    fig.suptitle(f"{summary['dataset']}: agreement of ensembles" + (" (Figure 6)" if several_n else ""))
     fig.tight_layout()
-    fig.savefig(out_dir / "agreement_vs_models.png")
+    path = out_dir / ("agreement_vs_models.png" if several_n else "agreement_by_strategy.png")
+    fig.savefig(path)
     plt.close(fig)
+    return path

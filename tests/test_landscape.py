@@ -121,18 +121,55 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
     summary = evaluate.main(["consistency", "--config", str(config), "--set", "n_points=40", "--set", "sigma=0.0"])
     by = {(r["strategy"], r["metric"]): r for r in summary["rows"]}
     # sigma = 0: perturbed ensembles are the average ensembles
-    for metric in ("sa", "ssa", "cdc_k"):
+    for metric in ("sa", "ssa", "cdc_k", "cdc_d"):
         assert by[("perturb", metric)]["mean"] == pytest.approx(by[("average", metric)]["mean"], abs=1e-6)
     # the single-model row, recomputed independently
     population, _ = load_population(small_population)
     x = FinancialDataModule(dataset="german").test_tensors[0][:40]
     sets = disjoint_sets(population.size, 4, 2, 0)
     e = torch.stack([explain(ENSEMBLES["average"](population, s[:1]), x, "saliency") for s in sets])
-    assert by[("single", "sa")]["mean"] == pytest.approx(ley_agreements(e, 5)["sa"].mean().item(), abs=1e-6)
+    reference = ley_agreements(e, 5)
+    for metric in ("sa", "cdc_k", "cdc_d"):  # CDC@d is Table 1's column
+        assert by[("single", metric)]["mean"] == pytest.approx(reference[metric].mean().item(), abs=1e-6)
     (report,) = list((tmp_path / "c").iterdir())
     table = (report / "table1.md").read_text()
-    assert table.count("\n| ") == 7  # header and six strategies
-    assert (report / "agreement_vs_models.png").stat().st_size > 1000
+    assert table.count("\n| ") == 7 and "saliency CDC@d" in table  # header and six strategies
+    assert (report / "agreement_by_strategy.png").stat().st_size > 1000  # one n: strategies on the x axis
+    assert not (report / "agreement_vs_models.png").exists()
+
+
+def test_consistency_curves_as_the_paper_trains_and_samples_them(small_population, monkeypatch):
+    import torch
+
+    from evaluators import consistency_protocol
+    from evaluators.consistency_protocol import ConsistencyConfig, build_ensemble
+    from lightning_modules import load_population
+    from lightning_modules.curve_population import curves_between
+    from lightning_modules.ensembles import ENSEMBLES
+
+    population, _ = load_population(small_population)
+    curves = [curves_between(population, [(0, 1), (2, 3)]).curve(i) for i in range(2)]
+    paper = ConsistencyConfig(population=str(small_population), n_t=3)
+    assert (paper.curve_mode, paper.t_sampling) == ("trained", "uniform")  # the defaults: Ley et al.
+    x = torch.randn(7, 61)
+    for s in (0, 1):  # t ~ U(0, 1), seeded by (seed + set), so sets differ and reruns agree
+        got = build_ensemble("connect", s, [0, 1, 2, 3], population, [curves, curves], paper).explained_output(x)
+        want = ENSEMBLES["connect"](curves, n_t=3, t_seed=s).explained_output(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    even = ConsistencyConfig(population=str(small_population), n_t=3, t_sampling="even")
+    evenly = build_ensemble("combine", 0, [0, 1, 2, 3], population, [curves], even).explained_output(x)
+    torch.testing.assert_close(evenly, ENSEMBLES["combine"](curves, n_t=3, seed=0).explained_output(x), rtol=0, atol=0)
+    assert not torch.equal(build_ensemble("connect", 0, [], population, [curves], paper).explained_output(x),
+                           build_ensemble("connect", 0, [], population, [curves], even).explained_output(x))
+    for option in ("curve_mode", "t_sampling"):
+        with pytest.raises(evaluate.InputError, match=f"option {option}='x'; expected one of"):
+            ConsistencyConfig(population=str(small_population), **{option: "x"})
+    modes = []
+    monkeypatch.setattr(consistency_protocol, "train_curves", lambda *a: modes.append(a[-1]) or [])
+    with pytest.raises(IndexError):  # no curves came back: the mode is all this checks
+        consistency_protocol.evaluate_consistency(ConsistencyConfig(
+            population=str(small_population), methods=[], strategies=["connect"], n_sets=1, device="cpu"))
+    assert modes == ["trained"]
 
 
 def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_population, tmp_path, monkeypatch):
@@ -191,4 +228,4 @@ def test_an_ensembles_smoothgrad_does_not_depend_on_what_ran_before_it(small_pop
     assert alone == [r for r in after_others if r["strategy"] == "perturb"]
     # the same draws for every strategy: with sigma = 0 a perturbed ensemble is its average ensemble
     at_zero = smoothgrad_rows("methods=[smoothgrad]", "strategies=[average, perturb]", "sigma=0.0")
-    assert [r["mean"] for r in at_zero[:3]] == [r["mean"] for r in at_zero[3:]]
+    assert [r["mean"] for r in at_zero[:4]] == [r["mean"] for r in at_zero[4:]]

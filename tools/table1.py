@@ -2,20 +2,33 @@
 
     python tools/table1.py runs/table1/*/consistency.json             # full table and verdicts
     python tools/table1.py --summary runs/table1/*/consistency.json   # SA (SSA), a row per explainer
+    python tools/table1.py --paper runs/table1/*/consistency.json     # beside the paper's Table 1
 
 One row per dataset and strategy (a dataset's reports merged, say one per
 explainer), SA and SSA (mean ± std over individuals) per explainer, and per
 dataset whether the paper's ordering holds for SA and SSA of each explainer:
-single < average (vanilla) < {perturb, connect} <= combine.
+single < average (vanilla) < {perturb, connect} <= combine. ``--paper`` sets every
+cell of the paper's Table 1 (SmoothGrad and DeepSHAP; top-5 SA, top-5 SSA, top-d
+CDC) beside ours, with Δ = ours - paper, marks |Δ| > 0.10, and names the settings in
+which each report departs from the paper's protocol.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 from pathlib import Path
 
 ORDER = ["single", "average", "majority", "perturb", "connect", "combine"]
+PAPER_VALUES = Path(__file__).resolve().parent.parent / "docs" / "paper_values" / "ley2023_table1.csv"
+PAPER_STRATEGIES = ["single", "average", "perturb", "connect", "combine"]  # the paper's Vanilla is `average`
+PAPER_METRICS = {"sa": "SA@5", "ssa": "SSA@5", "cdc_d": "CDC@d"}
+TOLERANCE = 0.10
+# The paper's protocol (§4, Appendices C and D), as options of evaluate.py consistency.
+PAPER_SETTINGS = {"n_models": [4], "n_sets": 50, "k": 5, "n_points_smoothgrad": 1000, "n_points_deepshap": 100,
+                  "n_background": 100, "curve_mode": "trained", "t_sampling": "uniform"}  # fmt: skip
+BEFORE_OPTIONS = {"curve_mode": "fixed", "t_sampling": "even"}  # what reports made before these options used
 
 
 def ordering_holds(value: dict[str, float]) -> bool:
@@ -106,6 +119,67 @@ def summary(paths: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def read_paper_values(path: Path = PAPER_VALUES) -> dict[tuple[str, str, str, str], dict]:
+    """(dataset, strategy, method, metric) -> {mean, std, line} from the typed-in table."""
+    with open(path, newline="") as f:
+        rows = csv.DictReader(line for line in f if not line.startswith("#"))
+        return {(r["dataset"], r["strategy"], r["method"], r["metric"]): {"mean": float(r["mean"]),
+                "std": float(r["std"]), "line": int(r["line"])} for r in rows}  # fmt: skip
+
+
+def departures(config: dict, method: str) -> list[str]:
+    """The options in which a report departs from the paper's protocol, for one explainer."""
+    relevant = {"smoothgrad": ["n_points_smoothgrad"], "deepshap": ["n_points_deepshap", "n_background"]}[method]
+    values = {**BEFORE_OPTIONS, **config}
+    keys = ["n_models", "n_sets", "k", "curve_mode", "t_sampling", *relevant]
+    return [f"{key} {values[key]} (paper {PAPER_SETTINGS[key]})" for key in keys if values[key] != PAPER_SETTINGS[key]]
+
+
+def beside_paper(paths: list[str], paper_path: Path = PAPER_VALUES) -> str:
+    """Every cell of the paper's Table 1 beside ours: paper mean ± std, ours, Δ; |Δ| >
+    0.10 in bold. Cells no report ran are dashes; the closing lines count the SA/SSA
+    cells within 0.10 and list each report's departures from the paper's settings."""
+    paper = read_paper_values(paper_path)
+    ours, configs = {}, {}
+    for path in paths:
+        report = json.loads(Path(path).read_text())
+        for row in report["rows"]:
+            ours[(report["dataset"], row["strategy"], row["method"], row["metric"])] = row
+            configs[(report["dataset"], row["method"])] = (report["config"], path)
+    head = "| dataset | explainer | strategy | " + " | ".join(
+        f"{label} paper | {label} ours | Δ" for label in PAPER_METRICS.values()) + " |"  # fmt: skip
+    lines = [head, "|---|---|---|" + "---|" * (3 * len(PAPER_METRICS))]
+    within, compared = 0, 0
+    for dataset in dict.fromkeys(key[0] for key in paper):
+        for method in ("smoothgrad", "deepshap"):
+            for strategy in PAPER_STRATEGIES:
+                cells = []
+                for metric in PAPER_METRICS:
+                    key = (dataset, strategy, method, metric)
+                    theirs, mine = paper[key], ours.get(key)
+                    cells.append(f"{theirs['mean']:.2f} ± {theirs['std']:.2f}")
+                    if mine is None:
+                        cells += ["—", "—"]
+                        continue
+                    delta = mine["mean"] - theirs["mean"]
+                    far = abs(delta) > TOLERANCE
+                    shown = f"**{delta:+.2f}**" if far else f"{delta:+.2f}"
+                    cells += [f"{mine['mean']:.2f} ± {mine['std']:.2f}", shown]
+                    if metric != "cdc_d":
+                        compared, within = compared + 1, within + (not far)
+                lines.append(f"| {dataset} | {method} | {strategy} | " + " | ".join(cells) + " |")
+    sa_ssa = sum(1 for key in paper if key[3] != "cdc_d")
+    lines += ["", f"SA/SSA cells within {TOLERANCE:.2f} of the paper: {within} of {compared} compared "
+              f"({sa_ssa} in the paper's table).", ""]  # fmt: skip
+    for (dataset, method), (config, path) in sorted(configs.items()):
+        if method in ("smoothgrad", "deepshap"):
+            departs = departures(config, method)
+            lines.append(f"- {dataset} {method} ({path}): " + ("the paper's settings" if not departs else
+                         "departs from the paper in " + ", ".join(departs)))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    print(summary(args[1:]) if args[:1] == ["--summary"] else main(args), end="")
+    modes = {"--summary": summary, "--paper": beside_paper}
+    print(modes[args[0]](args[1:]) if args[:1] and args[0] in modes else main(args), end="")
