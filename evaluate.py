@@ -20,11 +20,12 @@ an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
+import shutil
 import sys
+from argparse import RawDescriptionHelpFormatter
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -33,7 +34,8 @@ import yaml
 from pytorch_lightning.cli import instantiate_class
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
-from datamodules.errors import InputError
+from datamodules.errors import InputError, OneLineParser, run_entry_point
+from evaluators.config import load_config
 from evaluators.consistency_protocol import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
@@ -62,18 +64,6 @@ def evaluate_run(
     (tested,) = trainer.test(model, datamodule=data, verbose=False)
     return {"run_dir": str(run_dir), "checkpoint": str(ckpt_path), "test_acc": tested["test/acc"],
             "test_loss": tested["test/loss"], "data": data.describe()}  # fmt: skip
-
-
-def load_config(path: Path, cls, overrides: dict):
-    """A dataclass config from YAML; unknown keys name themselves."""
-    if not path.is_file():
-        raise InputError(f"--config {path}: file not found")
-    values = {**(yaml.safe_load(path.read_text()) or {}), **{k: v for k, v in overrides.items() if v is not None}}
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise InputError(f"{path}: unknown option(s) {unknown}; expected some of {sorted(known)}")
-    return cls(**values)
 
 
 class Evaluator(NamedTuple):
@@ -107,6 +97,10 @@ def new_report_dir(cfg) -> Path:
     return run_dir
 
 
+def holds_config_only(run_dir: Path) -> bool:
+    return [p.name for p in run_dir.iterdir()] == ["config.yaml"]
+
+
 def resumed_config(run_dir: Path, spec: Evaluator, overrides: dict):
     """The config an interrupted run folder was started with; only ``data_dir`` may change
     (where the raw data lies on this machine): any other option would change its numbers."""
@@ -122,7 +116,7 @@ def resumed_config(run_dir: Path, spec: Evaluator, overrides: dict):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="evaluate.py", description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="re-test a training run")
     run.add_argument("run_dir", type=Path, help="a folder written by train.py")
@@ -166,22 +160,19 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         cfg = load_config(args.config, spec.config, overrides)
         run_dir = new_report_dir(cfg)
-    if not spec.resumable:
-        summary = spec.evaluate(cfg)
-    else:
-        try:
-            summary = spec.evaluate(cfg, run_dir)
-        except KeyboardInterrupt:
+    try:
+        summary = spec.evaluate(cfg, run_dir) if spec.resumable else spec.evaluate(cfg)
+    except BaseException as err:
+        if spec.resumable and isinstance(err, KeyboardInterrupt) and not holds_config_only(run_dir):
             print(f"interrupted; continue with: python evaluate.py {args.command} --resume {run_dir}", file=sys.stderr)
             raise SystemExit(130) from None
+        if resume is None and holds_config_only(run_dir):  # bad input found on the way: no empty run folder stays
+            shutil.rmtree(run_dir)
+        raise
     spec.write(summary, run_dir)
     print(f"report: {run_dir}")
     return summary
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_entry_point(main)

@@ -14,9 +14,15 @@ only once training and testing finished, ``metrics.json`` (and for a population
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import logging
+import re
+import shutil
 import sys
 import time
+import uuid
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -27,7 +33,8 @@ from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import WandbLogger
 
-from datamodules.errors import InputError
+from datamodules.errors import InputError, run_entry_point
+from evaluators.config import read_yaml
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
 from lightning_modules.population_io import save_population
@@ -36,11 +43,17 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = [str(ROOT / "configs" / "defaults.yaml"), str(ROOT / "configs" / "german.yaml")]
 LogTo = Literal["wandb_offline", "wandb_online", "csv", "none"]
 WANDB_PROJECT = "reliable-explanations"
+# The seed is in every run's config.yaml; its log line would only stand before errors.
+logging.getLogger("lightning_fabric.utilities.seed").setLevel(logging.WARNING)
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # Lightning's own, every fit
 
 
-def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resumed: bool) -> Namespace | bool:
+def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resumed: bool,
+                  previous: Namespace | None = None) -> Namespace | bool:  # fmt: skip
     """The ``trainer.logger`` entry for a ``log_to`` choice; W&B never needs a key offline.
-    A resumed run logs CSV metrics to ``csv/resume-<k>/`` so the first part's file stays."""
+    A resumed run logs CSV metrics to ``csv/resume-<k>/`` so the first part's file stays,
+    and W&B metrics to the same W&B run: its id is kept in the run's config.yaml
+    (``previous``: the logger entry the run was started with)."""
     if log_to == "none":
         return False
     if log_to == "csv":
@@ -62,8 +75,18 @@ def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resum
             name=run_name,
             group=group,
             offline=log_to == "wandb_offline",
+            id=wandb_run_id(previous),
         ),
     )
+
+
+def wandb_run_id(previous: Namespace | None) -> str:
+    """The W&B run id a run started with (Lightning resumes a W&B run of a given id),
+    or a new one."""
+    init_args = getattr(previous, "init_args", None)
+    if getattr(previous, "class_path", "").endswith("WandbLogger") and getattr(init_args, "id", None):
+        return init_args.id
+    return uuid.uuid4().hex[:12]
 
 
 def unique_folder(path: Path) -> Path:
@@ -89,6 +112,10 @@ class TrainCLI(LightningCLI):
             "--population.drop_below_mean", type=float | None, default=None,
             help="drop members whose test accuracy is more than this below the mean (paper: 0.01)",
         )  # fmt: skip
+        parser.add_argument(
+            "--population.keep_chunks", type=bool, default=False,
+            help="keep <run>/chunks/ (per-chunk files and last epoch checkpoints) once population.pt is written",
+        )  # fmt: skip
         parser.link_arguments("data.num_features", "model.init_args.in_features", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
@@ -106,7 +133,8 @@ class TrainCLI(LightningCLI):
             run_name = cfg.run_name or f"{model_name}-seed{seed}-{stamp}"
             run_dir = unique_folder(Path(cfg.output_dir) / dataset / run_name)
         cfg.trainer.default_root_dir = str(run_dir)
-        cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, resumed=bool(cfg.resume))
+        previous = cfg.trainer.logger if cfg.resume else None
+        cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, bool(cfg.resume), previous)
         checkpoint = Namespace(  # last.ckpt, rewritten at every epoch end, for --resume
             class_path="pytorch_lightning.callbacks.ModelCheckpoint",
             init_args=Namespace(
@@ -129,6 +157,26 @@ def resume_args(args: list[str]) -> list[str]:
             raise InputError(f"--resume {run_dir}: no config.yaml there; expected a run folder written by train.py")
         return ["--config", str(config), *args]
     return args
+
+
+def check_config_files(args: list[str]) -> None:
+    """Every ``--config FILE`` exists and is YAML, else an error naming the file and the
+    line (jsonargparse would report a parse error in "<unicode string>")."""
+    for flag, value in zip(args, args[1:]):
+        if flag in ("--config", "-c"):
+            read_yaml(Path(value))
+
+
+def short_parse_error(message: str) -> str:
+    """jsonargparse's error, cut to the option and what was expected: a wrong type names
+    the nested keys (model / lr) and the first "Expected ..." line under them."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    keys = [m.group(1) for line in lines if (m := re.match(r'Parser key "([^"]+)":$', line))]
+    expected = next((line for line in lines if line.startswith("Expected a")), None)
+    if keys and expected:
+        expected = re.sub(r"<class '([\w.]+)'>", r"\1", expected).replace("Expected a", "expected a")
+        return f"option {'.'.join(keys)}: {expected}; see train.py --help"
+    return f"{lines[0]}; see train.py --help"
 
 
 def fit_single(cli: TrainCLI) -> dict:
@@ -192,6 +240,8 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         "dropped_test_acc": accuracy[~kept].tolist(),
     }
     save_population(run_dir / "population.pt", trained.subset(keep), accuracy[kept].tolist(), metadata)
+    if not options.keep_chunks:  # everything in them is in population.pt now (they were 4x its size)
+        shutil.rmtree(run_dir / "chunks")
     plot = write_reports(run_dir, trained.seeds, accuracy, kept, f"{info['dataset']}: {trained.size} members")
     summary = {
         "members_trained": trained.size,
@@ -229,34 +279,22 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
 def main(args: list[str] | None = None) -> dict | None:
     """Train, test on the held-out split and return the test metrics (None if interrupted)."""
     args = resume_args(list(sys.argv[1:] if args is None else args))
-    cli = TrainCLI(
-        run=False,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False},
-        args=args,
-    )
+    check_config_files(args)
+    try:
+        cli = TrainCLI(
+            run=False,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False, "exit_on_error": False},
+            args=args,
+        )
+    except argparse.ArgumentError as err:
+        raise InputError(short_parse_error(str(err))) from None
     if isinstance(cli.model, PopulationMLP):
         return fit_population_run(cli)
     return fit_single(cli)
 
 
-def input_error_in(err: BaseException) -> InputError | None:
-    """The InputError behind ``err``, also when jsonargparse wrapped it while instantiating."""
-    while err is not None:
-        if isinstance(err, InputError):
-            return err
-        err = err.__cause__ or err.__context__
-    return None
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as err:
-        cause = input_error_in(err)
-        if cause is None:
-            raise
-        print(f"error: {cause}", file=sys.stderr)
-        sys.exit(2)
+    run_entry_point(main)

@@ -1,10 +1,67 @@
-"""The one error type for bad user input (files, columns, options).
+"""Bad user input, and the one way every entry point ends on an error.
 
-Entry points (`train.py`, `evaluate.py`, `python -m datamodules.describe`) catch
-it, print its message on one line and exit with status 2, so a user sees what
-was wrong with which file, column or option, and nothing else.
+``InputError`` names the file, column or option and what was expected. Entry points
+(`train.py`, `evaluate.py`, `python -m datamodules.describe`) run their ``main``
+through ``run_entry_point``: an ``InputError`` (also one that a library wrapped, e.g.
+jsonargparse while instantiating) or a bad command line ends with its message on one
+line of standard error and exit status 2; any other exception with its type and
+message on one line and status 1; Ctrl-C with status 130. No traceback, unless the
+command line holds ``--debug`` or the environment sets ``RELIABLE_EXPLANATIONS_DEBUG=1``.
 """
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, NoReturn
+
+DEBUG_ENV = "RELIABLE_EXPLANATIONS_DEBUG"
 
 
 class InputError(ValueError):
     """Bad input from the user: names the file, column or option and what was expected."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """``argparse`` whose errors are ``InputError``s (one line, no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{self.prog}: {message}; see {self.prog} --help")
+
+
+def input_error_in(err: BaseException | None) -> InputError | None:
+    """The InputError behind ``err``, also when a library wrapped it."""
+    while err is not None:
+        if isinstance(err, InputError):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def one_line(message: str) -> str:
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def run_entry_point(main: Callable[[list[str]], object], argv: list[str] | None = None) -> NoReturn:
+    """Run ``main(argv)`` (default: the command line, handed over explicitly and taken
+    off ``sys.argv``) and exit as the module's docstring says."""
+    if argv is None:
+        argv, sys.argv[1:] = sys.argv[1:], []
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:  # noqa: BLE001 (the one place that turns any failure into a line)
+        if debug:
+            raise
+        cause = input_error_in(err)
+        if cause is not None:
+            print(f"error: {one_line(cause)}", file=sys.stderr)
+            sys.exit(2)
+        print(f"error: {type(err).__name__}: {one_line(err)} (run with --debug for the traceback)", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(0)

@@ -99,6 +99,10 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
             stratify=label if self.stratify else None,
         )
         train, test = features.iloc[idx_train], features.iloc[idx_test]
+        imputed = {col: n for col, n in (train.isna().sum() + test.isna().sum()).items() if n}
+        if imputed:
+            counts = ", ".join(f"{col!r} {n} rows" for col, n in imputed.items())
+            log.warning(f"{source}: imputed missing values with the training-split median: {counts}")
         median = train.median()
         train, test = train.fillna(median), test.fillna(median)
         mean, std = train.mean(), train.std(ddof=0)

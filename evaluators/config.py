@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import yaml
 
 from datamodules.errors import InputError
 from datamodules.tabular import TabularDataModule
@@ -46,3 +51,55 @@ class PopulationSource:
         device = resolve_device(self.device)
         population, payload = load_population(self.population)
         return population.to(device), payload, population_datamodule(payload, self.data_dir)
+
+
+def conforms(value, hint) -> bool:
+    """Whether a YAML value fits an option's type hint (int, float, str, bool, None,
+    unions of them and lists); an int fits a float, a bool fits nothing but bool."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, h) for h in typing.get_args(hint))
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(conforms(v, item) for v in value)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def read_yaml(path: Path, option: str = "--config"):
+    """A YAML file's content; a missing file or a YAML error names the file and line."""
+    if not path.is_file():
+        raise InputError(f"{option} {path}: file not found")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"{option} {path}: not valid YAML: {getattr(err, 'problem', None) or err}{where}") from None
+
+
+def load_config(path: Path, cls, overrides: dict):
+    """A dataclass config from a YAML file and command-line overrides; a file that is
+    not YAML, an unknown option or a value of the wrong type names itself."""
+    values = read_yaml(path) or {}
+    if not isinstance(values, dict):
+        raise InputError(f"--config {path}: expected a mapping of option: value, got {type(values).__name__}")
+    values = {**values, **{k: v for k, v in overrides.items() if v is not None}}
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InputError(f"{path}: unknown option(s) {unknown}; expected some of {sorted(known)}")
+    for key, value in values.items():
+        if not conforms(value, hints[key]):
+            raise InputError(f"{path}: option {key}={value!r}; expected {describe_type(hints[key])}")
+    return cls(**values)
+
+
+def describe_type(hint) -> str:
+    return str(hint).replace("<class '", "").replace("'>", "").replace("typing.", "")

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from evaluators.agreement_functional import sign_agreement
+from datamodules.errors import InputError
 from evaluators.config import PopulationSource
-from evaluators.explainers import explain
+from evaluators.explainers import EXPLAINERS, explain
 from lightning_modules.ensembles import ENSEMBLES
 
 
@@ -36,6 +37,11 @@ class SigmaAblationConfig(PopulationSource):
     n_points: int = 1000
     seed: int = 0
     output_dir: str = "runs/sigma"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.method not in EXPLAINERS:
+            raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {sorted(EXPLAINERS)}")
 
 
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:

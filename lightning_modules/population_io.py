@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from datamodules.specs import DATASETS
 from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP
 
@@ -46,8 +47,13 @@ def read_population_file(path: str | Path, mmap: bool = False) -> dict:
     instead of reading them (for a look at the metadata alone)."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"{path}: file not found; expected a population file written by train.py")
-    payload = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+        dataset = path.parent.parent.name
+        make = f" (make it with: make population DATASET={dataset})" if dataset in DATASETS else ""
+        raise InputError(f"{path}: file not found; expected a population file written by train.py{make}")
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+    except Exception as err:  # torch.load's failures on a foreign file differ by format (zip, pickle, mmap)
+        raise InputError(f"{path}: not a population file written by train.py ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise InputError(f"{path}: not a population file (expected format {FORMAT!r})")
     return payload

@@ -20,3 +20,16 @@ def data_dir() -> Path:
     if not DATA_DIR.is_dir():
         pytest.skip(f"real data folder {DATA_DIR} not found (set RELIABLE_EXPLANATIONS_DATA)")
     return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def small_population(tmp_path_factory) -> str:
+    """A German Credit population of 8 members trained for 3 epochs: its file's path."""
+    import train
+
+    out = tmp_path_factory.mktemp("pop")
+    metrics = train.main([
+        "--config", "configs/population.yaml", "--model.size", "8", "--trainer.max_epochs", "3",
+        "--trainer.enable_progress_bar", "false", "--log_to", "none", "--output_dir", str(out),
+    ])  # fmt: skip
+    return metrics["population"]

@@ -132,3 +132,26 @@ def test_two_moons():
     dm = TwoMoonsDataModule(n_samples=500, noise=0.1)
     info = dm.describe()
     assert (info["rows"], info["features"], info["positive_rate"]) == (500, 2, 0.5)
+
+
+def test_german_missing_value_is_refused_with_column_and_rows(tmp_path, data_dir):
+    lines = (data_dir / "german" / "german.data").read_text().splitlines()[:50]
+    for row in (4, 9):
+        fields = lines[row].split()
+        fields[1] = "NaN"  # duration
+        lines[row] = " ".join(fields)
+    (tmp_path / "german.data").write_text("\n".join(lines) + "\n")
+    message = r"column 'duration' has 2 missing value\(s\), the first in row 4; expected none"
+    with pytest.raises(InputError, match=message):
+        FinancialDataModule(dataset="german", data_dir=str(tmp_path)).describe()
+
+
+def test_heloc_special_values_are_imputed_with_a_warning_naming_columns_and_counts(tmp_path, caplog):
+    rows = heloc_rows(20)
+    for i in (2, 5, 11):
+        head, first, rest = rows[i].split(",", 2)
+        rows[i] = f"{head},{first},-8,{rest.split(',', 1)[1]}"  # MSinceOldestTradeOpen: special value
+    write_heloc(tmp_path, HELOC_HEADER, rows).describe()
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert record.getMessage().endswith(
+        "heloc_dataset_v1.csv: imputed missing values with the training-split median: 'MSinceOldestTradeOpen' 3 rows")

@@ -8,18 +8,7 @@ import pytest
 import torch
 
 import evaluate
-import train
 from evaluators.landscape import LandscapeConfig, nudged_reruns, vector
-
-
-@pytest.fixture(scope="module")
-def small_population(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pop")
-    metrics = train.main([
-        "--config", "configs/population.yaml", "--model.size", "8", "--trainer.max_epochs", "3",
-        "--trainer.enable_progress_bar", "false", "--log_to", "none", "--output_dir", str(out),
-    ])  # fmt: skip
-    return metrics["population"]
 
 
 def test_landscape_report(small_population, tmp_path):

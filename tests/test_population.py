@@ -141,12 +141,11 @@ def test_interrupted_run_resumes_without_redoing_chunks_or_epochs(tmp_path, monk
         train.main(args)
     run_dir = tmp_path / "runs" / "german" / "crash"
     assert not (run_dir / "population.pt").exists() and not (run_dir / "metrics.json").exists()
-    first_chunk = run_dir / "chunks" / "chunk-000.pt"
-    stamp = first_chunk.stat().st_mtime_ns
+    assert (run_dir / "chunks" / "chunk-000.pt").exists()
     first_metrics = (run_dir / "csv" / "metrics.csv").read_text()
     monkeypatch.delenv("RELEXP_TEST_INTERRUPT")
     resumed = train.main(["--resume", str(run_dir)])
-    assert first_chunk.stat().st_mtime_ns == stamp
+    assert not (run_dir / "chunks").exists()  # all of it is in population.pt now
     # the interrupted part's metrics stay; the resumed part logs beside them
     assert (run_dir / "csv" / "metrics.csv").read_text() == first_metrics
     assert "train/member_loss_mean" in (run_dir / "csv" / "resume-1" / "metrics.csv").read_text()
@@ -171,7 +170,10 @@ def test_interrupted_run_resumes_without_redoing_chunks_or_epochs(tmp_path, monk
 
 
 def test_filter_drops_members_below_mean(tmp_path):
-    metrics = train.main(population_args(tmp_path, "--population.drop_below_mean", "0.0"))
+    metrics = train.main(population_args(tmp_path, "--population.drop_below_mean", "0.0", "--population.keep_chunks",
+                                         "true"))  # fmt: skip
+    assert sorted(p.name for p in (Path(metrics["run_dir"]) / "chunks").iterdir()) == [
+        "chunk-000", "chunk-000.pt", "chunk-001", "chunk-001.pt"]  # fmt: skip
     population, payload = load_population(metrics["population"])
     lines = (Path(metrics["run_dir"]) / "members.csv").read_text().split()[1:]
     accuracy = [float(line.split(",")[1]) for line in lines]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import wandb
 
 import evaluate
 import train
@@ -104,3 +105,20 @@ def test_single_model_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     w_ref, w_res = _weights(reference), _weights(resumed)
     assert all(torch.equal(w_ref[k], w_res[k]) for k in w_ref)
     assert resumed["test_acc"] == reference["test_acc"]
+
+
+def test_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
+    args = ["--log_to", "wandb_offline", "--run_name", "w-chunk-001", "--trainer.max_epochs", "3",
+            "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_train(tmp_path, *args)
+    wandb.finish()  # the crashed process's W&B run ends with it
+    monkeypatch.delenv("RELEXP_TEST_INTERRUPT")
+    run_dir = tmp_path / "german" / "w-chunk-001"
+    train.main(["--resume", str(run_dir)])
+    wandb.finish()
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2  # one W&B directory per process, both for one W&B run id
+    ids = {path.name.rsplit("-", 1)[1] for path in runs}
+    assert len(ids) == 1 and f"id: {ids.pop()}" in (run_dir / "config.yaml").read_text()
