@@ -14,7 +14,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-all bench lint env-key clean-env
+.PHONY: install demo test test-all bench lint env-key clean-env population table1 figure9 sigma check-dataset
 
 install: $(VENV)/.complete
 
@@ -36,6 +36,33 @@ $(VENV)/.complete: $(ENV_DIR)/.complete
 demo: install
 	$(PY) train.py
 	$(PY) train.py --config configs/population.yaml --model.size 100 --trainer.enable_progress_bar false
+
+# The paper's figures and tables, each after the population it needs (see README,
+# "From the demo to every paper figure"). DATASET: heloc, german, adult, default_credit
+# or gmsc; DATA_DIR: the folder holding the raw files; ARGS: more evaluate.py options.
+DATASET ?= german
+DATA_DIR ?= ../shared/data
+ARGS ?=
+POPULATION_DIR := runs/full/$(DATASET)/population-1000
+
+check-dataset:
+	@test -f configs/$(DATASET).yaml || { echo "error: DATASET=$(DATASET): expected one of heloc german adult default_credit gmsc" >&2; exit 2; }
+
+# 1,000 seeds with the paper's hyperparameters and 1-point filter; an interrupted run resumes.
+population: install check-dataset
+	@if [ -f $(POPULATION_DIR)/population.pt ]; then echo "$(POPULATION_DIR)/population.pt is there"; \
+	elif [ -f $(POPULATION_DIR)/config.yaml ]; then $(PY) train.py --resume $(POPULATION_DIR); \
+	else $(PY) train.py --config configs/population.yaml --config configs/$(DATASET).yaml --data.data_dir $(DATA_DIR) \
+	  --population.drop_below_mean 0.01 --trainer.enable_progress_bar false --output_dir runs/full --run_name population-1000; fi
+
+table1: population
+	$(PY) evaluate.py consistency --config configs/consistency/$(DATASET).yaml --data_dir $(DATA_DIR) $(ARGS)
+
+figure9: population
+	$(PY) evaluate.py landscape --config configs/landscape/$(DATASET).yaml --data_dir $(DATA_DIR) $(ARGS)
+
+sigma: population
+	$(PY) evaluate.py sigma --config configs/sigma/$(DATASET).yaml --data_dir $(DATA_DIR) $(ARGS)
 
 test: install
 	$(PY) -m flake8
