@@ -108,6 +108,7 @@ def test_single_model_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
 
 
 def test_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    wandb.finish()  # each part runs as in its own process: no W&B run of an earlier test is still open
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
     args = ["--log_to", "wandb_offline", "--run_name", "w-chunk-001", "--trainer.max_epochs", "3",
             "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
