@@ -109,11 +109,15 @@ def _with_baselines(cls, **defaults) -> Callable:
     return run
 
 
-def _deepshap(model: nn.Module, x: torch.Tensor, baselines: torch.Tensor | None = None, **options) -> torch.Tensor:
-    """DeepLiftShap over a background sample (Ley et al. use DeepSHAP); ``baselines`` is required."""
+def _background(baselines: torch.Tensor | None) -> torch.Tensor:
     if baselines is None:
         raise InputError("explainer 'deepshap' needs option baselines: a background sample of inputs (B, d)")
-    return attr.DeepLiftShap(model).attribute(x, baselines=baselines, **options)
+    return baselines
+
+
+def _deepshap(model: nn.Module, x: torch.Tensor, baselines: torch.Tensor | None = None, **options) -> torch.Tensor:
+    """DeepLiftShap over a background sample (Ley et al. use DeepSHAP); ``baselines`` is required."""
+    return attr.DeepLiftShap(model).attribute(x, baselines=_background(baselines), **options)
 
 
 def _perturbation(cls, **defaults) -> Callable:
@@ -189,6 +193,46 @@ def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **op
     return total
 
 
+DEEPLIFT_EPS = 1e-10  # Captum's DeepLift default: below it a ReLU keeps its plain gradient
+
+
+def deeplift_shap_of_ensemble(ensemble: MLPEnsemble, x: torch.Tensor, baselines: torch.Tensor) -> torch.Tensor:
+    """DeepLiftShap (Lundberg & Lee's DeepSHAP as Captum's ``DeepLiftShap``) of an
+    ensemble's mean positive-class logit, for (N, d) inputs and a (K, d) background.
+
+    For every pair (x_i, b_k): DeepLIFT with the rescale rule, i.e. the chain rule with
+    each ReLU's derivative replaced by the multiplier Δrelu(z)/Δz between the pair's
+    pre-activations (the plain derivative at x_i where |Δz| < 1e-10), times x_i - b_k;
+    then the mean over the K background rows. The ensemble's output is its members'
+    mean logit, so the multipliers stay per member and the attribution is the mean of
+    the members' own. Written in torch because speed is the reason: Captum
+    differentiates each of the N·K rows' outputs separately, about 10 s for 100 inputs
+    and 100 background rows whatever the model, and the protocol's chunked ``combine``
+    ensembles would make thousands of such calls (tested equal to Captum)."""
+    weights, biases = ensemble.stacked
+    n, k = len(x), len(baselines)
+    pairs = torch.cat([x.repeat_interleave(k, dim=0), baselines.repeat(n, 1)])  # inputs, then references
+    widths = sum(w.shape[1] for w in weights)
+    step = max(1, 4 * ACTIVATION_FLOATS_PER_CHUNK // (len(pairs) * widths))
+    grad = torch.zeros(n * k, x.shape[1], dtype=x.dtype, device=x.device)
+    for start in range(0, ensemble.size, step):
+        w_part = [w[start : start + step] for w in weights]
+        b_part = [b[start : start + step] for b in biases]
+        h, multipliers = pairs.expand(len(w_part[0]), *pairs.shape), []
+        for w, b in zip(w_part[:-1], b_part[:-1]):
+            z = torch.baddbmm(b, h, w.transpose(1, 2))
+            z_in, z_ref = z.split(n * k, dim=1)
+            dz = z_in - z_ref
+            rescale = (z_in.relu() - z_ref.relu()) / dz
+            multipliers.append(torch.where(dz.abs() < DEEPLIFT_EPS, (z_in > 0).to(z.dtype), rescale))
+            h = z.relu()
+        g = w_part[-1][:, 1:2, :].expand(-1, n * k, -1)  # d logit_1 / d last hidden layer, per member
+        for w, m in zip(reversed(w_part[:-1]), reversed(multipliers)):
+            g = torch.bmm(g * m, w)
+        grad += g.sum(0)
+    return ((pairs[: n * k] - pairs[n * k :]) * grad / ensemble.size).view(n, k, -1).mean(1)
+
+
 def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
     """Attributions of the positive-class output.
 
@@ -197,6 +241,8 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.
     """
     if method not in EXPLAINERS:
         raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
+    if isinstance(model, MLPEnsemble) and method == "deepshap" and model.explain_output == "logit":
+        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")))
     if isinstance(model, MLPEnsemble) and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):

@@ -8,7 +8,8 @@ import torch
 from captum import attr
 
 from lightning_modules import MLPClassifier, PopulationMLP
-from lightning_modules.ensembles import ENSEMBLES
+from datamodules.errors import InputError
+from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 from evaluators.explainers import EXPLAINERS, explain
 
 DETERMINISTIC = ["saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift",
@@ -125,3 +126,22 @@ def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method
     monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 5 * rows_per_input * 210 * 5)
     torch.manual_seed(1)
     torch.testing.assert_close(explain(ensemble, x, method, **options), whole, rtol=1e-5, atol=1e-6)
+
+
+def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monkeypatch):
+    import evaluators.explainers as explainers
+
+    ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
+    torch.manual_seed(3)
+    x, background = torch.randn(9, 6), torch.randn(5, 6)
+    background[0] = x[0]  # a reference equal to its input: every Δz is 0, Captum's plain-gradient branch
+    captum = attr.DeepLiftShap(explainers.ExplainedOutput(ensemble)).attribute(x, baselines=background)
+    monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 1)  # one member per chunk
+    torch.testing.assert_close(explain(ensemble, x, "deepshap", baselines=background), captum, rtol=1e-4, atol=1e-6)
+    probability = MLPEnsemble(*ensemble.stacked, explain_output="probability")  # softmax: Captum's own path
+    torch.testing.assert_close(
+        explain(probability, x, "deepshap", baselines=background),
+        attr.DeepLiftShap(explainers.ExplainedOutput(probability)).attribute(x, baselines=background),
+    )
+    with pytest.raises(InputError, match="needs option baselines"):
+        explain(ensemble, x, "deepshap")
