@@ -84,7 +84,9 @@ def test_missing_population_names_the_command_that_makes_it(tmp_path):
                                   "(make it with: make population DATASET=german)")  # fmt: skip
 
 
-def test_describe_and_debug_flag(tmp_path):
+def test_describe_table1_tool_and_debug_flag(tmp_path):
     assert_one_line_error(run("-m", "datamodules.describe", "hmda"), "unknown dataset 'hmda'")
+    assert_one_line_error(run("tools/table1.py", "--paper", str(tmp_path / "none.json")),
+                          "none.json: cannot be read as a consistency.json report")  # fmt: skip
     result = run("-m", "datamodules.describe", "--data-dir", str(tmp_path), "heloc", "--debug")
     assert result.returncode != 0 and "Traceback" in result.stderr and "InputError" in result.stderr

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from datamodules.errors import InputError
 from tests.conftest import DATA_DIR
 from tools.table1 import main, ordering_holds, summary
 
@@ -78,7 +79,7 @@ def test_reports_that_do_not_belong_together_are_refused(tmp_path, second, messa
     values = dict.fromkeys(["single", "average", "majority", "perturb", "connect", "combine"], 0.5)
     first = write_report(tmp_path / "a.json", "toy", ["saliency"], values)
     other = write_report(tmp_path / "b.json", "toy", values=values, **second)
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(InputError, match=message):
         main([first, other])
 
 

@@ -20,6 +20,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
+from datamodules.errors import InputError, run_entry_point  # noqa: E402
+
 ORDER = ["single", "average", "majority", "perturb", "connect", "combine"]
 PAPER_VALUES = Path(__file__).resolve().parent.parent / "docs" / "paper_values" / "ley2023_table1.csv"
 PAPER_STRATEGIES = ["single", "average", "perturb", "connect", "combine"]  # the paper's Vanilla is `average`
@@ -44,6 +47,17 @@ def holds(rows: dict, method: str, metric: str, strategies: list[str]) -> bool:
     return ordering_holds({s: rows[(s, method, metric)]["mean"] for s in strategies})
 
 
+def read_report(path: str) -> dict:
+    """A report of ``evaluate.py consistency``; a missing or foreign file names itself."""
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: cannot be read as a consistency.json report ({err})") from None
+    if not isinstance(report, dict) or not {"dataset", "config", "rows"} <= set(report):
+        raise InputError(f"{path}: not a consistency.json report (expected the keys dataset, config, rows)")
+    return report
+
+
 def merge_reports(paths: list[str]) -> list[dict]:
     """One entry per dataset holding the rows of all its reports, e.g. Saliency and
     SmoothGrad from one run and DeepSHAP from another. Reports are merged only when
@@ -51,20 +65,20 @@ def merge_reports(paths: list[str]) -> list[dict]:
     strategy, the same ensembles' test accuracy; no row may appear twice."""
     merged: dict[str, dict] = {}
     for path in paths:
-        summary = json.loads(Path(path).read_text())
+        summary = read_report(path)
         name, n_sets = summary["dataset"], summary["config"]["n_sets"]
         entry = merged.setdefault(name, {"dataset": name, "n_sets": n_sets, "rows": {}, "source": {}, "accuracy": {}})
         if n_sets != entry["n_sets"]:
-            raise SystemExit(f"{path}: {n_sets} sets, but an earlier {name} report has {entry['n_sets']}; "
+            raise InputError(f"{path}: {n_sets} sets, but an earlier {name} report has {entry['n_sets']}; "
                              "expected reports of one protocol")  # fmt: skip
         for row in summary["rows"]:
             key = (row["strategy"], row["method"], row["metric"])
             if key in entry["rows"]:
-                raise SystemExit(f"{path}: {name} {row['method']} {row['strategy']} is also in {entry['source'][key]}; "
+                raise InputError(f"{path}: {name} {row['method']} {row['strategy']} is also in {entry['source'][key]}; "
                                  "expected each explainer of a dataset in one report")  # fmt: skip
             first = entry["accuracy"].setdefault(row["strategy"], (row["test_acc"], path))
             if row["test_acc"] != first[0]:
-                raise SystemExit(f"{path}: {name} {row['strategy']} ensembles have test accuracy {row['test_acc']}, "
+                raise InputError(f"{path}: {name} {row['strategy']} ensembles have test accuracy {row['test_acc']}, "
                                  f"{first[0]} in {first[1]}; expected the same population and ensembles")  # fmt: skip
             entry["rows"][key], entry["source"][key] = row, path
     return list(merged.values())
@@ -142,7 +156,7 @@ def beside_paper(paths: list[str], paper_path: Path = PAPER_VALUES) -> str:
     paper = read_paper_values(paper_path)
     ours, configs = {}, {}
     for path in paths:
-        report = json.loads(Path(path).read_text())
+        report = read_report(path)
         for row in report["rows"]:
             ours[(report["dataset"], row["strategy"], row["method"], row["metric"])] = row
             configs[(report["dataset"], row["method"])] = (report["config"], path)
@@ -179,7 +193,14 @@ def beside_paper(paths: list[str], paper_path: Path = PAPER_VALUES) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
+def run(args: list[str]) -> None:
     modes = {"--summary": summary, "--paper": beside_paper}
-    print(modes[args[0]](args[1:]) if args[:1] and args[0] in modes else main(args), end="")
+    mode, paths = (modes[args[0]], args[1:]) if args[:1] and args[0] in modes else (main, args)
+    if not paths:
+        raise InputError("expected consistency.json reports, e.g. python tools/table1.py --paper runs/consistency/*/"
+                         "consistency.json")  # fmt: skip
+    print(mode(paths), end="")
+
+
+if __name__ == "__main__":
+    run_entry_point(run)
