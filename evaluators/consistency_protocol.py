@@ -76,6 +76,7 @@ class ConsistencyConfig(PopulationSource):
     curve_kind: str = "bezier"
     curve_mode: str = "trained"
     t_sampling: str = "uniform"
+    explain_output: str | None = None  # logit | probability; None: the population's own (logit by default)
     seed: int = 0
     output_dir: str = "runs/consistency"
 
@@ -87,7 +88,8 @@ class ConsistencyConfig(PopulationSource):
         unknown = [m for m in self.methods if m not in EXPLAINERS]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(EXPLAINERS)}")
-        for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS)):
+        for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS),
+                                ("explain_output", [None, "logit", "probability"])):  # fmt: skip
             if getattr(self, option) not in allowed:
                 raise InputError(f"option {option}={getattr(self, option)!r}; expected one of {allowed}")
 
@@ -160,6 +162,8 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     """The protocol's rows; with ``run_dir``, finished ensembles are kept there and taken
     from there (see the module's docstring)."""
     population, payload, data = cfg.load()
+    if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
+        population.hparams.explain_output = cfg.explain_output
     meta, device = payload["metadata"], population.device
     x_train, _ = data.train_tensors
     x_test, y_test = (t.to(device) for t in data.test_tensors)

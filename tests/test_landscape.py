@@ -218,3 +218,23 @@ def test_an_ensembles_smoothgrad_does_not_depend_on_what_ran_before_it(small_pop
     # the same draws for every strategy: with sigma = 0 a perturbed ensemble is its average ensemble
     at_zero = smoothgrad_rows("methods=[smoothgrad]", "strategies=[average, perturb]", "sigma=0.0")
     assert [r["mean"] for r in at_zero[:4]] == [r["mean"] for r in at_zero[4:]]
+
+
+def test_consistency_explains_the_probability_when_asked(small_population, tmp_path):
+    from datamodules import FinancialDataModule
+    from evaluators.agreement_functional import ley_agreements
+    from evaluators.landscape import disjoint_sets
+    from lightning_modules import load_population
+
+    config = tmp_path / "consistency.yaml"
+    config.write_text(f"population: {small_population}\nstrategies: [single]\nmethods: [saliency]\nn_sets: 2\n"
+                      f"n_points: 30\ndevice: cpu\noutput_dir: {tmp_path}\nexplain_output: probability\n")  # fmt: skip
+    (row, *_) = evaluate.main(["consistency", "--config", str(config)])["rows"]
+    population, _ = load_population(small_population)
+    x = FinancialDataModule(dataset="german").test_tensors[0][:30].requires_grad_()
+    grads = [torch.autograd.grad(population.member(s[0])(x).softmax(-1)[:, 1].sum(), x)[0]
+             for s in disjoint_sets(population.size, 4, 2, 0)]  # fmt: skip
+    assert row["metric"] == "sa"
+    assert row["mean"] == pytest.approx(ley_agreements(torch.stack(grads), 5)["sa"].mean().item(), abs=1e-6)
+    with pytest.raises(evaluate.InputError, match="option explain_output='margin'; expected one of"):
+        evaluate.main(["consistency", "--config", str(config), "--set", "explain_output=margin"])
