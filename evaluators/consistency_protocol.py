@@ -67,6 +67,7 @@ class ConsistencyConfig(PopulationSource):
     n_points_smoothgrad: int = 1000
     n_points_deepshap: int = 100
     n_background: int = 100
+    smoothgrad_sigma: float = 0.1  # std of SmoothGrad's input noise (Ley et al.: 0.1 on standardised features)
     k: int = 5
     n_t: int = 25
     n_perturb: int = 50
@@ -128,11 +129,12 @@ def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfi
     with torch.no_grad():
         accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
     points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
+    options = {"deepshap": {"baselines": background}, "smoothgrad": {"stdevs": cfg.smoothgrad_sigma}}
     explained = {}
     for method in cfg.methods:
         torch.manual_seed(seed)
-        options = {"baselines": background} if method == "deepshap" else {}
-        explained[method] = explain(ensemble, x_test[: points.get(method, cfg.n_points)], method, **options).detach()
+        x = x_test[: points.get(method, cfg.n_points)]
+        explained[method] = explain(ensemble, x, method, **options.get(method, {})).detach()
     return accuracy, explained
 
 

@@ -238,3 +238,18 @@ def test_consistency_explains_the_probability_when_asked(small_population, tmp_p
     assert row["mean"] == pytest.approx(ley_agreements(torch.stack(grads), 5)["sa"].mean().item(), abs=1e-6)
     with pytest.raises(evaluate.InputError, match="option explain_output='margin'; expected one of"):
         evaluate.main(["consistency", "--config", str(config), "--set", "explain_output=margin"])
+
+
+def test_smoothgrad_sigma_reaches_the_explainer(small_population, tmp_path):
+    config = tmp_path / "consistency.yaml"
+    config.write_text(f"population: {small_population}\nstrategies: [single, perturb]\n"
+                      f"methods: [saliency, smoothgrad]\nn_sets: 2\nn_points: 20\nn_points_smoothgrad: 20\n"
+                      f"n_perturb: 2\ndevice: cpu\noutput_dir: {tmp_path}\nsmoothgrad_sigma: 0.0\n")  # fmt: skip
+    rows = evaluate.main(["consistency", "--config", str(config)])["rows"]
+    by = {(r["strategy"], r["method"], r["metric"]): r["mean"] for r in rows}
+    for strategy in ("single", "perturb"):  # no input noise: SmoothGrad is the mean of 50 identical gradients
+        for metric in ("sa", "ssa", "cdc_d"):
+            assert by[(strategy, "smoothgrad", metric)] == pytest.approx(by[(strategy, "saliency", metric)], abs=1e-9)
+    noisy = evaluate.main(["consistency", "--config", str(config), "--set", "smoothgrad_sigma=0.5"])["rows"]
+    smoothgrad = [r["mean"] for r in rows if r["method"] == "smoothgrad"]
+    assert [r["mean"] for r in noisy if r["method"] == "smoothgrad"] != smoothgrad
