@@ -139,7 +139,7 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
     population, _ = load_population(small_population)
     curves = [curves_between(population, [(0, 1), (2, 3)]).curve(i) for i in range(2)]
     paper = ConsistencyConfig(population=str(small_population), n_t=3)
-    assert (paper.curve_mode, paper.t_sampling) == ("trained", "uniform")  # the defaults: Ley et al.
+    assert (paper.curve_mode, paper.t_sampling) == ("fixed", "uniform")  # the defaults: docs/table1.md says why
     x = torch.randn(7, 61)
     for s in (0, 1):  # t ~ U(0, 1), seeded by (seed + set), so sets differ and reruns agree
         got = build_ensemble("connect", s, [0, 1, 2, 3], population, [curves, curves], paper).explained_output(x)
@@ -155,10 +155,11 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
             ConsistencyConfig(population=str(small_population), **{option: "x"})
     modes = []
     monkeypatch.setattr(consistency_protocol, "train_curves", lambda *a: modes.append(a[-1]) or [])
-    with pytest.raises(IndexError):  # no curves came back: the mode is all this checks
-        consistency_protocol.evaluate_consistency(ConsistencyConfig(
-            population=str(small_population), methods=[], strategies=["connect"], n_sets=1, device="cpu"))
-    assert modes == ["trained"]
+    for mode in ("fixed", "trained"):
+        with pytest.raises(IndexError):  # no curves came back: the mode is all this checks
+            consistency_protocol.evaluate_consistency(ConsistencyConfig(population=str(small_population), methods=[],
+                                                      strategies=["connect"], n_sets=1, device="cpu", curve_mode=mode))
+    assert modes == ["fixed", "trained"]
 
 
 def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_population, tmp_path, monkeypatch):
