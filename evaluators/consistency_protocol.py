@@ -16,9 +16,9 @@ trained (Garipov et al.'s code, which the paper's Appendix C says it used); ``tr
 trains them from scratch as the main text describes (the start point from member a's
 seed, the end point from member b's, the members' own hyperparameters, the loss at a
 uniformly drawn t per batch). The paper reports such start points landing near the
-members; here they do not (Figure 9: as far from their member as two members are),
-and on GMSC fixed end points reproduce the paper's connect cells while trained ones
-fall 0.05 (SA) and 0.24 (SSA) short (docs/table1.md). The ``n_t`` models taken from
+members (Figure 9); here they do on Default Credit but not on German Credit, and on
+GMSC fixed end points reproduce the paper's connect cells while trained ones fall 0.05
+(SA) and 0.24 (SSA) short (docs/table1.md). The ``n_t`` models taken from
 each curve sit at t drawn from U(0, 1) with the seed ``seed + set`` (``t_sampling:
 uniform``, the paper's "uniformly sampling models along each mode connecting path")
 or evenly spaced on [0, 1] (``even``); on GMSC the two agree within 0.01.
