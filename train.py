@@ -86,7 +86,8 @@ def wandb_run_id(previous: Namespace | None) -> str:
     init_args = getattr(previous, "init_args", None)
     if getattr(previous, "class_path", "").endswith("WandbLogger") and getattr(init_args, "id", None):
         return init_args.id
-    return uuid.uuid4().hex[:12]
+    # a leading letter: the id goes through config.yaml, and YAML reads hex such as "12e4090" as a number
+    return "r" + uuid.uuid4().hex[:11]
 
 
 def unique_folder(path: Path) -> Path:

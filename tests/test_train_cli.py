@@ -123,3 +123,15 @@ def test_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     assert len(runs) == 2  # one W&B directory per process, both for one W&B run id
     ids = {path.name.rsplit("-", 1)[1] for path in runs}
     assert len(ids) == 1 and f"id: {ids.pop()}" in (run_dir / "config.yaml").read_text()
+
+
+def test_wandb_run_ids_stay_strings_through_yaml(monkeypatch):
+    import uuid
+
+    import yaml
+
+    hex_like_a_float = uuid.UUID("12e40900-0000-4000-8000-000000000000")  # "12e409000000" reads as a float in YAML
+    monkeypatch.setattr(uuid, "uuid4", lambda: hex_like_a_float)
+    run_id = train.wandb_run_id(None)
+    assert yaml.safe_load(yaml.safe_dump({"id": run_id}))["id"] == run_id
+    assert yaml.safe_load(f"id: {run_id}")["id"] == run_id  # also unquoted, as jsonargparse may write it
