@@ -128,10 +128,10 @@ def test_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
 def test_wandb_run_ids_stay_strings_through_yaml(monkeypatch):
     import uuid
 
-    import yaml
+    from jsonargparse._loaders_dumpers import yaml_load  # what reads config.yaml back on --resume
 
-    hex_like_a_float = uuid.UUID("12e40900-0000-4000-8000-000000000000")  # "12e409000000" reads as a float in YAML
+    assert yaml_load("id: 12e409000000") == {"id": float("inf")}  # the trap: such hex reads as a number
+    hex_like_a_float = uuid.UUID("12e40900-0000-4000-8000-000000000000")
     monkeypatch.setattr(uuid, "uuid4", lambda: hex_like_a_float)
     run_id = train.wandb_run_id(None)
-    assert yaml.safe_load(yaml.safe_dump({"id": run_id}))["id"] == run_id
-    assert yaml.safe_load(f"id: {run_id}")["id"] == run_id  # also unquoted, as jsonargparse may write it
+    assert yaml_load(f"id: {run_id}") == {"id": run_id}
