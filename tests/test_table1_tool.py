@@ -119,7 +119,8 @@ def test_beside_paper_marks_cells_further_than_a_tenth(tmp_path):
     values = {"single": 0.65, "average": 0.81, "majority": 0.81, "perturb": 0.97, "connect": 0.86, "combine": 0.90}
     path = write_report(tmp_path / "heloc.json", "heloc", ["smoothgrad"], values, n_sets=50, std=0.05)
     report = json.loads(open(path).read())
-    report["config"].update({"n_models": [4], "k": 5, "n_points_smoothgrad": 100, "curve_mode": "fixed"})
+    report["config"].update({"n_models": [4], "k": 5, "n_points_smoothgrad": 100, "curve_mode": "fixed",
+                             "methods": ["smoothgrad"], "strategies": list(values)})  # fmt: skip
     open(path, "w").write(json.dumps(report))
     text = beside_paper([path])
     # SA: paper 0.87 ± 0.06 for perturb, ours 0.97 -> +0.10, not more than a tenth; SSA paper 0.43 -> +0.54
@@ -128,5 +129,8 @@ def test_beside_paper_marks_cells_further_than_a_tenth(tmp_path):
     assert perturb in text and single in text
     assert "| heloc | deepshap | single | 0.75 ± 0.09 | — | — |" in text  # not run
     assert "SA/SSA cells within 0.10 of the paper: 5 of 10 compared (100 in the paper's table)." in text
-    assert "- heloc smoothgrad (" in text and "departs from the paper in t_sampling even (paper uniform), " \
-        "n_points_smoothgrad 100 (paper 1000)" in text
+    assert "- heloc smoothgrad, single, average, majority, perturb, connect, combine (" in text
+    assert "departs from the paper in t_sampling even (paper uniform), n_points_smoothgrad 100 (paper 1000)" in text
+    assert "| gmsc |" not in text  # only the datasets reported
+    with pytest.raises(InputError, match="is also in"):  # one report per cell
+        beside_paper([path, path])

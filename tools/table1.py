@@ -68,7 +68,9 @@ def merge_reports(paths: list[str]) -> list[dict]:
     for path in paths:
         summary = read_report(path)
         name, n_sets = summary["dataset"], summary["config"]["n_sets"]
-        entry = merged.setdefault(name, {"dataset": name, "n_sets": n_sets, "rows": {}, "source": {}, "accuracy": {}})
+        entry = merged.setdefault(name, {"dataset": name, "n_sets": n_sets, "rows": {}, "source": {}, "accuracy": {},
+                                         "configs": {}})  # fmt: skip
+        entry["configs"][path] = summary["config"]
         if n_sets != entry["n_sets"]:
             raise InputError(f"{path}: {n_sets} sets, but an earlier {name} report has {entry['n_sets']}; "
                              "expected reports of one protocol")  # fmt: skip
@@ -155,23 +157,18 @@ def beside_paper(paths: list[str], paper_path: Path = PAPER_VALUES) -> str:
     0.10 in bold. Cells no report ran are dashes; the closing lines count the SA/SSA
     cells within 0.10 and list each report's departures from the paper's settings."""
     paper = read_paper_values(paper_path)
-    ours, configs = {}, {}
-    for path in paths:
-        report = read_report(path)
-        for row in report["rows"]:
-            ours[(report["dataset"], row["strategy"], row["method"], row["metric"])] = row
-            configs[(report["dataset"], row["method"])] = (report["config"], path)
+    datasets = {entry["dataset"]: entry for entry in merge_reports(paths)}  # one report per cell, same ensembles
     head = "| dataset | explainer | strategy | " + " | ".join(
         f"{label} paper | {label} ours | Δ" for label in PAPER_METRICS.values()) + " |"  # fmt: skip
     lines = [head, "|---|---|---|" + "---|" * (3 * len(PAPER_METRICS))]
     within, compared = 0, 0
-    for dataset in dict.fromkeys(key[0] for key in paper):
+    for dataset in (d for d in dict.fromkeys(key[0] for key in paper) if d in datasets):
         for method in ("smoothgrad", "deepshap"):
             for strategy in PAPER_STRATEGIES:
                 cells = []
                 for metric in PAPER_METRICS:
-                    key = (dataset, strategy, method, metric)
-                    theirs, mine = paper[key], ours.get(key)
+                    theirs = paper[(dataset, strategy, method, metric)]
+                    mine = datasets[dataset]["rows"].get((strategy, method, metric))
                     cells.append(f"{theirs['mean']:.2f} ± {theirs['std']:.2f}")
                     if mine is None:
                         cells += ["—", "—"]
@@ -186,11 +183,13 @@ def beside_paper(paths: list[str], paper_path: Path = PAPER_VALUES) -> str:
     sa_ssa = sum(1 for key in paper if key[3] != "cdc_d")
     lines += ["", f"SA/SSA cells within {TOLERANCE:.2f} of the paper: {within} of {compared} compared "
               f"({sa_ssa} in the paper's table).", ""]  # fmt: skip
-    for (dataset, method), (config, path) in sorted(configs.items()):
-        if method in ("smoothgrad", "deepshap"):
-            departs = departures(config, method)
-            lines.append(f"- {dataset} {method} ({path}): " + ("the paper's settings" if not departs else
-                         "departs from the paper in " + ", ".join(departs)))  # fmt: skip
+    for entry in datasets.values():
+        for path, config in entry["configs"].items():
+            for method in (m for m in ("smoothgrad", "deepshap") if m in config["methods"]):
+                departs = departures(config, method)
+                lines.append(f"- {entry['dataset']} {method}, {', '.join(config['strategies'])} ({path}): "
+                             + ("the paper's settings" if not departs else "departs from the paper in "
+                                + ", ".join(departs)))  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
