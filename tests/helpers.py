@@ -1,4 +1,4 @@
-"""Callbacks that tests inject through configs (`--trainer.callbacks+=tests.helpers.X`)."""
+"""Callbacks that tests inject through configs (`--trainer.callbacks+=tests.helpers.X`), and checks shared by tests."""
 
 from __future__ import annotations
 
@@ -29,3 +29,11 @@ class RecordEpochs(pl.Callback):
         if record:
             with open(record, "a") as fh:
                 fh.write(f"{Path(trainer.default_root_dir).name} {trainer.current_epoch}\n")
+
+
+def assert_one_line_error(result, message: str, status: int = 2) -> None:
+    """An entry point's bad-input ending (``datamodules.errors.run_entry_point``): the exit
+    status, one line on standard error that starts with "error: " and holds ``message``."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == status, result.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr[-3000:]

@@ -1,7 +1,7 @@
 """Every entry point's one error path, run as a user runs it (a subprocess): bad options,
 types, config files and input files end in one line on standard error naming what was
 wrong, a non-zero exit, no traceback, and no run folder left behind; ``--debug`` shows
-the traceback."""
+the traceback. ``train.py``'s cases are in tests/test_train_cli.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
+
+from tests.helpers import assert_one_line_error
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,31 +20,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env=env)  # fmt: skip
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, message: str, status: int = 2) -> None:
-    lines = result.stderr.strip().splitlines()
-    assert result.returncode == status, result.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr[-3000:]
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--trainer.max_epoch", "5"], "unrecognized arguments: --trainer.max_epoch 5; see train.py --help"),
-        (["--model.init_args.lr", "fast"], "option model.lr: expected a float. Got value: fast"),
-        (["--config", "{bad}"], "not valid YAML: expected ',' or ']', but got '<stream end>' at line 3, column 1"),
-        (["--config", "{missing}"], "missing.yaml: file not found"),
-    ],
-)
-def test_train_bad_options_and_config_files(tmp_path, args, message):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("trainer:\n  max_epochs: [3\n")
-    args = [a.format(bad=bad, missing=tmp_path / "missing.yaml") for a in args]
-    result = run("train.py", "--output_dir", str(tmp_path / "out"), *args)
-    assert_one_line_error(result, message)
-    assert "Seed set" not in result.stdout + result.stderr and "LightningCLI's args" not in result.stderr
-    assert not (tmp_path / "out").exists()
 
 
 def test_evaluate_bad_config_population_and_values(small_population, tmp_path):

@@ -12,6 +12,7 @@ import wandb
 
 import evaluate
 import train
+from tests.helpers import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,15 +78,19 @@ def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         (["--config", "configs/heloc.yaml"], "dataset 'heloc' has no embedded copy; pass data_dir"),
         (["--data.init_args.data_dir", "/nonexistent"], "data_dir '/nonexistent' does not exist"),
         (["--model.init_args.explain_output", "margin"], "explain_output"),
-        (["--trainer.max_epoch", "3"], "max_epoch"),
+        (["--trainer.max_epoch", "3"], "unrecognized arguments: --trainer.max_epoch 3; see train.py --help"),
         (["--log_to", "tensorboard"], "log_to"),
+        (["--model.init_args.lr", "fast"], "option model.lr: expected a float. Got value: fast"),
+        (["--config", "{bad}"], "not valid YAML: expected ',' or ']', but got '<stream end>' at line 3, column 1"),
+        (["--config", "{missing}"], "missing.yaml: file not found"),
     ],
 )
 def test_bad_input_exits_nonzero_with_one_clear_message_and_no_output(tmp_path, args, message):
-    result = _cli(tmp_path, *args)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  max_epochs: [3\n")
+    result = _cli(tmp_path, *(a.format(bad=bad, missing=tmp_path / "missing.yaml") for a in args))
+    assert_one_line_error(result, message)
+    assert "Seed set" not in result.stdout + result.stderr and "LightningCLI's args" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 
