@@ -33,7 +33,7 @@ from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI
 from pytorch_lightning.loggers import WandbLogger
 
-from datamodules.errors import InputError, run_entry_point
+from datamodules.errors import InputError, one_line, run_entry_point
 from evaluators.config import read_yaml
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
@@ -177,7 +177,7 @@ def short_parse_error(message: str) -> str:
     if keys and expected:
         expected = re.sub(r"<class '([\w.]+)'>", r"\1", expected).replace("Expected a", "expected a")
         return f"option {'.'.join(keys)}: {expected}; see train.py --help"
-    return f"{lines[0]}; see train.py --help"
+    return f"{one_line(message)[:300]}; see train.py --help"  # other errors: their own words, on one line
 
 
 def fit_single(cli: TrainCLI) -> dict:
