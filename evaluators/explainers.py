@@ -159,11 +159,18 @@ BATCHED = {
 # Attributions that are linear in the explained function: for an ensemble, which
 # explains its members' mean output f = (1/M) Σ f_i, they are the weighted sum over
 # any split of the members. SmoothGrad too, provided every part sees the same noisy
-# inputs: NoiseTunnel draws them from the global generator, so each chunk restarts it
-# from the same state. DeepLift(Shap) too: its multipliers act elementwise on each
+# inputs: the noise comes from the generator of the inputs' device, so each chunk
+# restarts that generator from the same state. DeepLift(Shap) too: its multipliers act elementwise on each
 # member's own activations, and the members' outputs meet only in the final mean.
 LINEAR_IN_MODEL = {"saliency", "input_x_gradient", "integrated_gradients", "smoothgrad", "deepshap"}
-ACTIVATION_FLOATS_PER_CHUNK = 2**22
+# One chunk's activations, in floats: on a CPU small enough to stay near the cache; on a
+# GPU as large as memory allows comfortably (1 GiB of float32 per chunk), since a GPU is
+# fast only on large kernels (a combine ensemble in CPU-sized chunks is 2,500 calls).
+ACTIVATION_FLOATS_PER_CHUNK = {"cpu": 2**22, "cuda": 2**28}
+
+
+def _activation_floats(device: torch.device) -> int:
+    return ACTIVATION_FLOATS_PER_CHUNK[device.type]
 
 
 def _rows_per_input(method: str, options: dict) -> int:
@@ -177,17 +184,28 @@ def _rows_per_input(method: str, options: dict) -> int:
     return 1
 
 
+def _generator_state(device: torch.device) -> torch.Tensor:
+    return torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+
+
+def _set_generator_state(device: torch.device, state: torch.Tensor) -> None:
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state, device)
+    else:
+        torch.set_rng_state(state)
+
+
 def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **options) -> torch.Tensor:
     """Explain an ensemble a chunk of members at a time (forward and backward per
     chunk), so that one chunk's activations stay near the cache: all 2,500 members of a
     ``combine`` ensemble at once stream gigabytes of activations through memory."""
     widths = sum(w.shape[1] for w in ensemble.stacked[0])
     rows = len(x) * _rows_per_input(method, options)
-    step = max(1, ACTIVATION_FLOATS_PER_CHUNK // (rows * widths))
+    step = max(1, _activation_floats(x.device) // (rows * widths))
     total = torch.zeros_like(x)
-    rng = torch.get_rng_state()
+    rng = _generator_state(x.device)
     for start in range(0, ensemble.size, step):
-        torch.set_rng_state(rng)
+        _set_generator_state(x.device, rng)
         part = ensemble.subset(start, min(start + step, ensemble.size))
         total += EXPLAINERS[method](ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
     return total
@@ -213,7 +231,7 @@ def deeplift_shap_of_ensemble(ensemble: MLPEnsemble, x: torch.Tensor, baselines:
     n, k = len(x), len(baselines)
     pairs = torch.cat([x.repeat_interleave(k, dim=0), baselines.repeat(n, 1)])  # inputs, then references
     widths = sum(w.shape[1] for w in weights)
-    step = max(1, 4 * ACTIVATION_FLOATS_PER_CHUNK // (len(pairs) * widths))
+    step = max(1, 4 * _activation_floats(x.device) // (len(pairs) * widths))
     grad = torch.zeros(n * k, x.shape[1], dtype=x.dtype, device=x.device)
     for start in range(0, ensemble.size, step):
         w_part = [w[start : start + step] for w in weights]

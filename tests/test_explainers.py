@@ -123,7 +123,7 @@ def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method
     torch.manual_seed(1)
     whole = explainers.EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x, **options)
     # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
-    monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 5 * rows_per_input * 210 * 5)
+    monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 5 * rows_per_input * 210 * 5)
     torch.manual_seed(1)
     torch.testing.assert_close(explain(ensemble, x, method, **options), whole, rtol=1e-5, atol=1e-6)
 
@@ -136,7 +136,7 @@ def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monk
     x, background = torch.randn(9, 6), torch.randn(5, 6)
     background[0] = x[0]  # a reference equal to its input: every Δz is 0, Captum's plain-gradient branch
     captum = attr.DeepLiftShap(explainers.ExplainedOutput(ensemble)).attribute(x, baselines=background)
-    monkeypatch.setattr(explainers, "ACTIVATION_FLOATS_PER_CHUNK", 1)  # one member per chunk
+    monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 1)  # one member per chunk
     torch.testing.assert_close(explain(ensemble, x, "deepshap", baselines=background), captum, rtol=1e-4, atol=1e-6)
     probability = MLPEnsemble(*ensemble.stacked, explain_output="probability")  # softmax: Captum's own path
     torch.testing.assert_close(
