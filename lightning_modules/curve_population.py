@@ -22,12 +22,11 @@ from typing import Literal
 import pytorch_lightning as pl
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from datamodules.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.curves import CurveKind, MLPCurve, curve_coefficients, curve_layers
-from lightning_modules.mlp import MLPClassifier, adam
+from lightning_modules.mlp import LossOn, MLPClassifier, adam, check_loss_on, classification_loss
 from lightning_modules.stacked import stack_linears, stacked_backward, stacked_forward
 
 POINTS = 3  # ω₁ (start), θ (bend), ω₂ (end)
@@ -41,7 +40,7 @@ class MLPCurvePopulation(pl.LightningModule):
             ``fixed``: they stay fixed (Garipov). Mode ``trained``: they are only the
             initialisations (``MLPClassifier(seed=s)``) and are trained along the curve.
         t_seeds: per curve, the seed of its generator of training t's.
-        kind, mode, lr, weight_decay, explain_output: as for ``MLPCurve``.
+        kind, mode, lr, weight_decay, explain_output, loss_on: as for ``MLPCurve``.
     """
 
     def __init__(
@@ -54,6 +53,7 @@ class MLPCurvePopulation(pl.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         explain_output: Literal["logit", "probability"] = "logit",
+        loss_on: LossOn = "logits",
     ) -> None:
         super().__init__()
         if not (len(starts) == len(ends) == len(t_seeds)) or not starts:
@@ -65,7 +65,8 @@ class MLPCurvePopulation(pl.LightningModule):
             raise InputError(f"option mode={mode!r}; expected 'fixed' or 'trained'")
         curve_coefficients(kind, 0.0)  # validates kind
         self.kind, self.mode, self.lr, self.weight_decay = kind, mode, lr, weight_decay
-        self.explain_output = explain_output
+        check_loss_on(loss_on)
+        self.explain_output, self.loss_on = explain_output, loss_on
         self.template = starts[0].hparams  # architecture and hyperparameters of the end points
         self.t_seeds = list(t_seeds)
         self.automatic_optimization = False
@@ -127,7 +128,7 @@ class MLPCurvePopulation(pl.LightningModule):
             saved: list[torch.Tensor] = []
             logits = stacked_forward(weights, biases, x, saved=saved)
         logits.requires_grad_(True)
-        loss = F.cross_entropy(logits.reshape(-1, 2), y.expand(self.size, -1).reshape(-1), reduction="none")
+        loss = classification_loss(logits.reshape(-1, 2), y.expand(self.size, -1).reshape(-1), self.loss_on, "none")
         curve_loss = loss.view(self.size, -1).mean(dim=1)
         (grad_logits,) = torch.autograd.grad(curve_loss.sum(), logits)
         with torch.no_grad():
@@ -151,7 +152,8 @@ class MLPCurvePopulation(pl.LightningModule):
         hp = self.template
         curve = MLPCurve(
             in_features=hp.in_features, kind=self.kind, mode=self.mode, hidden=tuple(hp.hidden), lr=self.lr,
-            weight_decay=self.weight_decay, explain_output=self.explain_output, t_seed=self.t_seeds[i],
+            weight_decay=self.weight_decay, explain_output=self.explain_output, loss_on=self.loss_on,
+            t_seed=self.t_seeds[i],
             start_model=MLPClassifier(**hp), end_model=MLPClassifier(**hp),
         )  # fmt: skip
         with torch.no_grad():
@@ -177,5 +179,5 @@ def curves_between(
     member = population.member if mode == "fixed" else population.member_initialisation
     return MLPCurvePopulation(
         [member(a) for a, _ in pairs], [member(b) for _, b in pairs], [population.seeds[a] for a, _ in pairs],
-        kind, mode, hp.lr, hp.weight_decay, hp.explain_output,
+        kind, mode, hp.lr, hp.weight_decay, hp.explain_output, hp.loss_on,
     )  # fmt: skip

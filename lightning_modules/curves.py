@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from lightning_modules.mlp import MLPClassifier, adam, build_mlp
+from lightning_modules.mlp import LossOn, MLPClassifier, adam, build_mlp, check_loss_on, classification_loss
 
 CurveKind = Literal["bezier", "polychain"]
 
@@ -161,6 +161,7 @@ class CurveModel(pl.LightningModule):
         kind: ``bezier`` or ``polychain``.
         mode: ``fixed`` (end points frozen, Garipov) or ``trained`` (all points trained, Ley et al.).
         lr, weight_decay: Adam learning rate and the L2 coefficient λ on w(t).
+        loss_on: the training loss's scores, as for ``MLPClassifier``.
         test_ts: the t at which ``test`` reports accuracy.
         t_seed: seed of the curve's own generator of training t's (one draw per batch).
     """
@@ -175,12 +176,15 @@ class CurveModel(pl.LightningModule):
         weight_decay: float = 0.0,
         test_ts: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0),
         t_seed: int = 0,
+        loss_on: LossOn = "logits",
     ) -> None:
         super().__init__()
         if mode not in ("fixed", "trained"):
             raise InputError(f"option mode={mode!r}; expected 'fixed' or 'trained'")
         curve_coefficients(kind, 0.0)  # validates kind
+        check_loss_on(loss_on)
         self.kind, self.mode, self.lr, self.weight_decay = kind, mode, lr, weight_decay
+        self.loss_on = loss_on
         self.test_ts = tuple(test_ts)
         self.net = to_curve(start, end, fixed_ends=mode == "fixed")
         self.t_generator = torch.Generator().manual_seed(t_seed)
@@ -245,7 +249,7 @@ class CurveModel(pl.LightningModule):
         x, y = batch
         self.set_t(float(torch.rand((), generator=self.t_generator)))
         logits = self.net(x)
-        loss = F.cross_entropy(logits, y)
+        loss = classification_loss(logits, y, self.loss_on)
         self.log("train/loss", loss, prog_bar=True, on_step=False, on_epoch=True)
         if self.weight_decay:
             loss = loss + 0.5 * self.weight_decay * self.l2_at_t()
@@ -320,6 +324,7 @@ class MLPCurve(CurveModel):
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         explain_output: Literal["logit", "probability"] = "logit",
+        loss_on: LossOn = "logits",
         test_ts: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0),
         t_seed: int = 0,
         start_model: MLPClassifier | None = None,
@@ -337,14 +342,16 @@ class MLPCurve(CurveModel):
         else:
             start = build_mlp(in_features, tuple(hidden), 2, 0.0, start_seed)
             end = build_mlp(in_features, tuple(hidden), 2, 0.0, end_seed)
-        super().__init__(start, end, kind, mode, lr, weight_decay, test_ts, t_seed)
+        super().__init__(start, end, kind, mode, lr, weight_decay, test_ts, t_seed, loss_on)
         self.save_hyperparameters(ignore=["start_model", "end_model"])
         self.explain_output = explain_output
 
     def classifier_at(self, t: float) -> MLPClassifier:
         hp = self.hparams
         seed = hp.start_seed if hp.mode == "trained" else 0
-        model = MLPClassifier(hp.in_features, tuple(hp.hidden), hp.lr, hp.weight_decay, 0.0, seed, hp.explain_output)
+        model = MLPClassifier(
+            hp.in_features, tuple(hp.hidden), hp.lr, hp.weight_decay, 0.0, seed, hp.explain_output, hp.loss_on
+        )
         model.net.load_state_dict(self.state_at(t))
         return model
 

@@ -33,11 +33,18 @@ from typing import Literal
 import pytorch_lightning as pl
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from datamodules.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
-from lightning_modules.mlp import ExplainOutput, MLPClassifier, adam, build_mlp
+from lightning_modules.mlp import (
+    ExplainOutput,
+    LossOn,
+    MLPClassifier,
+    adam,
+    build_mlp,
+    check_loss_on,
+    classification_loss,
+)
 from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_backward, stacked_forward
 
 DataOrder = Literal["shared", "per_member"]
@@ -56,7 +63,7 @@ class PopulationMLP(pl.LightningModule):
         size: number of members M when ``seeds`` is not given (seeds first_seed .. first_seed+M-1).
         first_seed: the first initialisation seed.
         seeds: explicit initialisation seeds s_1..s_M (overrides size/first_seed).
-        hidden, lr, weight_decay, explain_output: as for ``MLPClassifier``.
+        hidden, lr, weight_decay, explain_output, loss_on: as for ``MLPClassifier``.
         data_order: ``"shared"``: every member sees the datamodule's batches (the paper);
             ``"per_member"``: member i sees its own shuffled order drawn from seed s_i, the
             order ``TabularDataModule(shuffle=True, data_order_seed=s_i)`` gives a single model.
@@ -76,6 +83,7 @@ class PopulationMLP(pl.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         explain_output: ExplainOutput = "logit",
+        loss_on: LossOn = "logits",
         data_order: DataOrder = "shared",
         grad_clip_norm: float | None = None,
         initialise: bool = True,
@@ -83,6 +91,7 @@ class PopulationMLP(pl.LightningModule):
         super().__init__()
         if data_order not in ("shared", "per_member"):
             raise InputError(f"option data_order={data_order!r}; expected 'shared' or 'per_member'")
+        check_loss_on(loss_on)
         seeds = list(seeds) if seeds is not None else list(range(first_seed, first_seed + size))
         if not seeds:
             raise InputError("option size=0; expected at least one member")
@@ -127,7 +136,7 @@ class PopulationMLP(pl.LightningModule):
         hp = self.hparams
         return MLPClassifier(
             in_features=hp.in_features, hidden=tuple(hp.hidden), lr=hp.lr, weight_decay=hp.weight_decay,
-            seed=self.seeds[i], explain_output=hp.explain_output,
+            seed=self.seeds[i], explain_output=hp.explain_output, loss_on=hp.loss_on,
         )  # fmt: skip
 
     def member(self, i: int) -> MLPClassifier:
@@ -142,7 +151,8 @@ class PopulationMLP(pl.LightningModule):
 
     def init_kwargs(self) -> dict:
         """The constructor arguments other than the seeds (plain types, for files and copies)."""
-        names = ["in_features", "hidden", "lr", "weight_decay", "explain_output", "data_order", "grad_clip_norm"]
+        names = ["in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on", "data_order",
+                 "grad_clip_norm"]  # fmt: skip
         return {n: list(self.hparams[n]) if n == "hidden" else self.hparams[n] for n in names}
 
     def subset(self, indices: list[int]) -> "PopulationMLP":
@@ -217,7 +227,8 @@ class PopulationMLP(pl.LightningModule):
         # The loss's gradient with respect to the logits through autograd (so it is the very
         # computation a model alone gets); the layers' backward by hand (``stacked_backward``).
         logits.requires_grad_(True)
-        loss = F.cross_entropy(logits.reshape(-1, 2), y.reshape(-1), reduction="none").view(self.size, -1)
+        loss = classification_loss(logits.reshape(-1, 2), y.reshape(-1), self.hparams.loss_on, "none")
+        loss = loss.view(self.size, -1)
         member_loss = loss.mean(dim=1)
         (grad_logits,) = torch.autograd.grad(member_loss.sum(), logits)
         with torch.no_grad():

@@ -120,13 +120,18 @@ def test_mlp_curve_stacked_points_equal_classifier_at_t():
         torch.testing.assert_close(out[i], curve.classifier_at(t)(x), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize(("mode", "weight_decay"), [("fixed", 0.0), ("trained", 0.0), ("fixed", 1e-2)])
-def test_curve_trained_in_a_stack_equals_curve_trained_alone(mode, weight_decay):
+@pytest.mark.parametrize(
+    ("mode", "weight_decay", "loss_on"),
+    [("fixed", 0.0, "logits"), ("trained", 0.0, "logits"), ("fixed", 1e-2, "logits"), ("fixed", 0.0, "probabilities")],
+)
+def test_curve_trained_in_a_stack_equals_curve_trained_alone(mode, weight_decay, loss_on):
     from datamodules import FinancialDataModule
     from lightning_modules import PopulationMLP
     from lightning_modules.curve_population import curves_between
 
-    population = PopulationMLP(in_features=61, seeds=[3, 5, 8, 13], lr=4e-3, weight_decay=weight_decay)
+    population = PopulationMLP(
+        in_features=61, seeds=[3, 5, 8, 13], lr=4e-3, weight_decay=weight_decay, loss_on=loss_on
+    )
     with torch.no_grad():  # end points that are not initialisations
         for p in population.parameters():
             p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
@@ -141,7 +146,7 @@ def test_curve_trained_in_a_stack_equals_curve_trained_alone(mode, weight_decay)
     for i, (a, b) in enumerate(pairs):
         alone = MLPCurve(
             in_features=61, mode=mode, start_seed=population.seeds[a], end_seed=population.seeds[b], lr=4e-3,
-            weight_decay=weight_decay, t_seed=population.seeds[a],
+            weight_decay=weight_decay, loss_on=loss_on, t_seed=population.seeds[a],
             start_model=population.member(a), end_model=population.member(b),
         )  # fmt: skip
         trainer().fit(alone, datamodule=FinancialDataModule(dataset="german"))

@@ -8,7 +8,7 @@ from torch import nn
 
 from datamodules import InputError
 from lightning_modules import MLPClassifier
-from lightning_modules.mlp import adam
+from lightning_modules.mlp import adam, classification_loss
 
 
 def test_architecture_is_128_64_16_with_two_logits():
@@ -51,6 +51,20 @@ def test_explained_output_is_positive_class_logit_or_probability():
 def test_unknown_explain_output_is_rejected():
     with pytest.raises(InputError, match="explain_output='margin'"):
         MLPClassifier(in_features=4, explain_output="margin")
+
+
+def test_loss_on_probabilities_is_cross_entropy_of_the_softmax_output_by_hand():
+    """The reference code's loss: nn.CrossEntropyLoss after nn.Softmax, i.e.
+    -log(exp(p_y) / (exp(p_0) + exp(p_1))) with p = softmax(logits), in float64."""
+    logits = torch.tensor([[2.0, -1.0], [0.5, 0.25], [-3.0, 4.0]], dtype=torch.float64)
+    y = torch.tensor([0, 1, 1])
+    p = logits.exp() / logits.exp().sum(1, keepdim=True)
+    by_hand = -(p[torch.arange(3), y] - p.exp().sum(1).log())
+    torch.testing.assert_close(classification_loss(logits, y, "probabilities", "none"), by_hand)
+    plain = -(logits[torch.arange(3), y] - logits.exp().sum(1).log())
+    torch.testing.assert_close(classification_loss(logits, y), plain.mean())
+    with pytest.raises(InputError, match="option loss_on='softmax'"):
+        MLPClassifier(in_features=3, loss_on="softmax")
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-3])

@@ -38,16 +38,17 @@ def test_member_initialisation_is_mlpclassifier_with_its_seed():
 
 
 @pytest.mark.parametrize(
-    ("dataset", "batch_size", "lr"),
-    [("german", 32, 4e-3), ("adult", 128, 4e-3)],  # 61 and 6 inputs; paper hyperparameters
-)
-def test_population_member_equals_model_trained_alone(dataset, batch_size, lr):
+    ("dataset", "batch_size", "lr", "loss_on"),
+    [("german", 32, 4e-3, "logits"), ("adult", 128, 4e-3, "logits"),  # 61 and 6 inputs; paper hyperparameters
+     ("german", 32, 4e-3, "probabilities")],  # the reference code's loss
+)  # fmt: skip
+def test_population_member_equals_model_trained_alone(dataset, batch_size, lr, loss_on):
     seeds = [0, 7, 42]
     data = FinancialDataModule(dataset=dataset, batch_size=batch_size)
-    population = PopulationMLP(in_features=data.num_features, seeds=seeds, lr=lr)
+    population = PopulationMLP(in_features=data.num_features, seeds=seeds, lr=lr, loss_on=loss_on)
     quiet_trainer().fit(population, datamodule=data)
     for i, seed in enumerate(seeds):
-        alone = MLPClassifier(in_features=data.num_features, seed=seed, lr=lr)
+        alone = MLPClassifier(in_features=data.num_features, seed=seed, lr=lr, loss_on=loss_on)
         quiet_trainer().fit(alone, datamodule=FinancialDataModule(dataset=dataset, batch_size=batch_size))
         assert max_param_diff(population.member(i), alone) == 0.0  # bit for bit
 
