@@ -441,6 +441,11 @@ class ImageDataModule(pl.LightningDataModule):
                 f"{self.source}: no test/ or val/ split for stage {stage!r}; splits present: {sorted(sizes)}"
             )
         log.info("data %s", self.describe())
+        if self.in_memory:  # decode (or read from the cache) now, so that a bad file stops the run here
+            wanted = {"fit": ["train", "val"], "validate": ["val"]}.get(stage or "", [self.eval_split])
+            for split in wanted:
+                if split in sizes:
+                    self._uint8_split(split)
 
     def _loader(self, split: str | None, train: bool):
         if split is None:
