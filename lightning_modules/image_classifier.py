@@ -230,6 +230,8 @@ def lr_factor(step: int, schedule: Schedule, warmup: int, total: int) -> float:
             start = 1.0 / ONECYCLE_DIV_FACTOR
             return start + (1.0 - start) * (1.0 - math.cos(math.pi * step / peak)) / 2
         peak = max(peak, 0)
+        if total - 1 == peak:  # a one-step run (fast_dev_run)
+            return 1.0
         final = 1.0 / ONECYCLE_DIV_FACTOR / ONECYCLE_FINAL_DIV_FACTOR
         return final + (1.0 - final) * (1.0 + math.cos(math.pi * (step - peak) / (total - 1 - peak))) / 2
     return 1.0
