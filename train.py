@@ -3,6 +3,7 @@
     python train.py                                   # German Credit MLP, embedded data
     python train.py --config configs/heloc.yaml --data.data_dir ../shared/data
     python train.py --config configs/population.yaml --config configs/adult.yaml --data.data_dir ../shared/data
+    python train.py --config configs/images/fashion_mnist_cnn.yaml   # an image classifier (configs/images/)
     python train.py --resume runs/adult/<run>          # continue an interrupted run
     python train.py --print_config                    # the full composed configuration
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import logging
 import re
 import shutil
@@ -100,8 +102,21 @@ def unique_folder(path: Path) -> Path:
     return candidate
 
 
+def dataset_name(data: Namespace) -> str:
+    """The dataset part of the run folder: the datamodule's ``dataset`` option (tabular data),
+    else its class's ``dataset_name(options)`` (image data), else its class name in lower case."""
+    args = data.init_args
+    if getattr(args, "dataset", None):
+        return args.dataset
+    module, _, name = data.class_path.rpartition(".")
+    datamodule_class = getattr(importlib.import_module(module), name)
+    if hasattr(datamodule_class, "dataset_name"):
+        return datamodule_class.dataset_name(args.as_dict())
+    return name.lower()
+
+
 class TrainCLI(LightningCLI):
-    """LightningCLI plus the run folder, the logger choice and the dataset-to-model link."""
+    """LightningCLI plus the run folder, the logger choice and the dataset-to-model links."""
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--output_dir", type=str, default="runs", help="root of all run folders")
@@ -117,12 +132,15 @@ class TrainCLI(LightningCLI):
             "--population.keep_chunks", type=bool, default=False,
             help="keep <run>/chunks/ (per-chunk files and last epoch checkpoints) once population.pt is written",
         )  # fmt: skip
+        # each link applies where the datamodule has the property and the model the option:
+        # tabular data -> MLPs (in_features), image data -> ImageClassifier (num_classes, in_channels)
         parser.link_arguments("data.num_features", "model.init_args.in_features", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.in_channels", "model.init_args.in_channels", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
-        data_args = cfg.data.init_args
-        dataset = getattr(data_args, "dataset", None) or cfg.data.class_path.rsplit(".", 1)[-1].lower()
+        dataset = dataset_name(cfg.data)
         if cfg.resume:
             run_dir = Path(cfg.resume)
         else:
