@@ -32,7 +32,7 @@ import pytorch_lightning as pl
 import torch
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
-from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
@@ -113,6 +113,17 @@ def dataset_name(data: Namespace) -> str:
     if hasattr(datamodule_class, "dataset_name"):
         return datamodule_class.dataset_name(args.as_dict())
     return name.lower()
+
+
+class RunFolderConfig(SaveConfigCallback):
+    """Writes the composed config to ``<run folder>/config.yaml`` whatever the logger, where
+    ``--resume`` and ``evaluate.py run`` read it (Lightning's own place, the logger's
+    ``log_dir``, is ``<run>/csv/`` for CSV logs)."""
+
+    def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        path = Path(trainer.default_root_dir) / self.config_filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.parser.save(self.config, str(path), skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
 
 
 class TrainCLI(LightningCLI):
@@ -304,7 +315,8 @@ def main(args: list[str] | None = None) -> dict | None:
             run=False,
             subclass_mode_model=True,
             subclass_mode_data=True,
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=RunFolderConfig,
+            save_config_kwargs={"overwrite": True, "save_to_log_dir": False},
             parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False, "exit_on_error": False},
             args=args,
         )

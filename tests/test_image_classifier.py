@@ -248,6 +248,7 @@ def test_train_py_runs_the_fashion_mnist_config(tmp_path):
     run_dir = tmp_path / "fashion_mnist" / "tiny"
     assert metrics["run_dir"] == str(run_dir) and (run_dir / "metrics.json").is_file()
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "csv" / "metrics.csv").is_file()
+    assert (run_dir / "config.yaml").is_file()  # in the run folder with CSV logs too, for --resume
     assert metrics["model"]["num_classes"] == 10 and metrics["model"]["in_channels"] == 1  # linked from the data
     assert metrics["data"]["dataset"] == "fashion_mnist" and 0.1 < metrics["test_acc"] <= 1.0
 
@@ -298,9 +299,10 @@ def test_train_py_runs_the_cifar_configs_on_a_tiny_folder(tmp_path, config):
 @pytest.mark.skipif(not FASHION_MNIST.is_dir(), reason="dataset-fashion-mnist absent")
 def test_image_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     """Interrupted at the start of epoch 2 (tests.helpers.InterruptChunk), then ``--resume``:
-    the run continues from its last checkpoint, schedule included, to its last epoch."""
+    the run continues from its last checkpoint, schedule included, to its last epoch; CSV
+    logs of the second part go to csv/resume-1/."""
     args = ["--config", "configs/images/fashion_mnist_cnn.yaml", "--trainer.max_epochs", "3",
-            "--trainer.limit_train_batches", "3", "--trainer.limit_test_batches", "1", "--log_to", "none",
+            "--trainer.limit_train_batches", "3", "--trainer.limit_test_batches", "1", "--log_to", "csv",
             "--output_dir", str(tmp_path), "--run_name", "img-chunk-001", "--trainer.enable_progress_bar", "false",
             "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
@@ -314,6 +316,7 @@ def test_image_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     assert resumed["epochs"] == 3 and (run_dir / "metrics.json").is_file()
     final = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == 9 and final["lr_schedulers"][0]["last_epoch"] == 9
+    assert (run_dir / "csv" / "resume-1" / "metrics.csv").is_file()
 
 
 def test_train_py_bad_image_option_names_it_and_leaves_no_run_folder(tmp_path):
