@@ -15,6 +15,7 @@ import torch
 from jsonargparse import Namespace
 from torch import nn
 
+import evaluate
 import train
 from datamodules import ImageFolderDataModule, InputError, MNIST5kDataModule
 from datamodules.errors import input_error_in
@@ -251,6 +252,8 @@ def test_train_py_runs_the_fashion_mnist_config(tmp_path):
     assert (run_dir / "config.yaml").is_file()  # in the run folder with CSV logs too, for --resume
     assert metrics["model"]["num_classes"] == 10 and metrics["model"]["in_channels"] == 1  # linked from the data
     assert metrics["data"]["dataset"] == "fashion_mnist" and 0.1 < metrics["test_acc"] <= 1.0
+    evaluated = evaluate.main(["run", str(run_dir)])  # the whole test split (train.py's test: 2 batches)
+    assert evaluated["data"]["test"] == 10_000 and 0.1 < evaluated["test_acc"] <= 1.0
 
 
 class WriteValAcc(pl.Callback):
