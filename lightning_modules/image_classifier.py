@@ -11,8 +11,8 @@ random weights (never a download):
   shortcuts add no parameters (ResNet-20: 269,722 parameters for 10 classes, the
   paper's 0.27 M).
 * ``small_cnn``: two 3x3 convolutions (32 and 64 channels, each followed by ReLU and
-  2x2 max-pooling), an adaptive average pool to 7x7 (the identity for 28x28 inputs) and
-  a linear layer: for quick MNIST / Fashion-MNIST runs.
+  2x2 max-pooling), an adaptive average pool to 7x7 (skipped for 28x28 inputs, see
+  :class:`AvgPoolTo`) and a linear layer: for quick MNIST / Fashion-MNIST runs.
 * ``resnet18``, ``resnet34``, ``resnet50``: torchvision's ImageNet ResNets
   (``weights=None``). ``small_input_stem`` makes the first convolution 3x3 with stride 1
   and drops the max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a
@@ -104,11 +104,26 @@ class CifarResNet(nn.Module):
         return self.fc(x.mean(dim=(-2, -1)))
 
 
+class AvgPoolTo(nn.Module):
+    """``AdaptiveAvgPool2d(size)``, skipped where the input is already ``size`` x ``size``:
+    PyTorch has no deterministic CUDA backward for adaptive pooling, so 28x28 inputs to
+    ``small_cnn`` train on a GPU under ``trainer.deterministic: true`` (other sizes do not)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-2:] == (self.size, self.size):
+            return x
+        return F.adaptive_avg_pool2d(x, self.size)
+
+
 def small_cnn(num_classes: int, in_channels: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv2d(in_channels, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.AdaptiveAvgPool2d(7), nn.Flatten(), nn.Linear(64 * 7 * 7, num_classes),
+        AvgPoolTo(7), nn.Flatten(), nn.Linear(64 * 7 * 7, num_classes),
     )  # fmt: skip
 
 

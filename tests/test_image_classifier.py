@@ -62,6 +62,13 @@ def test_small_input_stem_and_channels():
     torch.testing.assert_close(imagenet.avgpool(x), nn.AdaptiveAvgPool2d(1)(x))
 
 
+def test_small_cnn_pool_is_adaptive_and_skipped_at_7x7():
+    pool = create_image_model("small_cnn", 10)[6]
+    x7, x8 = torch.randn(2, 64, 7, 7), torch.randn(2, 64, 8, 8)
+    assert pool(x7) is x7  # no adaptive pooling (no deterministic CUDA backward) for 28x28 images
+    torch.testing.assert_close(pool(x8), nn.AdaptiveAvgPool2d(7)(x8))
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
