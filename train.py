@@ -3,6 +3,7 @@
     python train.py                                   # German Credit MLP, embedded data
     python train.py --config configs/heloc.yaml --data.data_dir ../shared/data
     python train.py --config configs/population.yaml --config configs/adult.yaml --data.data_dir ../shared/data
+    python train.py --config configs/images/fashion_mnist_cnn.yaml   # an image classifier (configs/images/)
     python train.py --resume runs/adult/<run>          # continue an interrupted run
     python train.py --print_config                    # the full composed configuration
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import logging
 import re
 import shutil
@@ -30,7 +32,7 @@ import pytorch_lightning as pl
 import torch
 from jsonargparse import Namespace
 from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
-from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
@@ -100,8 +102,32 @@ def unique_folder(path: Path) -> Path:
     return candidate
 
 
+def dataset_name(data: Namespace) -> str:
+    """The dataset part of the run folder: the datamodule's ``dataset`` option (tabular data),
+    else its class's ``dataset_name(options)`` (image data), else its class name in lower case."""
+    args = data.init_args
+    if getattr(args, "dataset", None):
+        return args.dataset
+    module, _, name = data.class_path.rpartition(".")
+    datamodule_class = getattr(importlib.import_module(module), name)
+    if hasattr(datamodule_class, "dataset_name"):
+        return datamodule_class.dataset_name(args.as_dict())
+    return name.lower()
+
+
+class RunFolderConfig(SaveConfigCallback):
+    """Writes the composed config to ``<run folder>/config.yaml`` whatever the logger, where
+    ``--resume`` and ``evaluate.py run`` read it (Lightning's own place, the logger's
+    ``log_dir``, is ``<run>/csv/`` for CSV logs)."""
+
+    def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        path = Path(trainer.default_root_dir) / self.config_filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.parser.save(self.config, str(path), skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+
+
 class TrainCLI(LightningCLI):
-    """LightningCLI plus the run folder, the logger choice and the dataset-to-model link."""
+    """LightningCLI plus the run folder, the logger choice and the dataset-to-model links."""
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--output_dir", type=str, default="runs", help="root of all run folders")
@@ -117,12 +143,15 @@ class TrainCLI(LightningCLI):
             "--population.keep_chunks", type=bool, default=False,
             help="keep <run>/chunks/ (per-chunk files and last epoch checkpoints) once population.pt is written",
         )  # fmt: skip
+        # each link applies where the datamodule has the property and the model the option:
+        # tabular data -> MLPs (in_features), image data -> ImageClassifier (num_classes, in_channels)
         parser.link_arguments("data.num_features", "model.init_args.in_features", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.in_channels", "model.init_args.in_channels", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
-        data_args = cfg.data.init_args
-        dataset = getattr(data_args, "dataset", None) or cfg.data.class_path.rsplit(".", 1)[-1].lower()
+        dataset = dataset_name(cfg.data)
         if cfg.resume:
             run_dir = Path(cfg.resume)
         else:
@@ -286,7 +315,8 @@ def main(args: list[str] | None = None) -> dict | None:
             run=False,
             subclass_mode_model=True,
             subclass_mode_data=True,
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=RunFolderConfig,
+            save_config_kwargs={"overwrite": True, "save_to_log_dir": False},
             parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False, "exit_on_error": False},
             args=args,
         )

@@ -54,7 +54,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from datamodules.errors import InputError
 
@@ -389,9 +389,20 @@ class ImageDataModule(pl.LightningDataModule):
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------
+    @classmethod
+    def dataset_name(cls, options: dict) -> str:
+        """The ``name`` a datamodule built with the keyword arguments ``options`` will have,
+        known before building it (train.py names the run folder with it)."""
+        return cls.name
+
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    @property
+    def in_channels(self) -> int:
+        """Channels per image (1 grey, 3 colour); train.py links it to the model's ``in_channels``."""
+        return self.image_shape[0]
 
     @property
     def stats_split(self) -> str:
@@ -463,9 +474,10 @@ class ImageDataModule(pl.LightningDataModule):
                 if train
                 else SequentialSampler(dataset)
             )
-            return DataLoader(
-                dataset, batch_sampler=BatchSampler(sampler, batch_size, drop_last=False), collate_fn=_whole_batch
-            )
+            # sampler + batch_size, not a batch_sampler: under DDP Lightning swaps the sampler for a
+            # DistributedSampler and keeps batch_size (given a BatchSampler it falls back to batches of 1);
+            # each batch still comes from one __getitems__ call
+            return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=_whole_batch)
         dataset = self._file_dataset(split, train)
         return DataLoader(
             dataset, batch_size=batch_size, shuffle=train, num_workers=self.num_workers,
@@ -534,7 +546,13 @@ class ImageFolderDataModule(ImageDataModule):
         self.random_resized_crop = random_resized_crop
         self.in_memory_option = in_memory
         self.cache_dir = cache_dir
-        self.name = archive_name(self.root) if is_archive(self.root) else self.root.name
+        self.name = self.dataset_name({"root": root})
+
+    @classmethod
+    def dataset_name(cls, options: dict) -> str:
+        """The archive's name without ``.tar.gz`` (``cifar10-jpeg``), or the folder's name."""
+        root = Path(options["root"]).expanduser()
+        return archive_name(root) if is_archive(root) else root.name
 
     @property
     def source(self) -> str:

@@ -178,6 +178,26 @@ def test_lightning_fit_and_test(folder, tmp_path):
     assert "loss" in trainer.test(Tiny(), datamodule=dm, verbose=False)[0]
 
 
+def test_in_memory_loader_keeps_its_batch_size_under_a_distributed_sampler(folder, tmp_path):
+    """Lightning's DDP re-creates the loader from its recorded arguments around a
+    DistributedSampler (as in tests/test_image_classifier.py's two-process test): batches
+    stay batch_size, half the images each."""
+    from lightning_fabric.utilities.data import _replace_dunder_methods
+    from pytorch_lightning.utilities.data import _update_dataloader
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    root, _ = folder
+    dm = dm_for(root, tmp_path, batch_size=4)
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = dm.train_dataloader()  # recording its arguments, as the Trainer asks for it
+    shards = []
+    for rank in (0, 1):
+        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
+        shards.append([y for _, y in _update_dataloader(loader, sampler)])
+    assert [[len(y) for y in shard] for shard in shards] == [[4, 2], [4, 2]]  # 12 images, 6 per process
+    assert sorted(torch.cat([torch.cat(s) for s in shards]).tolist()) == [0] * 4 + [1] * 4 + [2] * 4
+
+
 def test_large_image_path_with_transforms(folder, tmp_path):
     root, _ = folder
     dm = dm_for(root, tmp_path, in_memory=False, image_size=4, batch_size=5, horizontal_flip=True,

@@ -126,7 +126,9 @@ def test_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     wandb.finish()
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2  # one W&B directory per process, both for one W&B run id
-    ids = {path.name.rsplit("-", 1)[1] for path in runs}
+    # the id from each folder's run-<id>.wandb: folder names are offline-run-<second>-<id>, and W&B
+    # appends "-1" to the second one when both parts started within the same second
+    ids = {next(path.glob("run-*.wandb")).stem.removeprefix("run-") for path in runs}
     assert len(ids) == 1 and f"id: {ids.pop()}" in (run_dir / "config.yaml").read_text()
 
 
