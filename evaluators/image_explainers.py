@@ -1,0 +1,330 @@
+"""Explainers for any image classifier: ``explain_image(model, x, method, target=None, **options)``.
+
+``model`` maps images (N, C, H, W) to logits (N, K): any ``nn.Module`` (a network from
+``create_image_model``, an ``ImageClassifier``, a torchvision or timm model). Every
+method explains one class per image, ``target``: by default the predicted class (the
+argmax of the logits, computed once before attribution), else an int (one class for
+all images) or a LongTensor of N labels. Maps keep the input's shape (N, C, H, W);
+``reduce_map(maps, how)`` reduces them to (N, H, W).
+
+Why a separate function and registry (``IMAGE_EXPLAINERS``) rather than more branches
+in ``evaluators.explainers.explain``: ``explain`` explains a fixed scalar (the
+positive-class output of tabular MLPs, populations and ensembles) through fast paths
+whose numbers the tabular experiments depend on; image classifiers need a per-image
+class target, chunking over images rather than over ensemble members, eval mode and
+the model's device. Keeping them apart leaves every tabular path untouched and each
+contract simple. The registry is string-keyed in the same style.
+
+Methods (Captum 0.9, called as Captum documents them; options are passed through):
+
+* ``saliency``: ``Saliency(abs=False)``, the signed input gradient (``abs=True`` as an option).
+* ``integrated_gradients``: ``IntegratedGradients``, baselines zeros unless given, ``n_steps=50``.
+* ``gradient_shap``: Expected Gradients (Erion et al.), as Captum's ``GradientShap``
+  with ``stdevs=0``: ``baselines`` (B, C, H, W), a sample of training images, is
+  required; ``n_samples=50`` draws of (baseline, α) per image. The baseline indices and
+  α come from numpy's global generator, the noise from torch's (as in Captum).
+* ``smoothgrad``, ``smoothgrad_sq``, ``vargrad``: Captum's ``NoiseTunnel`` over
+  ``base`` (default ``saliency``; also ``integrated_gradients``, ``input_x_gradient``,
+  ``guided_backprop``, ``deeplift``: ``base="integrated_gradients"`` with
+  ``smoothgrad_sq`` is Hooker et al.'s SG-SQ-IG), ``nt_samples=50``, ``stdevs=0.15``
+  (absolute, in the input's units: Smilkov et al. suggest 10-20 % of the input range).
+  The noise is drawn from the generator of the input's device, chunk by chunk.
+* ``guided_backprop``, ``input_x_gradient``, ``deeplift`` (baselines zeros unless
+  given). Captum's GuidedBackprop and DeepLift act through ``nn.ReLU`` modules: a
+  network using ``F.relu`` (``resnet8``/``resnet20`` here) gets plain gradients there, and
+  DeepLift does not support a ReLU module reused within a block (torchvision ResNets).
+* ``occlusion``: Captum's ``Occlusion`` with ``sliding_window_shapes`` (default
+  (C, 8, 8), capped at H, W) and ``strides`` (default half the window), baselines 0.
+* ``gradcam``: Captum's ``LayerGradCam`` (``relu_attributions=True``) on ``layer``
+  (default :func:`last_conv_block`), upsampled with ``LayerAttribution.interpolate`` to
+  (H, W) (``interpolate_mode="bilinear"``), then **repeated over the C channels** so the
+  map keeps the input's shape: channel 0 (or ``reduce_map(maps, "max_abs")``) is the map.
+* ``rise``: :func:`rise` (Petsiuk et al. 2018); its one-channel map is likewise
+  repeated over the C channels.
+
+Memory bound: ``max_batch`` (default 256) is the most rows of images one forward (and
+backward) pass of the model sees. Images are split into chunks of
+``max(1, max_batch // rows_per_image)``; methods that expand each image into many rows
+pass Captum's own batching options (``internal_batch_size`` for IG,
+``nt_samples_batch_size`` for noise tunnels and Expected Gradients,
+``perturbations_per_eval`` for occlusion), and RISE chunks its masks. Deterministic
+methods do not depend on ``max_batch`` (up to float rounding); noise methods draw their
+noise per chunk, so their samples (not their distribution) depend on it; RISE draws all
+its masks' grids and shifts up front, so it does not. The model runs in eval mode
+(its previous mode is restored afterwards), on its own device: ``x`` and ``target`` are
+moved there and the maps returned there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from captum import attr
+from captum.attr._core.gradient_shap import InputBaselineXGradient
+from torch import nn
+from torch.nn import functional as F
+
+from datamodules.errors import InputError
+
+MAX_BATCH = 256
+NOISE_TUNNEL_BASES = ("saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift")
+REDUCTIONS = ("sum", "abs_sum", "max_abs")
+
+
+def _chunks(n: int, size: int):
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def _images_per_chunk(max_batch: int, rows_per_image: int) -> int:
+    return max(1, max_batch // max(1, rows_per_image))
+
+
+def _per_image_chunk(run: Callable, x: torch.Tensor, target: torch.Tensor, images: int) -> torch.Tensor:
+    return torch.cat([run(x[s], target[s]) for s in _chunks(len(x), images)])
+
+
+def _plain(cls, rows_per_image: int = 1, **defaults) -> Callable:
+    """A Captum method whose forward passes see ``rows_per_image`` rows per image."""
+
+    def run(model, x, target, max_batch, **options):
+        options = {**defaults, **options}
+        return _per_image_chunk(lambda xs, ts: cls(model).attribute(xs, target=ts, **options),
+                                x, target, _images_per_chunk(max_batch, rows_per_image))  # fmt: skip
+
+    return run
+
+
+def _integrated_gradients(model, x, target, max_batch, n_steps: int = 50, **options):
+    options.setdefault("internal_batch_size", max_batch)
+    ig = attr.IntegratedGradients(model)
+    return _per_image_chunk(lambda xs, ts: ig.attribute(xs, target=ts, n_steps=n_steps, **options),
+                            x, target, _images_per_chunk(max_batch, n_steps))  # fmt: skip
+
+
+def _base_method(name: str, model: nn.Module) -> attr.Attribution:
+    if name not in NOISE_TUNNEL_BASES:
+        raise InputError(f"option base={name!r}; expected one of {list(NOISE_TUNNEL_BASES)}")
+    return {"saliency": attr.Saliency, "integrated_gradients": attr.IntegratedGradients,
+            "input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
+            "deeplift": attr.DeepLift}[name](model)  # fmt: skip
+
+
+def _tunnel(model, base: attr.Attribution, x, target, max_batch, nt_samples, **options) -> torch.Tensor:
+    """Captum's NoiseTunnel, ``images`` at a time and at most ``max_batch`` noisy rows per call
+    of the base method (``nt_samples_batch_size``)."""
+    images = _images_per_chunk(max_batch, nt_samples)
+    per_call = min(nt_samples, max(1, max_batch // images))
+    nt = attr.NoiseTunnel(base)
+    return _per_image_chunk(
+        lambda xs, ts: nt.attribute(xs, target=ts, nt_samples=nt_samples, nt_samples_batch_size=per_call, **options),
+        x, target, images,
+    )  # fmt: skip
+
+
+def _noise_tunnel(nt_type: str) -> Callable:
+    def run(model, x, target, max_batch, base: str = "saliency", nt_samples: int = 50, stdevs: float = 0.15,
+            **options):  # fmt: skip
+        if base == "saliency":
+            options.setdefault("abs", False)
+        if base == "integrated_gradients":
+            options.setdefault("internal_batch_size", max_batch)
+        rows = max(1, max_batch // 2) if base == "deeplift" else max_batch  # DeepLift: inputs and baselines
+        return _tunnel(model, _base_method(base, model), x, target, rows, nt_samples,
+                       nt_type=nt_type, stdevs=stdevs, **options)  # fmt: skip
+
+    return run
+
+
+def _gradient_shap(model, x, target, max_batch, baselines: torch.Tensor | None = None, n_samples: int = 50,
+                   stdevs: float = 0.0, **options):  # fmt: skip
+    """Expected Gradients: Captum's GradientShap, which is NoiseTunnel(InputBaselineXGradient)
+    with baselines drawn from the distribution; written out so that the samples of one
+    image can be split (``nt_samples_batch_size``)."""
+    if not isinstance(baselines, torch.Tensor) or baselines.dim() != x.dim() or baselines.shape[1:] != x.shape[1:]:
+        raise InputError(
+            "explainer 'gradient_shap' needs option baselines: a tensor of training images (B, "
+            f"{', '.join(map(str, x.shape[1:]))}) to draw references from (Expected Gradients); got "
+            f"{type(baselines).__name__ if not isinstance(baselines, torch.Tensor) else tuple(baselines.shape)}"
+        )
+    base = InputBaselineXGradient(model, options.pop("multiply_by_inputs", True))
+    return _tunnel(model, base, x, target, max_batch, n_samples, nt_type="smoothgrad", stdevs=stdevs,
+                   draw_baseline_from_distrib=True, baselines=baselines.to(x.device), **options)  # fmt: skip
+
+
+def _occlusion(model, x, target, max_batch, sliding_window_shapes=None, strides=None, **options):
+    c, h, w = x.shape[1:]
+    if sliding_window_shapes is None:
+        sliding_window_shapes = (c, min(8, h), min(8, w))
+    if strides is None:
+        strides = (c, *(max(1, k // 2) for k in sliding_window_shapes[1:]))
+    images = _images_per_chunk(max_batch, 1)
+    options.setdefault("perturbations_per_eval", max(1, max_batch // min(images, len(x))))
+    occ = attr.Occlusion(model)
+    return _per_image_chunk(
+        lambda xs, ts: occ.attribute(xs, sliding_window_shapes=tuple(sliding_window_shapes), strides=tuple(strides),
+                                     target=ts, **options),
+        x, target, images,
+    )  # fmt: skip
+
+
+def last_conv_block(model: nn.Module) -> nn.Module:
+    """The module GradCAM explains by default: among ``model``'s children, the last that
+    contains an ``nn.Conv2d`` (a ResNet's last stage, ``small_cnn``'s second convolution);
+    where it is the only such child (a wrapper such as ``ImageClassifier.net``, a VGG's
+    ``features``) the search goes on inside it, down to a ``Conv2d`` at most."""
+    module = model
+    while not isinstance(module, nn.Conv2d):
+        convs = [c for c in module.children() if any(isinstance(m, nn.Conv2d) for m in c.modules())]
+        if not convs:
+            if module is model:
+                raise InputError("explainer 'gradcam': the model has no nn.Conv2d; pass option layer=<module>")
+            return module
+        module = convs[-1]
+        if len(convs) > 1:
+            return module
+    return module
+
+
+def _gradcam(model, x, target, max_batch, layer: nn.Module | None = None, interpolate_mode: str = "bilinear",
+             **options):  # fmt: skip
+    options.setdefault("relu_attributions", True)
+    cam = attr.LayerGradCam(model, layer if layer is not None else last_conv_block(model))
+
+    def run(xs, ts):
+        maps = cam.attribute(xs, target=ts, **options)
+        if maps.dim() != 4:
+            raise InputError(f"explainer 'gradcam': the layer's output has shape {tuple(maps.shape)}; "
+                             "expected (N, channels, h, w): pass option layer=<a convolutional module>")
+        return attr.LayerAttribution.interpolate(maps, tuple(xs.shape[2:]), interpolate_mode)
+
+    maps = _per_image_chunk(run, x, target, _images_per_chunk(max_batch, 1))
+    return maps.expand(-1, x.shape[1], -1, -1).contiguous()
+
+
+def rise_masks(n_masks: int, s: int, p: float, height: int, width: int,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The random parts of RISE's masks, drawn on the CPU: grids (n_masks, s, s) of 0/1,
+    each cell 1 with probability p, and shifts (n_masks, 2) in [0, cell height) x [0, cell
+    width), in this order from ``generator`` (the global one if None)."""
+    cell_h, cell_w = math.ceil(height / s), math.ceil(width / s)
+    grids = (torch.rand(n_masks, s, s, generator=generator) < p).float()
+    dy = torch.randint(0, cell_h, (n_masks,), generator=generator)
+    dx = torch.randint(0, cell_w, (n_masks,), generator=generator)
+    return grids, torch.stack([dy, dx], dim=1)
+
+
+def upsample_masks(grids: torch.Tensor, shifts: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Masks (n, 1, height, width): each s x s grid bilinearly upsampled to (s + 1) cells of
+    ceil(H/s) x ceil(W/s) pixels and cropped at its shift, as Petsiuk et al.'s code does (it
+    uses skimage's resize with reflect padding; ``F.interpolate(align_corners=False)``
+    replicates the edge instead, which differs only within half a cell of the border)."""
+    s = grids.shape[-1]
+    cell_h, cell_w = math.ceil(height / s), math.ceil(width / s)
+    up = F.interpolate(grids[:, None], size=((s + 1) * cell_h, (s + 1) * cell_w), mode="bilinear",
+                       align_corners=False)  # fmt: skip
+    rows = shifts[:, 0, None] + torch.arange(height, device=grids.device)  # (n, H)
+    cols = shifts[:, 1, None] + torch.arange(width, device=grids.device)  # (n, W)
+    index = torch.arange(len(grids), device=grids.device)[:, None, None]
+    return up[:, 0][index, rows[:, :, None], cols[:, None, :]][:, None]
+
+
+def rise(model, x, target, max_batch, n_masks: int = 4000, s: int = 8, p: float = 0.5, seed: int | None = None,
+         probabilities: bool = True) -> torch.Tensor:  # fmt: skip
+    """RISE (Petsiuk et al. 2018): saliency = Σ_i f_c(x ⊙ M_i) M_i / (n_masks · p), with
+    f_c the softmax probability of the target class (the logit if ``probabilities=False``)
+    and M_i the masks of :func:`rise_masks` / :func:`upsample_masks` (one channel, applied to
+    all C). The grids and shifts are drawn up front (from ``torch.Generator().manual_seed(seed)``,
+    or the global CPU generator where ``seed`` is None); masks are upsampled and evaluated
+    ``max_batch // images`` at a time for chunks of at most ``max_batch`` images, without
+    gradients. Returns (N, C, H, W): the one-channel map repeated over C."""
+    n, c, height, width = x.shape
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    grids, shifts = rise_masks(n_masks, s, p, height, width, generator)
+    grids, shifts = grids.to(x.device, x.dtype), shifts.to(x.device)
+    out = torch.zeros(n, height, width, dtype=x.dtype, device=x.device)
+    with torch.no_grad():
+        for im in _chunks(n, max(1, min(n, max_batch))):
+            xs, ts = x[im], target[im]
+            per_chunk = max(1, max_batch // len(xs))
+            for mk in _chunks(n_masks, per_chunk):
+                masks = upsample_masks(grids[mk], shifts[mk], height, width)  # (m, 1, H, W)
+                logits = model((xs[:, None] * masks[None]).flatten(0, 1)).view(len(xs), len(masks), -1)
+                scores = logits.softmax(-1) if probabilities else logits
+                score = scores.gather(2, ts[:, None, None].expand(-1, len(masks), 1))[..., 0]  # (images, m)
+                out[im] += torch.einsum("nm,mhw->nhw", score, masks[:, 0])
+    return (out / (n_masks * p))[:, None].expand(-1, c, -1, -1).contiguous()
+
+
+IMAGE_EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
+    "saliency": _plain(attr.Saliency, abs=False),
+    "integrated_gradients": _integrated_gradients,
+    "gradient_shap": _gradient_shap,
+    "smoothgrad": _noise_tunnel("smoothgrad"),
+    "smoothgrad_sq": _noise_tunnel("smoothgrad_sq"),
+    "vargrad": _noise_tunnel("vargrad"),
+    "guided_backprop": _plain(attr.GuidedBackprop),
+    "deeplift": _plain(attr.DeepLift, rows_per_image=2),  # inputs and baselines in one forward
+    "input_x_gradient": _plain(attr.InputXGradient),
+    "occlusion": _occlusion,
+    "gradcam": _gradcam,
+    "rise": rise,
+}
+
+
+def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return x.device
+
+
+def predicted_class(model: nn.Module, x: torch.Tensor, max_batch: int = MAX_BATCH) -> torch.Tensor:
+    """The argmax of the logits, (N,), in chunks of ``max_batch`` images without gradients."""
+    with torch.no_grad():
+        return torch.cat([model(x[s]).argmax(-1) for s in _chunks(len(x), max(1, max_batch))])
+
+
+def _targets(model: nn.Module, x: torch.Tensor, target, max_batch: int) -> torch.Tensor:
+    if target is None:
+        return predicted_class(model, x, max_batch)
+    if isinstance(target, int) and not isinstance(target, bool):
+        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
+    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
+        return target.to(x.device, torch.long)
+    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
+                     f"of {len(x)} labels")  # fmt: skip
+
+
+def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, max_batch: int = MAX_BATCH,
+                  **options) -> torch.Tensor:  # fmt: skip
+    """Attributions (N, C, H, W) of ``target`` (default: the predicted class) for images
+    ``x`` (N, C, H, W), by the method ``method`` of ``IMAGE_EXPLAINERS`` (see the module's
+    docstring for methods, options and the ``max_batch`` memory bound)."""
+    if method not in IMAGE_EXPLAINERS:
+        raise InputError(f"unknown image explainer {method!r}; expected one of {sorted(IMAGE_EXPLAINERS)}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise InputError(f"images of shape {tuple(getattr(x, 'shape', ()))}; expected (N, C, H, W)")
+    if not isinstance(max_batch, int) or max_batch < 1:
+        raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass)")
+    was_training = model.training
+    model.eval()
+    try:
+        x = x.detach().to(_device(model, x))
+        target = _targets(model, x, target, max_batch)
+        return IMAGE_EXPLAINERS[method](model, x, target, max_batch, **options)
+    finally:
+        model.train(was_training)
+
+
+def reduce_map(maps: torch.Tensor, how: str = "abs_sum") -> torch.Tensor:
+    """(N, C, H, W) maps to (N, H, W) over channels: ``sum``, ``abs_sum`` (sum of
+    absolute values) or ``max_abs`` (largest absolute value)."""
+    if how not in REDUCTIONS:
+        raise InputError(f"option how={how!r}; expected one of {list(REDUCTIONS)}")
+    if maps.dim() != 4:
+        raise InputError(f"maps of shape {tuple(maps.shape)}; expected (N, C, H, W)")
+    if how == "sum":
+        return maps.sum(1)
+    return maps.abs().sum(1) if how == "abs_sum" else maps.abs().amax(1)

@@ -1,0 +1,255 @@
+"""Image explainers: every method against Captum called directly with the same target,
+RISE against a naive per-mask loop, chunking, targets, reduce_map, errors."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from captum import attr
+from torch import nn
+
+from datamodules.errors import InputError
+from evaluators.image_explainers import (
+    IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, rise_masks, upsample_masks,
+)  # fmt: skip
+from lightning_modules.image_classifier import create_image_model
+
+TOL = {"rtol": 1e-5, "atol": 1e-6}
+
+
+class TinyCNN(nn.Module):
+    """Two convolutions with ReLU modules (not reused), 3 x 16 x 16 -> 5 logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.block = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.ReLU())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(24, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.features(x)))
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return TinyCNN().eval()
+
+
+@pytest.fixture(scope="module")
+def images():
+    torch.manual_seed(1)
+    return torch.randn(4, 3, 16, 16)
+
+
+LABELS = torch.tensor([0, 3, 1, 4])
+
+
+def captum(model, x, method, target, background):
+    zero = torch.zeros_like(x[:1])
+    calls = {
+        "saliency": lambda: attr.Saliency(model).attribute(x, target=target, abs=False),
+        "integrated_gradients": lambda: attr.IntegratedGradients(model).attribute(x, zero, target=target, n_steps=50),
+        "guided_backprop": lambda: attr.GuidedBackprop(model).attribute(x, target=target),
+        "deeplift": lambda: attr.DeepLift(model).attribute(x, zero, target=target),
+        "input_x_gradient": lambda: attr.InputXGradient(model).attribute(x, target=target),
+        "occlusion": lambda: attr.Occlusion(model).attribute(x, sliding_window_shapes=(3, 8, 8), strides=(3, 4, 4),
+                                                             target=target),
+        "gradcam": lambda: attr.LayerAttribution.interpolate(
+            attr.LayerGradCam(model, model.block).attribute(x, target=target, relu_attributions=True), (16, 16),
+            "bilinear").expand(-1, 3, -1, -1),
+    }  # fmt: skip
+    return calls[method]()
+
+
+DETERMINISTIC = ["saliency", "integrated_gradients", "guided_backprop", "deeplift", "input_x_gradient", "occlusion",
+                 "gradcam"]  # fmt: skip
+
+
+@pytest.mark.parametrize("method", DETERMINISTIC)
+@pytest.mark.parametrize("labels", [False, True])
+def test_deterministic_methods_match_captum(model, images, method, labels):
+    target = LABELS if labels else model(images).argmax(-1)
+    ours = explain_image(model, images, method, target=LABELS if labels else None)
+    assert ours.shape == images.shape
+    torch.testing.assert_close(ours, captum(model, images, method, target, None), **TOL)
+
+
+@pytest.mark.parametrize("method", DETERMINISTIC)
+def test_chunked_equals_unchunked(model, images, method):
+    whole = explain_image(model, images, method, target=LABELS, max_batch=1000)
+    torch.testing.assert_close(explain_image(model, images, method, target=LABELS, max_batch=3), whole, **TOL)
+
+
+def test_target_none_is_the_predicted_class(model, images):
+    predicted = model(images).argmax(-1)
+    assert not torch.equal(predicted, LABELS)
+    torch.testing.assert_close(explain_image(model, images, "saliency"),
+                               explain_image(model, images, "saliency", target=predicted))  # fmt: skip
+    one = explain_image(model, images, "saliency", target=2)
+    torch.testing.assert_close(one, explain_image(model, images, "saliency", target=torch.full((4,), 2)))
+
+
+@pytest.mark.parametrize("nt_type", ["smoothgrad", "smoothgrad_sq", "vargrad"])
+@pytest.mark.parametrize("base", ["saliency", "integrated_gradients"])
+def test_noise_tunnels_match_captum_with_the_same_seed(model, images, nt_type, base):
+    base_options = {"n_steps": 8} if base == "integrated_gradients" else {}
+    torch.manual_seed(5)
+    ours = explain_image(model, images, nt_type, target=LABELS, base=base, nt_samples=6, stdevs=0.2,
+                         max_batch=1000, **base_options)  # fmt: skip
+    method = attr.Saliency(model) if base == "saliency" else attr.IntegratedGradients(model)
+    if base == "saliency":
+        base_options["abs"] = False
+    torch.manual_seed(5)
+    theirs = attr.NoiseTunnel(method).attribute(images, nt_type=nt_type, nt_samples=6, stdevs=0.2, target=LABELS,
+                                                **base_options)  # fmt: skip
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
+def test_noise_tunnel_in_chunks_equals_captum_chunk_by_chunk(model, images):
+    # max_batch=4 with 6 samples: one image per chunk, its noise in calls of 4 and 2 rows
+    torch.manual_seed(2)
+    ours = explain_image(model, images, "smoothgrad", target=LABELS, nt_samples=6, max_batch=4)
+    torch.manual_seed(2)
+    nt = attr.NoiseTunnel(attr.Saliency(model))
+    theirs = torch.cat([nt.attribute(images[i : i + 1], nt_samples=6, nt_samples_batch_size=4, stdevs=0.15,
+                                     target=LABELS[i : i + 1], abs=False) for i in range(4)])  # fmt: skip
+    torch.testing.assert_close(ours, theirs, **TOL)
+
+
+def test_expected_gradients_match_captum_gradient_shap(model, images):
+    torch.manual_seed(3)
+    background = torch.randn(7, 3, 16, 16)
+    np.random.seed(0)
+    torch.manual_seed(4)
+    ours = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5)
+    np.random.seed(0)
+    torch.manual_seed(4)
+    theirs = attr.GradientShap(model).attribute(images, background, n_samples=5, stdevs=0.0, target=LABELS)
+    torch.testing.assert_close(ours, theirs, **TOL)
+    chunked = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5,
+                            max_batch=2)  # fmt: skip
+    assert chunked.shape == images.shape and torch.isfinite(chunked).all()
+
+
+def test_gradient_shap_needs_baselines(model, images):
+    with pytest.raises(InputError, match="'gradient_shap' needs option baselines"):
+        explain_image(model, images, "gradient_shap")
+
+
+def test_unknown_method_and_bad_options_are_named(model, images):
+    with pytest.raises(InputError, match="unknown image explainer 'shap'"):
+        explain_image(model, images, "shap")
+    with pytest.raises(InputError, match="option base='lime'"):
+        explain_image(model, images, "smoothgrad", base="lime")
+    with pytest.raises(InputError, match="option target="):
+        explain_image(model, images, "saliency", target=torch.tensor([0.5, 1.0, 0.0, 2.0]))
+    with pytest.raises(InputError, match="option max_batch=0"):
+        explain_image(model, images, "saliency", max_batch=0)
+
+
+def naive_rise(model, x, target, n_masks, s, p, seed):
+    """Per image, per mask, in float64: the masks redrawn in the documented order."""
+    g = torch.Generator().manual_seed(seed)
+    h, w = x.shape[2:]
+    cell_h, cell_w = -(-h // s), -(-w // s)
+    grids = (torch.rand(n_masks, s, s, generator=g) < p).double()
+    dy = torch.randint(0, cell_h, (n_masks,), generator=g)
+    dx = torch.randint(0, cell_w, (n_masks,), generator=g)
+    model64 = copy.deepcopy(model).double()
+    out = torch.zeros(len(x), h, w, dtype=torch.float64)
+    for i in range(n_masks):
+        up = torch.nn.functional.interpolate(grids[i][None, None], size=((s + 1) * cell_h, (s + 1) * cell_w),
+                                             mode="bilinear", align_corners=False)[0, 0]  # fmt: skip
+        mask = up[dy[i] : dy[i] + h, dx[i] : dx[i] + w]
+        for n in range(len(x)):
+            prob = model64((x[n].double() * mask)[None]).softmax(-1)[0, target[n]]
+            out[n] += prob * mask
+    return out / (n_masks * p)
+
+
+def test_rise_equals_a_naive_loop_over_masks(model, images):
+    ours = explain_image(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7, max_batch=24)
+    assert ours.shape == images.shape and torch.equal(ours[:, 0], ours[:, 2])
+    naive = naive_rise(model, images, LABELS, 40, 4, 0.5, 7)
+    torch.testing.assert_close(ours[:, 0].double(), naive, rtol=1e-5, atol=1e-6)
+    for max_batch in (1, 7, 1000):  # chunking over images and masks changes nothing
+        other = explain_image(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7,
+                              max_batch=max_batch)  # fmt: skip
+        torch.testing.assert_close(other, ours, **TOL)
+
+
+def test_rise_masks_are_binary_grids_upsampled_and_shifted():
+    grids, shifts = rise_masks(50, 3, 0.3, 10, 10, torch.Generator().manual_seed(0))
+    assert set(grids.unique().tolist()) <= {0.0, 1.0} and shifts.max() < 4 and shifts.min() >= 0
+    masks = upsample_masks(grids, shifts, 10, 10)
+    assert masks.shape == (50, 1, 10, 10) and masks.min() >= 0 and masks.max() <= 1
+    torch.manual_seed(0)
+    a, b = rise_masks(5, 3, 0.3, 10, 10), rise_masks(5, 3, 0.3, 10, 10)  # the global generator moves on
+    assert not torch.equal(a[0], b[0]) or not torch.equal(a[1], b[1])
+
+
+def test_reduce_map_against_numpy():
+    maps = torch.randn(2, 3, 5, 4)
+    m = maps.numpy()
+    np.testing.assert_allclose(reduce_map(maps, "sum").numpy(), m.sum(1), rtol=1e-6)
+    np.testing.assert_allclose(reduce_map(maps, "abs_sum").numpy(), np.abs(m).sum(1), rtol=1e-6)
+    np.testing.assert_allclose(reduce_map(maps, "max_abs").numpy(), np.abs(m).max(1), rtol=1e-6)
+    with pytest.raises(InputError, match="option how='mean'"):
+        reduce_map(maps, "mean")
+
+
+def test_eval_mode_is_used_and_restored(images):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.9), nn.Flatten(), nn.Linear(4 * 14 * 14, 3)).train()
+    first = explain_image(net, images, "saliency", target=0)
+    assert net.training
+    torch.testing.assert_close(explain_image(net, images, "saliency", target=0), first)  # no dropout noise
+
+
+@pytest.mark.parametrize(("arch", "layer"), [("small_cnn", "3"), ("resnet8", "layers")])
+def test_gradcam_layer_is_the_last_conv_block_of_project_networks(arch, layer):
+    torch.manual_seed(0)
+    net = create_image_model(arch, num_classes=3, in_channels=1).eval()
+    assert last_conv_block(net) is net.get_submodule(layer)
+    x = torch.randn(2, 1, 16, 16)
+    out = explain_image(net, x, "gradcam")
+    assert out.shape == x.shape and (out >= 0).all()
+
+
+@pytest.mark.parametrize("method", sorted(IMAGE_EXPLAINERS))
+def test_every_method_runs_on_small_cnn(method):
+    torch.manual_seed(0)
+    net = create_image_model("small_cnn", num_classes=3, in_channels=1)
+    x = torch.randn(2, 1, 8, 8)
+    opts = {"gradient_shap": {"baselines": torch.randn(3, 1, 8, 8), "n_samples": 4},
+            "rise": {"n_masks": 16, "s": 2, "seed": 0}, "integrated_gradients": {"n_steps": 4}}.get(method, {})
+    if method in ("smoothgrad", "smoothgrad_sq", "vargrad"):
+        opts = {"nt_samples": 4}
+    out = explain_image(net, x, method, **opts)
+    assert out.shape == x.shape and torch.isfinite(out).all()
+
+
+def test_an_image_classifier_module_is_explained_through_its_network():
+    from lightning_modules.image_classifier import ImageClassifier
+
+    module = ImageClassifier(arch="resnet8", num_classes=3, in_channels=1)
+    assert last_conv_block(module) is module.net.layers
+    x = torch.randn(2, 1, 16, 16)
+    torch.testing.assert_close(explain_image(module, x, "gradcam"), explain_image(module.net, x, "gradcam"))
+    assert module.training  # its mode is restored
+
+
+@pytest.mark.parametrize("base", ["input_x_gradient", "guided_backprop", "deeplift"])
+def test_noise_tunnel_over_other_bases_matches_captum(model, images, base):
+    torch.manual_seed(6)
+    ours = explain_image(model, images, "smoothgrad_sq", target=LABELS, base=base, nt_samples=3)
+    method = {"input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
+              "deeplift": attr.DeepLift}[base](model)  # fmt: skip
+    torch.manual_seed(6)
+    theirs = attr.NoiseTunnel(method).attribute(images, nt_type="smoothgrad_sq", nt_samples=3, stdevs=0.15,
+                                                target=LABELS)  # fmt: skip
+    torch.testing.assert_close(ours, theirs, **TOL)
