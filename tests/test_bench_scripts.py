@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHRUNK = {
     "consistency": {"M": 4, "N": 12},
     "ensembles": {"N_INPUTS": 16, "N_T": 3, "N_PERTURB": 2},
+    "image_explainers": {"N_CIFAR": 3, "N_224": 1, "STEPS": 3, "STEPS_224": 2},
     "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
 }
 

@@ -1,0 +1,142 @@
+"""Explaining image models: one image per Captum call vs ``explain_image`` batched.
+
+    python bench/image_explainers.py [--checkpoint <run>/checkpoints/last.ckpt]
+
+The seven gradient explainers of Decker et al.'s Table 1 (Saliency, GuidedBP, DeepLift,
+IntGrad, InputxGrad, SmoothGrad, VarGrad) and GradCAM, each explaining the predicted
+class of:
+
+(CIFAR-10) ``N_CIFAR`` test images of CIFAR-10 with a ResNet-8: the reference model's
+           weights when ``--checkpoint`` names its run's checkpoint, else a random
+           initialisation (same arithmetic, same speed);
+(224)      ``N_224`` images of the ImageNet-style validation folder at 224x224 with a
+           randomly initialised ResNet-18, with ``STEPS_224`` IG steps and noise
+           samples (``STEPS`` at 32x32) to keep the bench to minutes on a CPU, and
+           without DeepLift (Captum's DeepLift refuses torchvision's ResNets, which use
+           one ReLU module twice per block).
+
+(i) one image per Captum call, as the public reference code of the aggregation papers
+    explains (a loop over images, each ``attribute`` on a batch of one);
+(ii) ``evaluators.image_explainers.explain_image`` on the whole batch (``max_batch``
+    rows per forward pass).
+Deterministic methods are checked to agree between (i) and (ii). Without the data
+folder (``RELIABLE_EXPLANATIONS_DATA``, default ../shared/data), random images stand in.
+The last line is one JSON object: ``ratio`` = time (i) / time (ii) summed over the
+methods on CIFAR-10, ``ratio_224`` the same at 224x224, and the times per method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from captum import attr
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules.images import ImageFolderDataModule  # noqa: E402
+from evaluators.image_explainers import explain_image, last_conv_block, predicted_class  # noqa: E402
+from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shared" / "data"))
+METHODS = ["saliency", "guided_backprop", "deeplift", "integrated_gradients", "input_x_gradient", "smoothgrad",
+           "vargrad", "gradcam"]  # fmt: skip
+DETERMINISTIC = {"saliency", "guided_backprop", "deeplift", "integrated_gradients", "input_x_gradient", "gradcam"}
+N_CIFAR, N_224, STEPS, STEPS_224 = 64, 16, 50, 8
+
+
+def images(archive: str, n: int, image_size: int | None, shape: tuple[int, int, int]) -> tuple[torch.Tensor, str]:
+    path = DATA_DIR / "images" / archive
+    if not path.exists():
+        return torch.randn(n, *shape, generator=torch.Generator().manual_seed(0)), "random images (no data folder)"
+    data = ImageFolderDataModule(root=str(path), image_size=image_size, eval_batch_size=n)
+    data.setup("test")
+    x, _ = next(iter(data.test_dataloader()))
+    return x[:n], str(path)
+
+
+def one_per_call(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int) -> torch.Tensor:
+    """The reference codes' loop: a Captum explainer called on one image at a time."""
+    classes = {"saliency": attr.Saliency, "guided_backprop": attr.GuidedBackprop, "deeplift": attr.DeepLift,
+               "integrated_gradients": attr.IntegratedGradients, "input_x_gradient": attr.InputXGradient}  # fmt: skip
+    maps = []
+    for xi, ti in zip(x.split(1), target.split(1)):
+        if method == "gradcam":
+            gradcam = attr.LayerGradCam(model, last_conv_block(model))
+            layer_map = gradcam.attribute(xi, target=ti, relu_attributions=True)
+            maps.append(attr.LayerAttribution.interpolate(layer_map, xi.shape[-2:], "bilinear").expand_as(xi))
+        elif method in ("smoothgrad", "vargrad"):
+            maps.append(attr.NoiseTunnel(attr.Saliency(model)).attribute(
+                xi, target=ti, nt_type=method, nt_samples=steps, stdevs=0.15, abs=False))  # fmt: skip
+        elif method == "saliency":
+            maps.append(classes[method](model).attribute(xi, target=ti, abs=False))
+        elif method == "integrated_gradients":
+            maps.append(classes[method](model).attribute(xi, target=ti, n_steps=steps))
+        else:
+            maps.append(classes[method](model).attribute(xi, target=ti))
+    return torch.cat(maps)
+
+
+def batched(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int) -> torch.Tensor:
+    options = {"integrated_gradients": {"n_steps": steps}, "smoothgrad": {"nt_samples": steps},
+               "vargrad": {"nt_samples": steps}}.get(method, {})  # fmt: skip
+    return explain_image(model, x, method, target=target, **options)
+
+
+def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str]) -> dict:
+    model.eval()
+    target = predicted_class(model, x)
+    times = {}
+    for method in methods:
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        naive = one_per_call(model, x, target, method, steps).detach()
+        t_naive = time.perf_counter() - start
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        ours = batched(model, x, target, method, steps).detach()
+        t_ours = time.perf_counter() - start
+        if method in DETERMINISTIC:
+            torch.testing.assert_close(ours, naive, rtol=1e-3, atol=1e-5, msg=f"{label} {method}: (i) and (ii) differ")
+        times[method] = {"one_per_call_s": round(t_naive, 3), "batched_s": round(t_ours, 3),
+                         "maps_per_s_one_per_call": round(len(x) / t_naive, 1),
+                         "maps_per_s_batched": round(len(x) / t_ours, 1)}  # fmt: skip
+        print(f"{label:8s} {method:22s} (i) {t_naive:7.2f} s  (ii) {t_ours:7.2f} s  x{t_naive / t_ours:5.1f}",
+              flush=True)  # fmt: skip
+    return times
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", help="a ResNet-8 ImageClassifier checkpoint (reference model (a))")
+    args = parser.parse_args(argv if argv is not None else [])
+    torch.manual_seed(0)
+    if args.checkpoint:
+        small = ImageClassifier.load_from_checkpoint(args.checkpoint, weights_only=True).net
+        weights = args.checkpoint
+    else:
+        small, weights = create_image_model("resnet8", num_classes=10, in_channels=3), "random initialisation"
+    x32, source32 = images("cifar10-jpeg.tar.gz", N_CIFAR, None, (3, 32, 32))
+    cifar = compare(small, x32, STEPS, "cifar10", METHODS)
+    big = create_image_model("resnet18", num_classes=1000, in_channels=3)
+    x224, source224 = images("imagenet-samples-val.tar.gz", N_224, 224, (3, 224, 224))
+    at224 = compare(big, x224, STEPS_224, "224", [m for m in METHODS if m != "deeplift"])
+
+    def ratio(times: dict) -> float:
+        return sum(t["one_per_call_s"] for t in times.values()) / sum(t["batched_s"] for t in times.values())
+
+    result = {"ratio": round(ratio(cifar), 2), "ratio_224": round(ratio(at224), 2), "resnet8_weights": weights,
+              "cifar_images": source32, "images_224": source224, "n_cifar": len(x32), "n_224": len(x224),
+              "steps": STEPS, "steps_224": STEPS_224, "threads": torch.get_num_threads(),
+              "times_cifar": cifar, "times_224": at224}  # fmt: skip
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
