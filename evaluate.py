@@ -1,6 +1,7 @@
 """Evaluate trained models.
 
     python evaluate.py run runs/german/<run>                 # re-test a run from its checkpoint
+    python evaluate.py explain runs/cifar10-jpeg/<run>       # a grid of test images x explainers (PNG)
     python evaluate.py landscape --config configs/landscape/german.yaml --data_dir ../shared/data
     python evaluate.py sigma --config configs/sigma/german.yaml
     python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
@@ -8,7 +9,9 @@
     python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
-``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it.
+``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it; ``explain``
+draws an image model's explanations of its first test images
+(``evaluators/explanation_grid.py``).
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
 (``evaluators/landscape.py``), ``sigma`` the σ ablation of perturbed models
 (``evaluators/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
@@ -31,12 +34,12 @@ from typing import Callable, NamedTuple
 
 import pytorch_lightning as pl
 import yaml
-from pytorch_lightning.cli import instantiate_class
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
 from evaluators.config import load_config
 from evaluators.consistency_protocol import ConsistencyConfig, evaluate_consistency, write_consistency_report
+from evaluators.explanation_grid import explanation_grid, load_run
 from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from lightning_modules.population_io import read_population_file
@@ -48,16 +51,7 @@ def evaluate_run(
 ) -> dict:
     """Test accuracy and loss of ``run_dir``'s checkpoint on its test split, on ``accelerator``
     (Lightning's name: ``auto`` takes a GPU where there is one)."""
-    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
-    for path in (config_path, ckpt_path):
-        if not path.is_file():
-            raise InputError(f"{path}: file not found; expected a run folder written by train.py")
-    config = yaml.safe_load(config_path.read_text())
-    data_cfg = config["data"]
-    if data_dir is not None:
-        data_cfg["init_args"]["data_dir"] = data_dir
-    data = instantiate_class((), data_cfg)
-    model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True)
+    model, data, ckpt_path = load_run(run_dir, checkpoint, None if data_dir is None else {"data_dir": data_dir})
     trainer = pl.Trainer(
         logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator=accelerator, devices=1
     )
@@ -124,6 +118,13 @@ def main(argv: list[str] | None = None) -> dict:
     run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     run.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu or gpu")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
+    grid = commands.add_parser("explain", help="a PNG grid of test images x explainers of an image model's run")
+    grid.add_argument("run_dir", type=Path, help="a folder written by train.py for an image model")
+    grid.add_argument("--methods", default="saliency,integrated_gradients,smoothgrad,guided_backprop,gradcam,rise",
+                      help="comma-separated explainers of evaluators.image_explainers")  # fmt: skip
+    grid.add_argument("--n_images", type=int, default=8)
+    grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
+    grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")
     for name, spec in EVALUATORS.items():
         sub = commands.add_parser(name, help=spec.help)
         start = sub.add_mutually_exclusive_group(required=True)
@@ -147,6 +148,14 @@ def main(argv: list[str] | None = None) -> dict:
             args.out.write_text(text)
         print(text)
         return metrics
+    if args.command == "explain":
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out_dir = unique_folder(args.run_dir / f"explanations-{stamp}")
+        report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
+                                  log_to=args.log_to)  # fmt: skip
+        print(f"grid: {report['png']}")
+        return report
     spec = EVALUATORS[args.command]
     overrides = {k: getattr(args, k, None) for k in ("population", "data_dir", "n_sets", "output_dir")}
     for setting in args.settings:

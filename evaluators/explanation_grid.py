@@ -1,0 +1,133 @@
+"""A grid of explanations of a trained image classifier: ``evaluate.py explain``.
+
+Rows: the first ``n_images`` test images (the datamodule's test split, or its
+validation split where it has no test split); columns: the image, then one map per
+explainer of ``evaluators.image_explainers`` for the model's predicted class, reduced
+to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map to its own maximum
+(a colour scale shared by one map, as the aggregation papers draw saliency). Expected
+Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
+(the test images where the datamodule has no training split). Written to a new folder
+(``evaluate.py explain``: ``<run>/explanations-<stamp>/``): ``explanations.png``, ``explanations.json`` (the
+methods, each image's label and predicted class, seconds per method) and, unless
+``log_to`` is ``none``, the PNG logged to W&B (offline by default).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import yaml
+from pytorch_lightning.cli import instantiate_class
+
+from datamodules.errors import InputError
+from evaluators.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
+
+WANDB_PROJECT = "reliable-explanations"
+
+
+def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None):
+    """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
+    CPU), the datamodule of its ``config.yaml`` (``data_options`` override its init
+    arguments) and the checkpoint's path."""
+    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
+    for path in (config_path, ckpt_path):
+        if not path.is_file():
+            raise InputError(f"{path}: file not found; expected a run folder written by train.py")
+    data_cfg = yaml.safe_load(config_path.read_text())["data"]
+    data_cfg["init_args"].update(data_options or {})
+    data = instantiate_class((), data_cfg)
+    model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True, map_location="cpu")
+    return model.eval(), data, ckpt_path
+
+
+def _first_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    loader = data.test_dataloader() if split == "test" else data.train_dataloader()
+    xs, ys, have = [], [], 0
+    for x, y in loader:
+        xs.append(x)
+        ys.append(y)
+        have += len(x)
+        if have >= n:
+            break
+    return torch.cat(xs)[:n], torch.cat(ys)[:n]
+
+
+def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = 8, n_baselines: int = 16,
+                     checkpoint: str = "last.ckpt", log_to: str = "wandb_offline", seed: int = 0) -> dict:  # fmt: skip
+    """Explain ``n_images`` test images with every method; write the grid and its JSON
+    into ``out_dir`` (made here; it must not exist yet)."""
+    unknown = [m for m in methods if m not in IMAGE_EXPLAINERS]
+    if unknown:
+        raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(IMAGE_EXPLAINERS)}")
+    if n_images < 1:
+        raise InputError(f"option --n_images={n_images}; expected a positive integer")
+    if log_to not in ("wandb_offline", "wandb_online", "none"):
+        raise InputError(f"option --log_to={log_to!r}; expected wandb_offline, wandb_online or none")
+    model, data, _ = load_run(run_dir, checkpoint)
+    if not hasattr(data, "normalization"):
+        raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
+    data.setup("test")
+    x, y = _first_images(data, n_images, "test")
+    options: dict[str, dict] = {}
+    if "gradient_shap" in methods:
+        has_train = "train" in data.split_sizes
+        if has_train:
+            data.setup("fit")
+        options["gradient_shap"] = {"baselines": _first_images(data, n_baselines, "train" if has_train else "test")[0]}
+    predicted = predicted_class(model, x)
+    maps, seconds = {}, {}
+    for method in methods:
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        maps[method] = reduce_map(explain_image(model, x, method, **options.get(method, {})).detach(), "abs_sum")
+        seconds[method] = round(time.perf_counter() - start, 3)
+    out_dir.mkdir(parents=True)
+    png = plot_grid(x, y, predicted, maps, data, out_dir / "explanations.png")
+    classes = data.classes
+    report = {"run_dir": str(run_dir), "checkpoint": checkpoint, "methods": methods, "seconds": seconds,
+              "images": [{"label": classes[int(a)], "predicted": classes[int(b)]} for a, b in zip(y, predicted)],
+              "png": str(png)}  # fmt: skip
+    (out_dir / "explanations.json").write_text(json.dumps(report, indent=2))
+    if log_to != "none":
+        import wandb
+
+        mode = "offline" if log_to == "wandb_offline" else "online"
+        run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), mode=mode, job_type="explain",
+                         config={"run_dir": str(run_dir), "methods": methods})  # fmt: skip
+        run.log({"explanations": wandb.Image(str(png))})
+        run.finish()
+    return report
+
+
+def plot_grid(x, y, predicted, maps: dict[str, torch.Tensor], data, path: Path) -> Path:
+    """Images (un-normalised) in the first column, each method's map in the next."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in data.normalization)
+    shown = (x.cpu() * std + mean).clamp(0, 1)
+    n, cols = len(x), 1 + len(maps)
+    fig, axes = plt.subplots(n, cols, figsize=(1.6 * cols, 1.6 * n), dpi=110, squeeze=False)
+    for i in range(n):
+        image = shown[i].permute(1, 2, 0).numpy()
+        gray = image.shape[-1] == 1
+        axes[i, 0].imshow(image[..., 0] if gray else image, cmap="gray" if gray else None)
+        axes[i, 0].set_title(f"{data.classes[int(y[i])]} → {data.classes[int(predicted[i])]}", fontsize=6)
+        for j, (method, m) in enumerate(maps.items(), start=1):
+            values = m[i].cpu()
+            axes[i, j].imshow((values / values.max().clamp_min(1e-12)).numpy(), cmap="inferno", vmin=0, vmax=1)
+            if i == 0:
+                axes[i, j].set_title(method, fontsize=7)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,67 @@
+"""``evaluate.py explain``: a grid of test images x explainers for an image model's run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from PIL import Image
+
+import evaluate
+import train
+from datamodules.errors import InputError
+from evaluators.explanation_grid import load_run
+from evaluators.image_explainers import explain_image, reduce_map
+from tests.test_images_data import make_folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("grid")
+    make_folder(tmp / "tiny", size=32)
+    train.main([
+        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp / "tiny"),
+        "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--log_to", "none",
+        "--output_dir", str(tmp / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    return tmp / "runs" / "tiny" / "r"
+
+
+def test_grid_png_and_json_hold_every_method_and_image(tiny_run):
+    methods = ["saliency", "gradcam", "gradient_shap", "rise"]
+    report = evaluate.main(["explain", str(tiny_run), "--methods", ",".join(methods), "--n_images", "3",
+                            "--log_to", "none"])  # fmt: skip
+    out = json.loads((tiny_run / report["png"].split("/")[-2] / "explanations.json").read_text())
+    assert out == report and out["methods"] == methods and len(out["images"]) == 3
+    assert set(out["seconds"]) == set(methods)
+    with Image.open(out["png"]) as png:  # 3 rows, 1 + 4 columns of 1.6 in at 110 dpi
+        assert png.size == (round(1.6 * 5 * 110), round(1.6 * 3 * 110))
+
+
+def test_grid_maps_are_the_explainers_maps_of_the_predicted_class(tiny_run, monkeypatch, tmp_path):
+    import evaluators.explanation_grid as grid
+
+    drawn = {}
+    monkeypatch.setattr(grid, "plot_grid", lambda x, y, predicted, maps, data, path: drawn.update(maps=maps, x=x)
+                        or path)  # fmt: skip
+    grid.explanation_grid(tiny_run, tmp_path / "grid", ["saliency"], n_images=2, log_to="none")
+    model, _, _ = load_run(tiny_run)
+    expected = reduce_map(explain_image(model, drawn["x"], "saliency"), "abs_sum")
+    torch.testing.assert_close(drawn["maps"]["saliency"], expected)
+
+
+def test_grid_logs_to_wandb_offline(tiny_run):
+    report = evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "1"])
+    out_dir = tiny_run / report["png"].split("/")[-2]
+    assert list(out_dir.glob("wandb/offline-run-*"))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--methods", "saliency,lime"], "unknown explainer(s) ['lime']"),
+    (["--n_images", "0"], "--n_images=0"),
+])  # fmt: skip
+def test_bad_options_name_the_option(tiny_run, args, message):
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        evaluate.main(["explain", str(tiny_run), "--log_to", "none", *args])
