@@ -1,10 +1,10 @@
 """A grid of explanations of a trained image classifier: ``evaluate.py explain``.
 
-Rows: the first ``n_images`` test images (the datamodule's test split, or its
-validation split where it has no test split); columns: the image, then one map per
+Rows: ``n_images`` test images evenly spaced through the datamodule's test split (or
+its validation split where it has no test split); columns: the image, then one map per
 explainer of ``evaluators.image_explainers`` for the model's predicted class, reduced
-to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map to its own maximum
-(a colour scale shared by one map, as the aggregation papers draw saliency). Expected
+to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map from its minimum to its
+maximum (RISE's scores are probabilities, far from 0 everywhere). Expected
 Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
 (the test images where the datamodule has no training split). Written to a new folder
 (``evaluate.py explain``: ``<run>/explanations-<stamp>/``): ``explanations.png``, ``explanations.json`` (the
@@ -44,14 +44,19 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
     return model.eval(), data, ckpt_path
 
 
-def _first_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` images evenly spaced through the split (index 0, k, 2k, ... with k = size // n,
+    in the loader's fixed order), so that class-sorted folders show several classes."""
+    size = data.split_sizes[data.eval_split if split == "test" else "train"]
+    step = max(1, size // n)
     loader = data.test_dataloader() if split == "test" else data.train_dataloader()
-    xs, ys, have = [], [], 0
+    xs, ys, seen = [], [], 0
     for x, y in loader:
-        xs.append(x)
-        ys.append(y)
-        have += len(x)
-        if have >= n:
+        picked = [i for i in range(len(x)) if (seen + i) % step == 0]
+        xs.append(x[picked])
+        ys.append(y[picked])
+        seen += len(x)
+        if sum(len(v) for v in ys) >= n:
             break
     return torch.cat(xs)[:n], torch.cat(ys)[:n]
 
@@ -71,13 +76,13 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     if not hasattr(data, "normalization"):
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
     data.setup("test")
-    x, y = _first_images(data, n_images, "test")
+    x, y = _spread_images(data, n_images, "test")
     options: dict[str, dict] = {}
     if "gradient_shap" in methods:
         has_train = "train" in data.split_sizes
         if has_train:
             data.setup("fit")
-        options["gradient_shap"] = {"baselines": _first_images(data, n_baselines, "train" if has_train else "test")[0]}
+        options["gradient_shap"] = {"baselines": _spread_images(data, n_baselines, "train" if has_train else "test")[0]}
     predicted = predicted_class(model, x)
     maps, seconds = {}, {}
     for method in methods:
@@ -121,7 +126,8 @@ def plot_grid(x, y, predicted, maps: dict[str, torch.Tensor], data, path: Path) 
         axes[i, 0].set_title(f"{data.classes[int(y[i])]} → {data.classes[int(predicted[i])]}", fontsize=6)
         for j, (method, m) in enumerate(maps.items(), start=1):
             values = m[i].cpu()
-            axes[i, j].imshow((values / values.max().clamp_min(1e-12)).numpy(), cmap="inferno", vmin=0, vmax=1)
+            scaled = (values - values.min()) / (values.max() - values.min()).clamp_min(1e-12)
+            axes[i, j].imshow(scaled.numpy(), cmap="inferno", vmin=0, vmax=1)
             if i == 0:
                 axes[i, j].set_title(method, fontsize=7)
     for ax in axes.flat:
