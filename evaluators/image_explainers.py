@@ -310,12 +310,20 @@ def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, m
         raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass)")
     was_training = model.training
     model.eval()
+    # Captum's DeepLift undoes max-pooling with max_unpool2d, which has no deterministic
+    # kernel: under torch.use_deterministic_algorithms(True) (a Trainer with
+    # deterministic=True leaves it on) such ops warn during the explanation instead of failing.
+    strict = torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
     try:
+        if strict:
+            torch.use_deterministic_algorithms(True, warn_only=True)
         x = x.detach().to(_device(model, x))
         target = _targets(model, x, target, max_batch)
         return IMAGE_EXPLAINERS[method](model, x, target, max_batch, **options)
     finally:
         model.train(was_training)
+        if strict:
+            torch.use_deterministic_algorithms(True)
 
 
 def reduce_map(maps: torch.Tensor, how: str = "abs_sum") -> torch.Tensor:

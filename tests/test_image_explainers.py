@@ -253,3 +253,18 @@ def test_noise_tunnel_over_other_bases_matches_captum(model, images, base):
     theirs = attr.NoiseTunnel(method).attribute(images, nt_type="smoothgrad_sq", nt_samples=3, stdevs=0.15,
                                                 target=LABELS)  # fmt: skip
     torch.testing.assert_close(ours, theirs, **TOL)
+
+
+def test_deeplift_through_max_pooling_runs_under_deterministic_algorithms():
+    """A Trainer with deterministic=True leaves torch.use_deterministic_algorithms(True) on;
+    DeepLift's max_unpool2d (no deterministic kernel) then warns instead of failing, and the
+    setting is restored after the call."""
+    model = create_image_model("small_cnn", num_classes=3, in_channels=1).eval()
+    x = torch.randn(2, 1, 16, 16, generator=torch.Generator().manual_seed(0))
+    torch.use_deterministic_algorithms(True)
+    try:
+        explain_image(model, x, "deeplift")
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
