@@ -15,6 +15,18 @@ os.environ.setdefault("WANDB_MODE", "offline")  # tests never reach a W&B server
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+@pytest.fixture(autouse=True)
+def restore_deterministic_algorithms():
+    """A Trainer with deterministic=True turns torch.use_deterministic_algorithms on for the
+    whole process; each test starts from and leaves the setting it found."""
+    import torch
+
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():
