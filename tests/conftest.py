@@ -16,15 +16,16 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 
 @pytest.fixture(autouse=True)
-def restore_deterministic_algorithms():
+def deterministic_algorithms_off():
     """A Trainer with deterministic=True turns torch.use_deterministic_algorithms on for the
-    whole process; each test starts from and leaves the setting it found."""
+    whole process, also from a session fixture's training run: every test starts from
+    torch's default (off), as a fresh process would, and turns it on itself if it trains
+    with deterministic=True."""
     import torch
 
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
     yield
-    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    torch.use_deterministic_algorithms(False)
 
 
 @pytest.fixture(scope="session")
