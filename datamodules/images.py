@@ -33,6 +33,7 @@ times, so an edited folder is decoded afresh (old entries stay until removed by 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import gzip
@@ -325,7 +326,7 @@ class ImageFileDataset(Dataset):
 
 
 # --- the shared datamodule -----------------------------------------------------------
-class ImageDataModule(pl.LightningDataModule):
+class ImageDataModule(pl.LightningDataModule, abc.ABC):
     """Options and serving shared by the image datamodules (see the module's docstring).
 
     Subclasses provide ``classes``, ``split_sizes``, ``image_shape``, ``source`` and
@@ -374,19 +375,23 @@ class ImageDataModule(pl.LightningDataModule):
     in_memory = True
 
     @property
+    @abc.abstractmethod
     def classes(self) -> list[str]:
-        raise NotImplementedError
+        """Class names, in label order."""
 
     @property
+    @abc.abstractmethod
     def split_sizes(self) -> dict[str, int]:
-        raise NotImplementedError
+        """Images per split present."""
 
     @property
+    @abc.abstractmethod
     def image_shape(self) -> tuple[int, int, int]:
-        raise NotImplementedError
+        """(C, H, W) of the images served."""
 
+    @abc.abstractmethod
     def _uint8_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """A split's images (N, C, H, W) as uint8 and labels (N,) as int64."""
 
     # -- shared ---------------------------------------------------------------------
     @classmethod
@@ -459,33 +464,26 @@ class ImageDataModule(pl.LightningDataModule):
                     self._uint8_split(split)
 
     def _loader(self, split: str | None, train: bool):
+        """A split's loader from the in-memory uint8 tensors (``ImageFolderDataModule``
+        serves large images from files instead)."""
         if split is None:
             return []
         mean, std = self.normalization
-        batch_size = self.batch_size if train else self.eval_batch_size
-        if self.in_memory:
-            images, labels = self._uint8_split(split)
-            dataset = InMemoryImageBatches(
-                images, labels, mean, std, self.random_crop_padding if train else 0,
-                self.horizontal_flip and train, self.seed + 1,
-            )  # fmt: skip
-            sampler = (
-                RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed))
-                if train
-                else SequentialSampler(dataset)
-            )
-            # sampler + batch_size, not a batch_sampler: under DDP Lightning swaps the sampler for a
-            # DistributedSampler and keeps batch_size (given a BatchSampler it falls back to batches of 1);
-            # each batch still comes from one __getitems__ call
-            return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=_whole_batch)
-        dataset = self._file_dataset(split, train)
-        return DataLoader(
-            dataset, batch_size=batch_size, shuffle=train, num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed), persistent_workers=self.num_workers > 0,
+        images, labels = self._uint8_split(split)
+        dataset = InMemoryImageBatches(
+            images, labels, mean, std, self.random_crop_padding if train else 0,
+            self.horizontal_flip and train, self.seed + 1,
         )  # fmt: skip
-
-    def _file_dataset(self, split: str, train: bool) -> Dataset:
-        raise NotImplementedError
+        sampler = (
+            RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed))
+            if train
+            else SequentialSampler(dataset)
+        )
+        # sampler + batch_size, not a batch_sampler: under DDP Lightning swaps the sampler for a
+        # DistributedSampler and keeps batch_size (given a BatchSampler it falls back to batches of 1);
+        # each batch still comes from one __getitems__ call
+        batch_size = self.batch_size if train else self.eval_batch_size
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=_whole_batch)
 
     def train_dataloader(self):
         if "train" not in self.split_sizes:
@@ -719,6 +717,15 @@ class ImageFolderDataModule(ImageDataModule):
         var = squares.double() / (255.0**2 * count) - mean * mean
         return mean.tolist(), var.clamp_min(0).sqrt().tolist()
 
+    def _loader(self, split: str | None, train: bool):
+        if split is None or self.in_memory:
+            return super()._loader(split, train)
+        return DataLoader(
+            self._file_dataset(split, train), batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train, num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
+            persistent_workers=self.num_workers > 0,
+        )  # fmt: skip
+
     def _file_dataset(self, split: str, train: bool) -> Dataset:
         from torchvision import transforms
 
@@ -749,8 +756,9 @@ class _ArraysDataModule(ImageDataModule):
             for split, (x, y) in self._arrays().items()
         }
 
+    @abc.abstractmethod
     def _arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        raise NotImplementedError
+        """Each split's uint8 images (N, C, H, W) and labels (N,)."""
 
     @property
     def classes(self) -> list[str]:

@@ -26,8 +26,6 @@ from pytorch_lightning.cli import instantiate_class
 from datamodules.errors import InputError
 from evaluators.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
 
-WANDB_PROJECT = "reliable-explanations"
-
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None):
     """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
@@ -99,6 +97,8 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     (out_dir / "explanations.json").write_text(json.dumps(report, indent=2))
     if log_to != "none":
         import wandb
+
+        from train import WANDB_PROJECT  # the project train.py logs to
 
         mode = "offline" if log_to == "wandb_offline" else "online"
         run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), mode=mode, job_type="explain",
