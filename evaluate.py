@@ -11,11 +11,11 @@
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it; ``explain``
 draws an image model's explanations of its first test images
-(``evaluators/explanation_grid.py``).
+(``evaluators/protocols/explanation_grid.py``).
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
-(``evaluators/landscape.py``), ``sigma`` the σ ablation of perturbed models
-(``evaluators/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
-(``evaluators/consistency_protocol.py``). Each makes a new folder
+(``evaluators/protocols/landscape.py``), ``sigma`` the σ ablation of perturbed models
+(``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
+(``evaluators/protocols/consistency.py``). Each makes a new folder
 ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end. ``consistency`` keeps every finished ensemble there too, so
 an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``.
@@ -38,10 +38,10 @@ import yaml
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
 from evaluators.config import load_config
-from evaluators.consistency_protocol import ConsistencyConfig, evaluate_consistency, write_consistency_report
-from evaluators.explanation_grid import explanation_grid, load_run
-from evaluators.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
-from evaluators.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
+from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
+from evaluators.protocols.explanation_grid import explanation_grid, load_run
+from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
+from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from lightning_modules.population_io import read_population_file
 from train import unique_folder
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     grid = commands.add_parser("explain", help="a PNG grid of test images x explainers of an image model's run")
     grid.add_argument("run_dir", type=Path, help="a folder written by train.py for an image model")
     grid.add_argument("--methods", default="saliency,integrated_gradients,smoothgrad,guided_backprop,gradcam,rise",
-                      help="comma-separated explainers of evaluators.image_explainers")  # fmt: skip
+                      help="comma-separated explainers of evaluators.maps.image_explainers")  # fmt: skip
     grid.add_argument("--n_images", type=int, default=8)
     grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")

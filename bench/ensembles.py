@@ -6,7 +6,7 @@ The ensemble: 2 curves x 25 points x 50 first-layer weight perturbations (sigma 
 = 2,500 German Credit MLPs (61 inputs); the explanation: Saliency (input gradient of
 the ensemble's explained output, its members' mean positive-class logit) on 1,000 inputs.
 
-(batched) ``evaluators.explainers.explain(ensemble, x, "saliency")``: Captum's
+(batched) ``evaluators.maps.tabular_explainers.explain(ensemble, x, "saliency")``: Captum's
           Saliency on the ``MLPEnsemble`` module, members stacked in chunks of
           cache-sized activations, each chunk one forward and backward pass;
 (looped)  what a user does without stacking: build each of the 2,500 models as its
@@ -28,7 +28,7 @@ from captum.attr import Saliency
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from lightning_modules import MLPClassifier  # noqa: E402
 from lightning_modules.curves import MLPCurve  # noqa: E402
-from evaluators.explainers import explain  # noqa: E402
+from evaluators.maps import explain  # noqa: E402
 from lightning_modules.ensembles import ENSEMBLES  # noqa: E402
 
 D, N_INPUTS, N_T, N_PERTURB = 61, 1000, 25, 50

@@ -17,7 +17,7 @@ class of:
 
 (i) one image per Captum call, as the public reference code of the aggregation papers
     explains (a loop over images, each ``attribute`` on a batch of one);
-(ii) ``evaluators.image_explainers.explain_image`` on the whole batch (``max_batch``
+(ii) ``evaluators.maps.image_explainers.explain_image`` on the whole batch (``max_batch``
     rows per forward pass).
 Deterministic methods are checked to agree between (i) and (ii). Without the data
 folder (``RELIABLE_EXPLANATIONS_DATA``, default ../shared/data), random images stand in.
@@ -39,7 +39,7 @@ from captum import attr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.image_explainers import explain_image, last_conv_block, predicted_class  # noqa: E402
+from evaluators.maps.image_explainers import explain_image, last_conv_block, predicted_class  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules.errors import InputError
-from evaluators.agreement import METRICS, PairwiseAgreement
-from evaluators.explainers import explain
+from evaluators.metrics.agreement import METRICS, PairwiseAgreement
+from evaluators.maps import explain
 from lightning_modules.population import PopulationMLP
 
 

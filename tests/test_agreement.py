@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from evaluators.agreement import PairwiseAgreement
-from evaluators.agreement_functional import (
+from evaluators.metrics.agreement import PairwiseAgreement
+from evaluators.metrics.agreement_functional import (
     AGREEMENTS,
     angular_difference,
     consistent_direction,
@@ -139,7 +139,7 @@ def test_metric_accumulates_over_batches():
 
 
 def test_watson_separability_splits_by_individual():
-    from evaluators.agreement_functional import separability, watson_consistency
+    from evaluators.metrics.agreement_functional import separability, watson_consistency
 
     torch.manual_seed(0)
     a = torch.randn(200, 23)
@@ -157,7 +157,7 @@ def test_watson_separability_splits_by_individual():
 
 
 def test_watson_separability_options_reach_the_classifier():
-    from evaluators.agreement_functional import separability
+    from evaluators.metrics.agreement_functional import separability
 
     torch.manual_seed(4)
     a, b = torch.randn(300, 5), torch.randn(300, 5) + 0.4
@@ -171,7 +171,7 @@ def test_watson_separability_options_reach_the_classifier():
 
 
 def test_ley_agreements_at_once_equal_the_single_functions():
-    from evaluators.agreement_functional import ley_agreements
+    from evaluators.metrics.agreement_functional import ley_agreements
 
     torch.manual_seed(2)
     e = torch.randn(6, 50, 9)

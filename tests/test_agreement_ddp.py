@@ -10,8 +10,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from evaluators.agreement import PairwiseAgreement
-from evaluators.agreement_functional import AGREEMENTS
+from evaluators.metrics.agreement import PairwiseAgreement
+from evaluators.metrics.agreement_functional import AGREEMENTS
 
 
 def free_port() -> int:

@@ -7,8 +7,8 @@ import pytorch_lightning as pl
 
 from callbacks import ExplanationConsistency
 from datamodules import FinancialDataModule
-from evaluators.agreement_functional import angular_difference, sign_agreement
-from evaluators.explainers import explain
+from evaluators.metrics.agreement_functional import angular_difference, sign_agreement
+from evaluators.maps import explain
 from lightning_modules import PopulationMLP
 
 

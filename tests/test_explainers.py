@@ -10,7 +10,7 @@ from captum import attr
 from lightning_modules import MLPClassifier, PopulationMLP
 from datamodules.errors import InputError
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
-from evaluators.explainers import EXPLAINERS, explain
+from evaluators.maps import TABULAR_EXPLAINERS, explain
 
 DETERMINISTIC = ["saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift",
                  "feature_ablation", "deepshap"]  # fmt: skip
@@ -79,7 +79,7 @@ def test_population_in_one_call_equals_members_one_by_one(population, method):
         torch.testing.assert_close(batched[i], alone, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", sorted(EXPLAINERS))
+@pytest.mark.parametrize("method", sorted(TABULAR_EXPLAINERS))
 def test_every_explainer_runs_on_an_ensemble(population, method):
     ensemble = ENSEMBLES["perturb"](population, [0, 2], n_perturb=3, sigma=0.1)
     x = torch.randn(4, 6)
@@ -115,13 +115,13 @@ def test_ensemble_of_logits_explains_as_the_mean_of_its_members(population, meth
                                    ("smoothgrad", 50), ("deepshap", 6)],
 )  # fmt: skip
 def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method, rows_per_input, monkeypatch):
-    import evaluators.explainers as explainers
+    import evaluators.maps.tabular_explainers as explainers
 
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
     x = torch.randn(5, 6)
     options = {"baselines": torch.randn(3, 6)} if method == "deepshap" else {}
     torch.manual_seed(1)
-    whole = explainers.EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x, **options)
+    whole = explainers.TABULAR_EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x, **options)
     # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 5 * rows_per_input * 210 * 5)
     torch.manual_seed(1)
@@ -129,7 +129,7 @@ def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method
 
 
 def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monkeypatch):
-    import evaluators.explainers as explainers
+    import evaluators.maps.tabular_explainers as explainers
 
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
     torch.manual_seed(3)

@@ -11,8 +11,8 @@ from PIL import Image
 import evaluate
 import train
 from datamodules.errors import InputError
-from evaluators.explanation_grid import load_run
-from evaluators.image_explainers import explain_image, reduce_map
+from evaluators.protocols.explanation_grid import load_run
+from evaluators.maps.image_explainers import explain_image, reduce_map
 from tests.test_images_data import make_folder
 
 
@@ -41,7 +41,7 @@ def test_grid_png_and_json_hold_every_method_and_image(tiny_run):
 
 
 def test_grid_maps_are_the_explainers_maps_of_the_predicted_class(tiny_run, monkeypatch, tmp_path):
-    import evaluators.explanation_grid as grid
+    import evaluators.protocols.explanation_grid as grid
 
     drawn = {}
     monkeypatch.setattr(grid, "plot_grid", lambda x, y, predicted, maps, data, path: drawn.update(maps=maps, x=x)

@@ -19,8 +19,8 @@ import torch
 import evaluate
 import train
 from datamodules import FinancialDataModule
-from evaluators.agreement_functional import angular_difference, ley_agreements
-from evaluators.explainers import explain
+from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
+from evaluators.maps import explain
 from lightning_modules import MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
@@ -158,7 +158,7 @@ def test_consistency_protocol_on_gpu_matches_cpu(tmp_path):
 
 def test_smoothgrad_of_an_ensemble_in_chunks_on_gpu_sees_one_noise(ensembles, monkeypatch):
     """Every chunk restarts the GPU's generator, not the CPU's: chunked equals one pass."""
-    import evaluators.explainers as explainers
+    import evaluators.maps.tabular_explainers as explainers
 
     ensemble, x = copy.deepcopy(ensembles["combine"]).to(GPU), torch.randn(20, 6, device=GPU)
     torch.manual_seed(5)

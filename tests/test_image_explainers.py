@@ -12,7 +12,7 @@ from captum import attr
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.image_explainers import (
+from evaluators.maps.image_explainers import (
     IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, rise_masks, upsample_masks,
 )  # fmt: skip
 from lightning_modules.image_classifier import create_image_model

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import evaluate
-from evaluators.landscape import LandscapeConfig, nudged_reruns, vector
+from evaluators.protocols.landscape import LandscapeConfig, nudged_reruns, vector
 
 
 def test_landscape_report(small_population, tmp_path):
@@ -67,7 +67,7 @@ def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, t
     import torch
 
     from datamodules import FinancialDataModule
-    from evaluators.agreement_functional import sign_agreement
+    from evaluators.metrics.agreement_functional import sign_agreement
     from lightning_modules import load_population
 
     config = tmp_path / "sigma.yaml"
@@ -96,9 +96,9 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
     import torch
 
     from datamodules import FinancialDataModule
-    from evaluators.agreement_functional import ley_agreements
-    from evaluators.explainers import explain
-    from evaluators.landscape import disjoint_sets
+    from evaluators.metrics.agreement_functional import ley_agreements
+    from evaluators.maps import explain
+    from evaluators.population_sets import disjoint_sets
     from lightning_modules import load_population
     from lightning_modules.ensembles import ENSEMBLES
 
@@ -130,8 +130,8 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
 def test_consistency_curves_as_the_paper_trains_and_samples_them(small_population, monkeypatch):
     import torch
 
-    from evaluators import consistency_protocol
-    from evaluators.consistency_protocol import ConsistencyConfig, build_ensemble
+    from evaluators.protocols import consistency as consistency_protocol
+    from evaluators.protocols.consistency import ConsistencyConfig, build_ensemble
     from lightning_modules import load_population
     from lightning_modules.curve_population import curves_between
     from lightning_modules.ensembles import ENSEMBLES
@@ -163,7 +163,7 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
 
 
 def test_interrupted_consistency_run_resumes_to_the_uninterrupted_numbers(small_population, tmp_path, monkeypatch):
-    from evaluators import consistency_protocol
+    from evaluators.protocols import consistency as consistency_protocol
 
     config = tmp_path / "consistency.yaml"
     config.write_text(  # SmoothGrad draws random numbers
@@ -223,8 +223,8 @@ def test_an_ensembles_smoothgrad_does_not_depend_on_what_ran_before_it(small_pop
 
 def test_consistency_explains_the_probability_when_asked(small_population, tmp_path):
     from datamodules import FinancialDataModule
-    from evaluators.agreement_functional import ley_agreements
-    from evaluators.landscape import disjoint_sets
+    from evaluators.metrics.agreement_functional import ley_agreements
+    from evaluators.population_sets import disjoint_sets
     from lightning_modules import load_population
 
     config = tmp_path / "consistency.yaml"

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evaluators.agreement_functional import sign_agreement
+from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.config import PopulationSource
-from evaluators.explainers import EXPLAINERS, explain
+from evaluators.maps import TABULAR_EXPLAINERS, explain
 from lightning_modules.ensembles import ENSEMBLES
 
 
@@ -40,8 +40,10 @@ class SigmaAblationConfig(PopulationSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.method not in EXPLAINERS:
-            raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {sorted(EXPLAINERS)}")
+        if self.method not in TABULAR_EXPLAINERS:
+            raise InputError(
+                f"option method={self.method!r}: unknown explainer; expected one of {sorted(TABULAR_EXPLAINERS)}"
+            )
 
 
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:

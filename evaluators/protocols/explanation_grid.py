@@ -2,7 +2,7 @@
 
 Rows: ``n_images`` test images evenly spaced through the datamodule's test split (or
 its validation split where it has no test split); columns: the image, then one map per
-explainer of ``evaluators.image_explainers`` for the model's predicted class, reduced
+explainer of ``evaluators.maps.image_explainers`` for the model's predicted class, reduced
 to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map from its minimum to its
 maximum (RISE's scores are probabilities, far from 0 everywhere). Expected
 Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
@@ -24,7 +24,7 @@ import yaml
 from pytorch_lightning.cli import instantiate_class
 
 from datamodules.errors import InputError
-from evaluators.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
+from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
 
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None):

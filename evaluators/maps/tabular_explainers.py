@@ -1,4 +1,4 @@
-"""String-keyed explainers over Captum: one ``explain(model, x, method)`` call per method.
+"""String-keyed explainers of tabular models over Captum: one ``explain_tabular(model, x, method)`` call per method.
 
 Every explanation is of the positive class (label 1): the model's
 ``explained_output`` (positive-class logit or probability for an ``MLPClassifier``
@@ -127,7 +127,7 @@ def _perturbation(cls, **defaults) -> Callable:
     return run
 
 
-EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
+TABULAR_EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
     "saliency": _saliency,
     "smoothgrad": _noise_tunnel("smoothgrad"),
     "smoothgrad_sq": _noise_tunnel("smoothgrad_sq"),
@@ -207,7 +207,7 @@ def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **op
     for start in range(0, ensemble.size, step):
         _set_generator_state(x.device, rng)
         part = ensemble.subset(start, min(start + step, ensemble.size))
-        total += EXPLAINERS[method](ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
+        total += TABULAR_EXPLAINERS[method](ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
     return total
 
 
@@ -251,22 +251,22 @@ def deeplift_shap_of_ensemble(ensemble: MLPEnsemble, x: torch.Tensor, baselines:
     return ((pairs[: n * k] - pairs[n * k :]) * grad / ensemble.size).view(n, k, -1).mean(1)
 
 
-def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
+def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
     """Attributions of the positive-class output.
 
     ``model``: an ``MLPClassifier`` or ``MLPEnsemble`` -> (N, d); a ``PopulationMLP`` ->
     (M, N, d), all members in one Captum call where the method allows (``BATCHED``).
     """
-    if method not in EXPLAINERS:
-        raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
+    if method not in TABULAR_EXPLAINERS:
+        raise InputError(f"unknown explainer {method!r}; expected one of {sorted(TABULAR_EXPLAINERS)}")
     if isinstance(model, MLPEnsemble) and method == "deepshap" and model.explain_output == "logit":
         return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")))
     if isinstance(model, MLPEnsemble) and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):
-        return EXPLAINERS[method](ExplainedOutput(model), x, **options)
+        return TABULAR_EXPLAINERS[method](ExplainedOutput(model), x, **options)
     if method not in BATCHED:
-        return torch.stack([explain(model.member(i), x, method, **options) for i in range(model.size)])
+        return torch.stack([explain_tabular(model.member(i), x, method, **options) for i in range(model.size)])
     rows = x.repeat(model.size, 1)
     if method == "integrated_gradients":
         # IG stacks its n_steps scaled copies of the batch step after step: one step per
@@ -275,4 +275,4 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.
     if "baselines" in options and method != "deepshap":
         options["baselines"] = options["baselines"].repeat(model.size, 1)
     wrapped = PopulationAsBatch(model, copies=2 if method in ("deeplift", "deepshap") else 1)
-    return EXPLAINERS[method](wrapped, rows, **options).reshape(model.size, len(x), -1)
+    return TABULAR_EXPLAINERS[method](wrapped, rows, **options).reshape(model.size, len(x), -1)

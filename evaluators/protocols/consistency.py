@@ -47,10 +47,10 @@ import torch
 from rich.progress import Progress
 
 from datamodules.errors import InputError
-from evaluators.agreement_functional import ley_agreements
+from evaluators.metrics.agreement_functional import ley_agreements
 from evaluators.config import PopulationSource
-from evaluators.explainers import EXPLAINERS, explain
-from evaluators.landscape import disjoint_sets, member_pairs, split_per_set, train_curves
+from evaluators.maps import TABULAR_EXPLAINERS, explain
+from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves
 from lightning_modules.ensembles import ENSEMBLES
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
@@ -90,9 +90,9 @@ class ConsistencyConfig(PopulationSource):
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
-        unknown = [m for m in self.methods if m not in EXPLAINERS]
+        unknown = [m for m in self.methods if m not in TABULAR_EXPLAINERS]
         if unknown:
-            raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(EXPLAINERS)}")
+            raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(TABULAR_EXPLAINERS)}")
         for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS),
                                 ("explain_output", [None, "logit", "probability"])):  # fmt: skip
             if getattr(self, option) not in allowed:

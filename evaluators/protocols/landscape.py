@@ -21,13 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
 from evaluators.config import PopulationSource
-from lightning_modules.curve_population import curves_between
+from evaluators.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 from lightning_modules.population import PopulationMLP
@@ -56,34 +54,6 @@ def vector(params) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
-def member_pairs(members: list[int]) -> list[tuple[int, int]]:
-    """A set's n/2 disjoint pairs of members, in order: (m₁, m₂), (m₃, m₄), ..."""
-    return [(members[i], members[i + 1]) for i in range(0, len(members) - 1, 2)]
-
-
-def split_per_set(curves: list, set_pairs: list[list]) -> list[list]:
-    bounds = np.cumsum([0] + [len(pairs) for pairs in set_pairs])
-    return [curves[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def disjoint_sets(size: int, n_models: int, n_sets: int, seed: int) -> list[list[int]]:
-    if n_models * n_sets > size:
-        raise InputError(
-            f"{n_sets} disjoint sets of {n_models} models need {n_models * n_sets}; the population has {size}"
-        )
-    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
-    return [order[k * n_models : (k + 1) * n_models] for k in range(n_sets)]
-
-
-def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, kind: str, mode: str) -> list[MLPCurve]:
-    """Curves between members (a, b) for every pair, trained together in one stack
-    (``MLPCurvePopulation``) with the members' hyperparameters: fixed end points (the
-    trained members) or end points trained from the members' seeds along the curve."""
-    stacked = curves_between(population, pairs, kind, mode)
-    quiet_trainer(epochs, population.device).fit(stacked, datamodule=data)
-    return [stacked.curve(i).to(population.device) for i in range(len(pairs))]
-
-
 def nudged_reruns(population, members: list[int], data, epochs: int, nudge: float) -> dict[int, torch.Tensor]:
     """Each member trained again from its own seed, with its hyperparameters and data
     order, after adding N(0, nudge²) noise (generator seed 0) to every initial parameter;
@@ -95,14 +65,6 @@ def nudged_reruns(population, members: list[int], data, epochs: int, nudge: floa
             param.add_(nudge * torch.randn(param.shape, generator=noise))
     quiet_trainer(epochs, population.device).fit(rerun, datamodule=data)
     return {i: vector(rerun.member(j).net.parameters()) for j, i in enumerate(members)}
-
-
-def quiet_trainer(epochs: int, device: torch.device) -> pl.Trainer:
-    return pl.Trainer(
-        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, deterministic=True, accelerator="gpu" if device.type == "cuda" else "cpu",
-        devices=[device.index or 0] if device.type == "cuda" else 1,
-    )  # fmt: skip
 
 
 @torch.no_grad()

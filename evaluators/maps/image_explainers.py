@@ -8,7 +8,7 @@ all images) or a LongTensor of N labels. Maps keep the input's shape (N, C, H, W
 ``reduce_map(maps, how)`` reduces them to (N, H, W).
 
 Why a separate function and registry (``IMAGE_EXPLAINERS``) rather than more branches
-in ``evaluators.explainers.explain``: ``explain`` explains a fixed scalar (the
+in ``evaluators.maps.tabular_explainers.explain``: ``explain`` explains a fixed scalar (the
 positive-class output of tabular MLPs, populations and ensembles) through fast paths
 whose numbers the tabular experiments depend on; image classifiers need a per-image
 class target, chunking over images rather than over ensemble members, eval mode and

@@ -12,7 +12,7 @@ import torch
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.agreement_functional import AGREEMENTS, angular_difference
+from evaluators.metrics.agreement_functional import AGREEMENTS, angular_difference
 
 METRICS = (*AGREEMENTS, "angular")
 
