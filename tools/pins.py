@@ -1,7 +1,7 @@
 """Print the dependency pins declared in setup.cfg, for the Makefile.
 
 `pins.py`           -> install_requires + the `test` extra (one pip command line)
-`pins.py --no-deps` -> the `data` extra, installed without dependencies
+`pins.py --no-deps` -> the `data` and `test_no_deps` extras, installed without dependencies
 `pins.py --key`     -> a short hash of all of them, naming the shared environment
 """
 
@@ -19,7 +19,7 @@ def _lines(section: str, key: str) -> list[str]:
 
 
 regular = _lines("options", "install_requires") + _lines("options.extras_require", "test")
-no_deps = _lines("options.extras_require", "data")
+no_deps = _lines("options.extras_require", "data") + _lines("options.extras_require", "test_no_deps")
 
 if "--key" in sys.argv:
     blob = "\n".join(regular + ["--no-deps"] + no_deps + [sys.version.split()[0]])

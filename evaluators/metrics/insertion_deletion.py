@@ -1,0 +1,336 @@
+"""Insertion and deletion (Petsiuk et al. 2018, RISE's "causal metrics"), as Mahlau et al.
+(2022, §4) score explanation ensembles with them.
+
+A map ranks the input's units (pixels of an image, features of a tabular row) from most
+to least important. Insertion starts from a baseline x̃ and puts back the image's top
+units; deletion starts from the image x and replaces its top units by the baseline's.
+With k_s units moved after step s, the curve is p_s = p(c | x_s), s = 0..S, the softmax
+probability of the target class c. A faithful map makes insertion rise and deletion fall
+steeply: the insertion AUC is better high, the deletion AUC better low. The AUC is the
+trapezoid rule over the fraction of units moved, f_s = k_s / n, which runs from 0 to 1:
+AUC = Σ_s (f_s - f_{s-1}) (p_s + p_{s-1}) / 2 (``auc``; RISE's uniform-step formula
+when every step moves as many units).
+
+``insertion_deletion_curves(model, x, maps, mode, ...)`` -> (fractions (S+1,), curves (N, S+1)):
+
+* **Units and maps.** Images x (N, C, H, W) take maps (N, H, W): one value per pixel, all
+  C channels of a pixel move together (reduce (N, C, H, W) attributions with
+  ``evaluators.maps.image_explainers.reduce_map`` first). A tabular model (``is_tabular``:
+  ``MLPClassifier``, ``MLPEnsemble``) takes rows x (N, d) and maps (N, d).
+* **Order and ties.** Units are moved in descending order of the map. Ties are broken by a
+  seeded random order: each image's units are first put in a random permutation
+  (``torch.randperm(n)``, one per image in order, from a CPU ``torch.Generator`` seeded
+  with ``seed``), then stably sorted by the map, so tied units keep their random order.
+  Mahlau et al. (§4.1) note that a sparse map's many zeros are moved "in random order".
+* **Steps.** S increments, k_s = ⌊s n / S⌋ units moved after step s (every step moves
+  ⌊n/S⌋ or ⌈n/S⌉ units; k_0 = 0, k_S = n). Mahlau et al. use 1,000 increments: on
+  ImageNet's 224 x 224 images 224²/1,000 ≈ 50 pixels each (their text says "about 64";
+  16 on GTSRB's 128 x 128 is 128²/1,000); by default S = ⌈n / 50⌉ keeps 50 pixels per
+  step on any image size (21 steps on 32 x 32). A tabular row has tens of features, so
+  there the default moves one feature per step (S = d). ``steps`` overrides S.
+* **Target.** ``target=None`` scores each image's predicted class on the clean input (the
+  argmax of its class probabilities), else an int or a LongTensor of N labels. A tabular
+  model scores its positive class, p(1 | x) = ``class_probabilities(model, x)[:, 1]``.
+  Probabilities are ``lightning_modules.interface.class_probabilities`` (the softmax of the
+  logits; an ``MLPEnsemble``'s own mean probabilities).
+* **Baselines** (``BASELINES``, or an explicit tensor of x's shape or of one input's):
+
+  - ``"normal"``: Mahlau et al.'s random-normal image, a new value for every pixel drawn
+    from N(μ_c, σ_c²) of its channel c. The paper "estimate[s] mean and standard deviation
+    of each color channel"; by default μ_c, σ_c are the image's own (its pixels' mean and
+    standard deviation, correction 0), the reading that needs nothing beyond the image.
+    Such a baseline keeps the image's mean colour (some class information, the same for
+    every map of the image); ``stats=(mean, std)``, the training set's per-channel
+    statistics, draws an image-independent baseline instead. (For inputs standardised
+    with the training set's statistics, as this framework's image datamodules do, those
+    are about (0, 1) per channel.) Tabular rows need ``stats``: the training set's feature
+    means and standard deviations (a row's own features share no scale).
+  - ``"blur"``: RISE's insertion baseline, the image blurred channel by channel with RISE's
+    kernel: 11 x 11, σ = 5, built as RISE's ``gkern`` builds it (``scipy.ndimage``'s
+    Gaussian filter, truncated at 4σ, of a centred delta, whose reflect boundary folds the
+    tails back into the window: a nearly flat kernel summing to 1), applied with zero
+    padding of 5 pixels as RISE's ``conv2d`` applies it. Images only.
+  - ``"zero"``: RISE's deletion baseline, all zeros (the training mean on standardised inputs).
+  - a tensor: e.g. the training set's feature means (d,) for tabular rows, as Ley et al.'s
+    baseline; broadcast over the N inputs where it has one input's shape.
+
+  The random draws come from one CPU generator seeded with ``seed``, in this order: the N
+  tie-breaking permutations, then the normal baseline's noise (x's shape and dtype), so a
+  call's result does not depend on the device or on ``max_batch``.
+* **Batching.** The N (S + 1) perturbed inputs are built chunk by chunk and scored in
+  forward passes of at most ``max_batch`` rows (default 256), mixing images and steps,
+  without gradients, in eval mode (the model's previous mode is restored), on the model's
+  device (x, maps and the baseline are moved there). Memory beyond the model's own: one
+  chunk of ``max_batch`` inputs, the baseline (x's size) and the ranks (N, n) int64. The
+  chunks take x's memory format: images in channels-last format
+  (``x.contiguous(memory_format=torch.channels_last)``) run about 1.5x faster through a
+  ResNet on a CPU, where the model allows it (a ``.view`` of a convolution's output
+  does not), so it is the caller's choice.
+
+``InsertionAUC`` and ``DeletionAUC`` (torchmetrics ``Metric``s) average the AUC over every
+input passed to ``update(model, x, maps, target=None)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torchmetrics import Metric
+
+from datamodules.errors import InputError
+from evaluators.maps.image_explainers import MAX_BATCH
+from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
+
+MODES = ("insertion", "deletion")
+PIXELS_PER_STEP = 50  # Mahlau et al.: 1,000 increments on 224 x 224 images
+BLUR_KERNEL, BLUR_SIGMA, BLUR_TRUNCATE = 11, 5.0, 4.0  # RISE's gkern(klen=11, nsig=5); scipy's truncate
+
+
+# --- baselines: (x, stats, generator) -> a tensor of x's shape --------------------------------------
+def _normal_baseline(x: torch.Tensor, stats, generator: torch.Generator) -> torch.Tensor:
+    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+    if stats is not None:
+        shape = (1, -1) + (1,) * (x.dim() - 2)  # per channel (N, C, H, W) or per feature (N, d)
+        mean, std = (torch.as_tensor(v, dtype=x.dtype, device=x.device).view(shape) for v in stats)
+    else:
+        mean, std = x.mean((2, 3), keepdim=True), x.std((2, 3), correction=0, keepdim=True)
+    return mean + std * noise
+
+
+def rise_blur_kernel(size: int = BLUR_KERNEL, sigma: float = BLUR_SIGMA) -> torch.Tensor:
+    """RISE's 1-D blur kernel (size,) in float64: a centred delta filtered by a Gaussian of
+    ``sigma`` truncated at ``BLUR_TRUNCATE`` σ, the taps that fall outside the window folded
+    back by reflection (scipy's ``reflect``: d c b a | a b c d | d c b a). RISE's 2-D kernel
+    is the outer product of this with itself."""
+    radius = int(BLUR_TRUNCATE * sigma + 0.5)
+    offsets = torch.arange(-radius, radius + 1)
+    weights = torch.exp(-0.5 * (offsets.double() / sigma) ** 2)
+    position = (size // 2 + offsets) % (2 * size)
+    position = torch.where(position < size, position, 2 * size - 1 - position)
+    return torch.zeros(size, dtype=torch.float64).index_add_(0, position, weights / weights.sum())
+
+
+def _blur_baseline(x: torch.Tensor, stats, generator: torch.Generator) -> torch.Tensor:
+    k = rise_blur_kernel().to(x.device, x.dtype)
+    channels = x.shape[1]
+    kernel = torch.outer(k, k).expand(channels, 1, BLUR_KERNEL, BLUR_KERNEL)
+    return F.conv2d(x, kernel, padding=BLUR_KERNEL // 2, groups=channels)
+
+
+def _zero_baseline(x: torch.Tensor, stats, generator: torch.Generator) -> torch.Tensor:
+    return torch.zeros_like(x)
+
+
+BASELINES: dict[str, Callable[[torch.Tensor, object, torch.Generator], torch.Tensor]] = {
+    "normal": _normal_baseline,
+    "blur": _blur_baseline,
+    "zero": _zero_baseline,
+}
+
+
+# --- the curves -------------------------------------------------------------------------------------
+def default_steps(n_units: int, tabular: bool) -> int:
+    """S when ``steps`` is None: one feature per step on tabular rows, else ⌈n / 50⌉ pixels."""
+    return n_units if tabular else math.ceil(n_units / PIXELS_PER_STEP)
+
+
+def unit_ranks(maps: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """(N, n) rank of every unit (0 = moved first): descending map values, ties in the order
+    of a random permutation per row (``torch.randperm`` from ``generator``, row by row)."""
+    n_rows, n = maps.shape
+    perm = torch.stack([torch.randperm(n, generator=generator) for _ in range(n_rows)]).to(maps.device)
+    order = perm.gather(1, maps.gather(1, perm).sort(dim=1, descending=True, stable=True).indices)
+    ranks = torch.empty_like(order)
+    return ranks.scatter_(1, order, torch.arange(n, device=maps.device).expand(n_rows, n))
+
+
+def _check_inputs(model: nn.Module, x, maps, mode: str, steps, max_batch) -> tuple[bool, int, int]:
+    """Whether the inputs are tabular, the number of units n and the steps S."""
+    if mode not in MODES:
+        raise InputError(f"option mode={mode!r}; expected one of {list(MODES)}")
+    tabular = is_tabular(model)
+    expected = "(N, d) float rows for a tabular model" if tabular else "(N, C, H, W) float images"
+    if (not isinstance(x, torch.Tensor) or x.dim() != (2 if tabular else 4) or len(x) == 0
+            or not x.is_floating_point()):  # fmt: skip
+        raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
+    unit_shape = tuple(x.shape[1:]) if tabular else tuple(x.shape[2:])
+    if not isinstance(maps, torch.Tensor) or tuple(maps.shape) != (len(x), *unit_shape):
+        raise InputError(
+            f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected {(len(x), *unit_shape)}, one value per "
+            + ("feature" if tabular else "pixel (reduce (N, C, H, W) maps with reduce_map)")
+        )
+    if not torch.isfinite(maps).all():
+        raise InputError("maps hold NaN or infinite values; expected finite scores to rank the units by")
+    n = math.prod(unit_shape)
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= n):
+        raise InputError(f"option steps={steps!r}; expected None or an integer from 1 to the {n} units per input")
+    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+        raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass)")
+    return tabular, n, default_steps(n, tabular) if steps is None else steps
+
+
+def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.Generator) -> torch.Tensor:
+    if stats is not None and not (isinstance(baseline, str) and baseline == "normal"):
+        raise InputError(f"option stats: only baseline 'normal' uses it; got baseline={baseline!r}")
+    if isinstance(baseline, torch.Tensor):
+        if baseline.shape not in (x.shape, x.shape[1:]):
+            raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
+                             f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
+        return baseline.to(x.device, x.dtype).expand_as(x)
+    if not isinstance(baseline, str) or baseline not in BASELINES:
+        raise InputError(f"option baseline={baseline!r}; expected one of {list(BASELINES)} or a tensor")
+    if stats is not None:
+        channels = x.shape[1]
+        if not isinstance(stats, (tuple, list)) or len(stats) != 2 or any(
+                torch.as_tensor(v).numel() != channels for v in stats):  # fmt: skip
+            raise InputError(f"option stats: expected (mean, std), each with {channels} values (one per "
+                             + ("feature)" if tabular else "channel)"))  # fmt: skip
+    elif tabular and baseline == "normal":
+        raise InputError("option stats: baseline 'normal' on tabular rows needs stats=(mean, std), the training "
+                         "set's feature means and standard deviations")  # fmt: skip
+    if tabular and baseline == "blur":
+        raise InputError("option baseline='blur': blurring needs images; expected 'normal', 'zero' or a tensor")
+    return BASELINES[baseline](x, stats, generator)
+
+
+def _targets(model: nn.Module, x: torch.Tensor, target, tabular: bool, max_batch: int) -> torch.Tensor:
+    if tabular:
+        if target is not None and not (isinstance(target, int) and target == POSITIVE_CLASS):
+            raise InputError(f"option target={target!r}: a tabular model is scored on its positive class "
+                             f"({POSITIVE_CLASS})")  # fmt: skip
+        return torch.full((len(x),), POSITIVE_CLASS, dtype=torch.long, device=x.device)
+    if target is None:
+        return torch.cat([class_probabilities(model, xs).argmax(-1) for xs in x.split(max_batch)])
+    if isinstance(target, int) and not isinstance(target, bool):
+        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
+    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
+        return target.to(x.device, torch.long)
+    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
+                     f"of {len(x)} labels")  # fmt: skip
+
+
+def _channels_last(x: torch.Tensor) -> bool:
+    return x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
+def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return x.device if parameter is None else parameter.device
+
+
+def insertion_deletion_curves(
+    model: nn.Module, x: torch.Tensor, maps: torch.Tensor, mode: str, target=None, steps: int | None = None,
+    baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0, max_batch: int = MAX_BATCH,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Insertion or deletion curves (see the module's docstring): fractions (S+1,) of the
+    units moved, and curves (N, S+1) of the target's probability after each step, both in
+    the probabilities' dtype, on the model's device.
+
+    Args:
+        model: a classifier of images (N, C, H, W) -> (N, K) logits, or a tabular model.
+        x: images (N, C, H, W) or tabular rows (N, d).
+        maps: (N, H, W) per pixel, or (N, d) per feature; larger = moved earlier.
+        mode: ``"insertion"`` or ``"deletion"``.
+        target: None (the predicted class), an int or a LongTensor (N,); tabular: None or 1.
+        steps: S, the number of increments; None: ⌈n / 50⌉ pixels, or one per feature.
+        baseline: a name of ``BASELINES`` or a tensor of x's shape or of one input's.
+        stats: (mean, std) per channel (per feature) for the ``"normal"`` baseline.
+        seed: seeds the tie-breaking permutations and the normal baseline's noise.
+        max_batch: the most rows one forward pass sees.
+    """
+    tabular, n, steps = _check_inputs(model, x, maps, mode, steps, max_batch)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            device = _device(model, x)
+            x, maps = x.detach().to(device), maps.detach().to(device)
+            generator = torch.Generator().manual_seed(seed)
+            ranks = unit_ranks(maps.reshape(len(x), n), generator)
+            base = _baseline(x, baseline, stats, tabular, generator)
+            target = _targets(model, x, target, tabular, max_batch)
+            start, end = (base, x) if mode == "insertion" else (x, base)
+            counts = torch.arange(steps + 1, device=device) * n // steps  # k_s
+            moved_shape = (-1, *x.shape[1:]) if tabular else (-1, 1, *x.shape[2:])
+            memory_format = torch.channels_last if _channels_last(x) else torch.contiguous_format
+            points = []
+            for rows in torch.arange(len(x) * (steps + 1), device=device).split(max_batch):
+                image, step = rows // (steps + 1), rows % (steps + 1)
+                moved = (ranks[image] < counts[step, None]).view(moved_shape)
+                rows_in = torch.where(moved, end[image], start[image]).contiguous(memory_format=memory_format)
+                probabilities = class_probabilities(model, rows_in)
+                if probabilities.dim() != 2:
+                    raise InputError(f"the model's class probabilities have shape {tuple(probabilities.shape)}; "
+                                     "expected (N, K): score a population's members one at a time")  # fmt: skip
+                points.append(probabilities.gather(1, target[image, None])[:, 0])
+            curves = torch.cat(points).view(len(x), steps + 1)
+    finally:
+        model.train(was_training)
+    return counts.to(curves.dtype) / n, curves
+
+
+def auc(curves: torch.Tensor, fractions: torch.Tensor) -> torch.Tensor:
+    """(N,) areas under curves (N, S+1) over the fractions (S+1,) of units moved: the
+    trapezoid rule, Σ_s (f_s - f_{s-1}) (p_s + p_{s-1}) / 2."""
+    if curves.dim() != 2 or fractions.shape != curves.shape[1:]:
+        raise InputError(f"curves of shape {tuple(curves.shape)} and fractions of shape {tuple(fractions.shape)}; "
+                         "expected (N, S+1) and (S+1,)")  # fmt: skip
+    return torch.trapezoid(curves, fractions.to(curves), dim=-1)
+
+
+# --- the Metrics ------------------------------------------------------------------------------------
+class _CurveAUC(Metric):
+    """The mean insertion or deletion AUC over every input scored by ``update``.
+
+    ``update(model, x, maps, target=None)`` scores inputs x with their maps through
+    ``insertion_deletion_curves`` with this metric's options. The model is an argument of
+    ``update``, not held by the metric: a metric that held it would register it as a
+    submodule (its weights in the metric's ``state_dict``, moved by the metric's ``.to``, and
+    a cycle where a LightningModule keeps the metric as an attribute), and one metric can
+    score any model. The states are the AUC sum and the number of inputs, reduced with
+    ``dist_reduce_fx="sum"``, so under DDP each process scores its own inputs and
+    ``compute`` returns the mean over all of them. Every ``update`` draws its random numbers
+    (tie-breaking order, normal baseline) from ``seed`` afresh, as one call of the
+    functional core does: scoring two batches in two updates equals the mean of the two
+    functional calls.
+
+    Args (those of ``insertion_deletion_curves``): steps, baseline, stats, seed, max_batch.
+    """
+
+    full_state_update = False
+    mode: str
+
+    def __init__(self, steps: int | None = None, baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0,
+                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+        super().__init__(**kwargs)
+        if isinstance(baseline, str) and baseline not in BASELINES:
+            raise InputError(f"option baseline={baseline!r}; expected one of {list(BASELINES)} or a tensor")
+        self.options = {"steps": steps, "baseline": baseline, "stats": stats, "seed": seed, "max_batch": max_batch}
+        self.add_state("auc_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
+        fractions, curves = insertion_deletion_curves(model, x, maps, self.mode, target, **self.options)
+        self.auc_sum += auc(curves, fractions).double().sum().to(self.auc_sum.device)
+        self.count += len(curves)
+
+    def compute(self) -> torch.Tensor:
+        return self.auc_sum / self.count
+
+
+class InsertionAUC(_CurveAUC):
+    """Mean insertion AUC (higher is better); see ``_CurveAUC``."""
+
+    mode = "insertion"
+    higher_is_better = True
+
+
+class DeletionAUC(_CurveAUC):
+    """Mean deletion AUC (lower is better); see ``_CurveAUC``."""
+
+    mode = "deletion"
+    higher_is_better = False
