@@ -7,6 +7,7 @@
     python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
     python evaluate.py consistency --config configs/consistency/heloc.yaml --set n_points_smoothgrad=100
     python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
+    python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it; ``explain``
@@ -15,7 +16,8 @@ draws an image model's explanations of its first test images
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
 (``evaluators/protocols/landscape.py``), ``sigma`` the σ ablation of perturbed models
 (``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
-(``evaluators/protocols/consistency.py``). Each makes a new folder
+(``evaluators/protocols/consistency.py``), ``aggregation`` pixel-level aggregation of
+explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``). Each makes a new folder
 ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end. ``consistency`` keeps every finished ensemble there too, so
 an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``.
@@ -38,11 +40,11 @@ import yaml
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
 from evaluators.config import load_config
+from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
 from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.protocols.explanation_grid import explanation_grid, load_run
 from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
-from lightning_modules.population_io import read_population_file
 from train import unique_folder
 
 
@@ -68,6 +70,7 @@ class Evaluator(NamedTuple):
     report: str  # the file whose presence marks a finished run
     has_sets: bool  # whether --n_sets applies
     resumable: bool  # evaluate(cfg, run_dir) keeps its finished work in run_dir
+    source: str = "population"  # the option naming what is evaluated: a population file or a train.py run
 
 
 EVALUATORS = {
@@ -77,15 +80,17 @@ EVALUATORS = {
                        evaluate_sigma, write_sigma_report, "sigma_ablation.json", False, False),
     "consistency": Evaluator("Ley et al.'s consistency protocol (Table 1, Figure 6)", ConsistencyConfig,
                              evaluate_consistency, write_consistency_report, "consistency.json", True, True),
+    "aggregation": Evaluator("pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
+                             AggregationConfig, evaluate_aggregation, write_aggregation_report, "aggregation.json",
+                             False, True, "run"),
 }  # fmt: skip
 
 
 def new_report_dir(cfg) -> Path:
     """``<output_dir>/<dataset>-<stamp>``, made now and never an existing folder, holding
     the run's ``config.yaml``."""
-    dataset = read_population_file(cfg.population, mmap=True)["metadata"]["dataset"]["dataset"]
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = unique_folder(Path(cfg.output_dir) / f"{dataset}-{stamp}")
+    run_dir = unique_folder(Path(cfg.output_dir) / f"{cfg.report_name()}-{stamp}")
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     return run_dir
@@ -131,7 +136,10 @@ def main(argv: list[str] | None = None) -> dict:
         start.add_argument("--config", type=Path)
         if spec.resumable:
             start.add_argument("--resume", type=Path, help="an interrupted run folder to continue")
-        sub.add_argument("--population", default=None, help="override the config's population file")
+        if spec.source == "population":
+            sub.add_argument("--population", default=None, help="override the config's population file")
+        else:
+            sub.add_argument("--run", default=None, help="override the config's train.py run folder")
         sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
         sub.add_argument("--output_dir", default=None)
         if spec.has_sets:
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"grid: {report['png']}")
         return report
     spec = EVALUATORS[args.command]
-    overrides = {k: getattr(args, k, None) for k in ("population", "data_dir", "n_sets", "output_dir")}
+    overrides = {k: getattr(args, k, None) for k in ("population", "run", "data_dir", "n_sets", "output_dir")}
     for setting in args.settings:
         key, sep, value = setting.partition("=")
         if not sep or not key:

@@ -1,5 +1,6 @@
-"""Callbacks: explanation consistency during training (ROAR and aggregation fidelity to come)."""
+"""Callbacks: explanation consistency and aggregation fidelity during training (ROAR to come)."""
 
+from callbacks.aggregation_fidelity import AggregationFidelity
 from callbacks.explanation_consistency import ExplanationConsistency
 
-__all__ = ["ExplanationConsistency"]
+__all__ = ["AggregationFidelity", "ExplanationConsistency"]

@@ -499,6 +499,12 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     def predict_dataloader(self):
         return self._loader(self.eval_split, train=False)
 
+    def eval_dataloader(self, split: str):
+        """Any split (``train`` too) in fixed order without augmentation, for evaluators."""
+        if split not in self.split_sizes:
+            raise InputError(f"{self.source}: no {split!r} split; it has {sorted(self.split_sizes)}")
+        return self._loader(split, train=False)
+
 
 class ImageFolderDataModule(ImageDataModule):
     """Images in the ImageNet layout under ``root``: a folder, or a ``.tar.gz`` archive of

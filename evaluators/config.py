@@ -14,7 +14,7 @@ import yaml
 from datamodules.errors import InputError
 from datamodules.tabular import TabularDataModule
 from lightning_modules.population import PopulationMLP
-from lightning_modules.population_io import load_population, population_datamodule
+from lightning_modules.population_io import load_population, population_datamodule, read_population_file
 
 
 def resolve_device(name: str) -> torch.device:
@@ -45,6 +45,10 @@ class PopulationSource:
 
     def __post_init__(self) -> None:
         resolve_device(self.device)  # a bad value is named before any work starts
+
+    def report_name(self) -> str:
+        """The report folder's prefix: the population's dataset."""
+        return read_population_file(self.population, mmap=True)["metadata"]["dataset"]["dataset"]
 
     def load(self) -> tuple[PopulationMLP, dict, TabularDataModule]:
         """The population (on ``device``), the rest of its file, and its datamodule."""

@@ -1,11 +1,12 @@
-"""ExplanationConsistency logs the members' pairwise agreement on the probe set."""
+"""ExplanationConsistency logs the members' pairwise agreement on the probe set; AggregationFidelity the
+insertion and deletion AUCs of base and aggregated maps on its probe."""
 
 from __future__ import annotations
 
 import pytest
 import pytorch_lightning as pl
 
-from callbacks import ExplanationConsistency
+from callbacks import AggregationFidelity, ExplanationConsistency
 from datamodules import FinancialDataModule
 from evaluators.metrics.agreement_functional import angular_difference, sign_agreement
 from evaluators.maps import explain
@@ -32,3 +33,69 @@ def test_unknown_metric_is_named():
 
     with pytest.raises(InputError, match=r"unknown metric\(s\) \['jaccard'\]"):
         ExplanationConsistency(metrics=("sa", "jaccard"))
+
+
+def fashion_mnist_or_skip():
+    from datamodules.images import FashionMNISTDataModule
+
+    data = FashionMNISTDataModule(batch_size=64, seed=0)
+    try:
+        data.describe()
+    except Exception as err:  # the Debian package is installed by the Makefile
+        pytest.skip(f"Fashion-MNIST not available: {err}")
+    return data
+
+
+def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_metrics(tmp_path):
+    from evaluators.maps.image_explainers import explain_image, reduce_map
+    from evaluators.maps.pixel_aggregators import aggregate_all
+    from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
+    from evaluators.protocols.explanation_grid import spread_images
+    from lightning_modules import ImageClassifier
+
+    data = fashion_mnist_or_skip()
+    model = ImageClassifier(arch="small_cnn", num_classes=10, in_channels=1, optimizer="adamw", lr=3e-3, seed=0)
+    callback = AggregationFidelity(explainers={"saliency": {}, "gradcam": {}}, n_probe=6, steps=8)
+    trainer = pl.Trainer(max_epochs=2, limit_train_batches=3, limit_val_batches=0, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         logger=pl.loggers.CSVLogger(tmp_path), callbacks=[callback])  # fmt: skip
+    trainer.fit(model, datamodule=data)
+    assert [(h["epoch"], h["when"]) for h in callback.history] == [(0, "epoch_end"), (1, "epoch_end"),
+                                                                   (2, "train_end")]  # fmt: skip
+    assert len(list(tmp_path.glob("lightning_logs/version_0/aggregation/*.png"))) == 3
+    logged = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()
+    assert "aggregation/ucb/insertion" in logged and "aggregation/base_gradcam/deletion/final" in logged
+    # the final scores, recomputed with the public functions on the trained model
+    x, _ = spread_images(data, 6, "test")
+    base = {}
+    for k, name in enumerate(["saliency", "gradcam"]):
+        pl.seed_everything(k)
+        base[f"base_{name}"] = reduce_map(explain_image(model, x, name), "abs_sum")
+    maps = {**base, **aggregate_all(base, "z", {"mean": {}, "ucb": {}})}
+    final = callback.history[-1]
+    for name, m in maps.items():
+        for metric in (InsertionAUC(steps=8), DeletionAUC(steps=8)):
+            metric.update(model, x, m)
+            assert final[f"aggregation/{name}/{metric.mode}"] == pytest.approx(metric.compute().item(), abs=1e-6)
+
+
+def test_aggregation_fidelity_on_a_tabular_model():
+    from lightning_modules import MLPClassifier
+
+    data = FinancialDataModule(dataset="german")
+    callback = AggregationFidelity(n_probe=20, aggregators={"mean": {}, "pi": {}})
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
+    trainer.fit(MLPClassifier(in_features=data.num_features, seed=0), datamodule=data)
+    scores = callback.history[-1]
+    assert {"aggregation/base_saliency/insertion", "aggregation/pi/deletion"} <= set(scores)
+    assert all(0 <= v <= 1 for k, v in scores.items() if k.startswith("aggregation/"))
+
+
+def test_aggregation_fidelity_names_bad_options():
+    from datamodules import InputError
+
+    with pytest.raises(InputError, match="unknown aggregator"):
+        AggregationFidelity(aggregators={"median": {}})
+    with pytest.raises(InputError, match="normalisation='zscore'"):
+        AggregationFidelity(normalisation="zscore")

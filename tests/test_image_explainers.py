@@ -84,6 +84,16 @@ def test_chunked_equals_unchunked(model, images, method):
     torch.testing.assert_close(explain_image(model, images, method, target=LABELS, max_batch=3), whole, **TOL)
 
 
+@pytest.mark.parametrize("method", ["integrated_gradients", "deeplift"])
+def test_one_baseline_per_image_goes_chunk_by_chunk_with_its_image(model, images, method):
+    torch.manual_seed(2)
+    baselines = torch.randn_like(images)  # e.g. each image blurred
+    cls = {"integrated_gradients": attr.IntegratedGradients, "deeplift": attr.DeepLift}[method]
+    reference = cls(model).attribute(images, baselines, target=LABELS)
+    ours = explain_image(model, images, method, target=LABELS, baselines=baselines, max_batch=4)  # 1 or 2 per chunk
+    torch.testing.assert_close(ours, reference, **TOL)
+
+
 def test_target_none_is_the_predicted_class(model, images):
     predicted = model(images).argmax(-1)
     assert not torch.equal(predicted, LABELS)

@@ -19,6 +19,8 @@ Methods (Captum 0.9, called as Captum documents them; options are passed through
 
 * ``saliency``: ``Saliency(abs=False)``, the signed input gradient (``abs=True`` as an option).
 * ``integrated_gradients``: ``IntegratedGradients``, baselines zeros unless given, ``n_steps=50``.
+  Here and for ``deeplift``, ``baselines`` may be one shared reference or one per image
+  (N, C, H, W), e.g. each image blurred.
 * ``gradient_shap``: Expected Gradients (Erion et al.), as Captum's ``GradientShap``
   with ``stdevs=0``: ``baselines`` (B, C, H, W), a sample of training images, is
   required; ``n_samples=50`` draws of (baseline, α) per image. The baseline indices and
@@ -86,13 +88,29 @@ def _per_image_chunk(run: Callable, x: torch.Tensor, target: torch.Tensor, image
     return torch.cat([run(x[s], target[s]) for s in _chunks(len(x), images)])
 
 
+def _chunked_baselines(options: dict, x: torch.Tensor) -> Callable[[slice], dict]:
+    """``options`` for one chunk of images: a ``baselines`` tensor with one reference per
+    image, (N, C, H, W), goes chunk by chunk with its images; any other (one shared
+    reference (1, C, H, W), a scalar) goes whole."""
+    baselines = options.get("baselines")
+    if not (isinstance(baselines, torch.Tensor) and baselines.dim() == x.dim() and len(baselines) == len(x) > 1):
+        return lambda s: options
+    baselines = baselines.to(x.device)
+    return lambda s: {**options, "baselines": baselines[s]}
+
+
+def _chunked(run: Callable, x: torch.Tensor, target: torch.Tensor, images: int, options: dict) -> torch.Tensor:
+    """``run(xs, ts, **chunk_options)`` over chunks of ``images`` images."""
+    part = _chunked_baselines(options, x)
+    return torch.cat([run(x[s], target[s], **part(s)) for s in _chunks(len(x), images)])
+
+
 def _plain(cls, rows_per_image: int = 1, **defaults) -> Callable:
     """A Captum method whose forward passes see ``rows_per_image`` rows per image."""
 
     def run(model, x, target, max_batch, **options):
-        options = {**defaults, **options}
-        return _per_image_chunk(lambda xs, ts: cls(model).attribute(xs, target=ts, **options),
-                                x, target, _images_per_chunk(max_batch, rows_per_image))  # fmt: skip
+        return _chunked(lambda xs, ts, **o: cls(model).attribute(xs, target=ts, **o),
+                        x, target, _images_per_chunk(max_batch, rows_per_image), {**defaults, **options})  # fmt: skip
 
     return run
 
@@ -100,8 +118,8 @@ def _plain(cls, rows_per_image: int = 1, **defaults) -> Callable:
 def _integrated_gradients(model, x, target, max_batch, n_steps: int = 50, **options):
     options.setdefault("internal_batch_size", max_batch)
     ig = attr.IntegratedGradients(model)
-    return _per_image_chunk(lambda xs, ts: ig.attribute(xs, target=ts, n_steps=n_steps, **options),
-                            x, target, _images_per_chunk(max_batch, n_steps))  # fmt: skip
+    return _chunked(lambda xs, ts, **o: ig.attribute(xs, target=ts, n_steps=n_steps, **o),
+                    x, target, _images_per_chunk(max_batch, n_steps), options)  # fmt: skip
 
 
 def _base_method(name: str, model: nn.Module) -> attr.Attribution:

@@ -62,7 +62,7 @@ import torch
 from sklearn.neural_network import BernoulliRBM
 
 from datamodules.errors import InputError
-from evaluators.maps.normalisations import check_maps, linear
+from evaluators.maps.normalisations import check_maps, linear, normalise
 
 
 def _real(option: str, value, expected: str = "a finite real number", valid: Callable = lambda v: True) -> float:
@@ -267,3 +267,11 @@ def aggregate(stack: torch.Tensor, name: str, map_dims: int = 2, **params) -> to
         raise InputError(f"option(s) {unknown} for pixel aggregator {name!r}; expected some of "
                          f"{aggregator_options(name)}")
     return PIXEL_AGGREGATORS[name](stack, map_dims, **params)
+
+
+def aggregate_all(base: dict[str, torch.Tensor], normalisation: str, aggregators: dict[str, dict],
+                  map_dims: int = 2) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Every aggregator's map of base maps ``base`` (name -> (N, *S)), each normalised by
+    ``normalisation`` and stacked in ``base``'s order: aggregator name -> (N, *S)."""
+    stack = torch.stack([normalise(m, normalisation, map_dims) for m in base.values()])
+    return {name: aggregate(stack, name, map_dims, **(params or {})) for name, params in aggregators.items()}

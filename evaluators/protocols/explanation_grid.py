@@ -42,12 +42,13 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
     return model.eval(), data, ckpt_path
 
 
-def _spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` images evenly spaced through the split (index 0, k, 2k, ... with k = size // n,
-    in the loader's fixed order), so that class-sorted folders show several classes."""
-    size = data.split_sizes[data.eval_split if split == "test" else "train"]
-    step = max(1, size // n)
-    loader = data.test_dataloader() if split == "test" else data.train_dataloader()
+def spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` images evenly spaced through the split (``test``: the datamodule's evaluation
+    split; index 0, k, 2k, ... with k = size // n, in fixed order, without augmentation),
+    so that class-sorted folders show several classes."""
+    name = data.eval_split if split == "test" else split
+    step = max(1, data.split_sizes[name] // n)
+    loader = data.eval_dataloader(name)
     xs, ys, seen = [], [], 0
     for x, y in loader:
         picked = [i for i in range(len(x)) if (seen + i) % step == 0]
@@ -74,13 +75,13 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     if not hasattr(data, "normalization"):
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
     data.setup("test")
-    x, y = _spread_images(data, n_images, "test")
+    x, y = spread_images(data, n_images, "test")
     options: dict[str, dict] = {}
     if "gradient_shap" in methods:
         has_train = "train" in data.split_sizes
         if has_train:
             data.setup("fit")
-        options["gradient_shap"] = {"baselines": _spread_images(data, n_baselines, "train" if has_train else "test")[0]}
+        options["gradient_shap"] = {"baselines": spread_images(data, n_baselines, "train" if has_train else "test")[0]}
     predicted = predicted_class(model, x)
     maps, seconds = {}, {}
     for method in methods:

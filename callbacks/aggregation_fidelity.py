@@ -1,0 +1,149 @@
+"""Aggregation fidelity during training (Mahlau & Nolde 2022): how faithful the base
+explanations and their pixel-level aggregates are, as the model learns.
+
+Every ``every_n_epochs`` epochs (at the epoch's end, after its validation), and at the
+end of training if ``at_train_end``, on a fixed probe batch (``n_probe`` inputs: images
+evenly spaced through the validation split, else the test split; the first test rows of
+a tabular datamodule): the base maps of ``explainers`` (their predicted class; a tabular
+model's positive class), normalised (``normalisation``) and aggregated by each of
+``aggregators``, each map scored by its mean insertion and deletion AUC over the probe
+(``InsertionAUC``, ``DeletionAUC``; the normal baseline from each image's own channel
+statistics, from the training set's feature statistics for tabular inputs).
+Logged as ``aggregation/<map>/insertion`` and ``aggregation/<map>/deletion``
+(``<map>``: ``base_<explainer>`` or an aggregator's name), with a PNG grid of the probe
+inputs and their maps (images) in ``<log_dir or default_root_dir>/aggregation/`` sent
+to W&B when a ``WandbLogger`` is attached; the end-of-training scores are logged with the
+suffix ``/final``. Each evaluation is also kept in ``history`` (with ``epoch`` and ``when``:
+``epoch_end`` or ``train_end``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import WandbLogger
+
+from datamodules.errors import InputError
+from evaluators.maps import explain
+from evaluators.maps.image_explainers import predicted_class, reduce_map
+from evaluators.maps.normalisations import NORMALISATIONS
+from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate_all
+from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
+from evaluators.protocols.explanation_grid import plot_grid, spread_images
+from lightning_modules.interface import is_tabular
+
+IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
+                  "gradcam": {}}  # fmt: skip
+TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {}, "integrated_gradients": {}, "input_x_gradient": {}}
+
+
+class AggregationFidelity(pl.Callback):
+    def __init__(
+        self,
+        explainers: dict[str, dict] | None = None,
+        aggregators: dict[str, dict] | None = None,
+        normalisation: str = "z",
+        n_probe: int = 16,
+        every_n_epochs: int = 1,
+        at_train_end: bool = True,
+        reduction: str = "abs_sum",
+        steps: int | None = None,
+        baseline: str = "normal",
+        seed: int = 0,
+        log_grid: bool = True,
+    ) -> None:
+        """``explainers``: registry name -> options (default: cheap gradient methods, see
+        ``IMAGE_DEFAULTS`` / ``TABULAR_DEFAULTS``); ``aggregators``: name -> parameters
+        (default ``mean`` and ``ucb``, the paper's two best)."""
+        if normalisation not in NORMALISATIONS:
+            raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
+                             f"{sorted(NORMALISATIONS)}")  # fmt: skip
+        unknown = sorted(set(aggregators or {}) - set(PIXEL_AGGREGATORS))
+        if unknown:
+            raise InputError(f"AggregationFidelity: unknown aggregator(s) {unknown}; expected some of "
+                             f"{sorted(PIXEL_AGGREGATORS)}")  # fmt: skip
+        if every_n_epochs < 1 or n_probe < 1:
+            raise InputError(f"AggregationFidelity: every_n_epochs={every_n_epochs}, n_probe={n_probe}; "
+                             "expected positive integers")  # fmt: skip
+        self.explainers = explainers
+        self.aggregators = aggregators if aggregators is not None else {"mean": {}, "ucb": {}}
+        self.normalisation, self.n_probe, self.every_n_epochs = normalisation, n_probe, every_n_epochs
+        self.at_train_end, self.reduction, self.steps, self.baseline = at_train_end, reduction, steps, baseline
+        self.seed, self.log_grid = seed, log_grid
+        self.history: list[dict] = []
+        self._probe: tuple | None = None
+
+    # --- the probe ------------------------------------------------------------------
+    def _load_probe(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> tuple:
+        data = trainer.datamodule
+        if data is None:
+            raise InputError("AggregationFidelity needs a datamodule (trainer.fit(model, datamodule=...))")
+        if is_tabular(pl_module):
+            x_train = data.train_tensors[0]
+            x, y = (t[: self.n_probe] for t in data.test_tensors)
+            stats = (x_train.mean(0), x_train.std(0, unbiased=False))
+        else:
+            split = "val" if "val" in data.split_sizes else "test"
+            x, y = spread_images(data, self.n_probe, split)
+            stats = None  # the normal baseline from each image's own channel statistics
+        return x, y, stats
+
+    # --- one evaluation -------------------------------------------------------------
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, when: str) -> dict[str, float]:
+        """Base and aggregated maps of the probe and their insertion/deletion AUCs."""
+        with torch.inference_mode(False), torch.enable_grad():
+            if self._probe is None:
+                self._probe = self._load_probe(trainer, pl_module)
+            x, y = (t.to(pl_module.device) for t in self._probe[:2])
+            stats = None if self._probe[2] is None else tuple(s.to(pl_module.device) for s in self._probe[2])
+            tabular = is_tabular(pl_module)
+            was_training = pl_module.training
+            pl_module.eval()
+            try:
+                explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
+                base = {}
+                for k, (name, options) in enumerate(explainers.items()):
+                    torch.manual_seed(self.seed + k)
+                    m = explain(pl_module, x, name, **(options or {})).detach()
+                    base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
+                maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
+                options = {"steps": self.steps, "baseline": self.baseline, "stats": stats, "seed": self.seed}
+                scores = {}
+                for name, m in maps.items():
+                    for metric in (InsertionAUC(**options), DeletionAUC(**options)):
+                        metric.update(pl_module, x, m)
+                        scores[f"aggregation/{name}/{metric.mode}"] = metric.compute().item()
+            finally:
+                pl_module.train(was_training)
+        self.history.append({"epoch": trainer.current_epoch, "when": when, **scores})
+        if self.log_grid and not tabular and trainer.is_global_zero:
+            self._log_grid(trainer, pl_module, x, y, maps)
+        return scores
+
+    def _log_grid(self, trainer: pl.Trainer, pl_module: pl.LightningModule, x: torch.Tensor, y: torch.Tensor,
+                  maps: dict[str, torch.Tensor]) -> None:  # fmt: skip
+        folder = Path(trainer.log_dir or trainer.default_root_dir) / "aggregation"
+        folder.mkdir(parents=True, exist_ok=True)
+        with torch.no_grad():
+            predicted = predicted_class(pl_module, x)
+        path = plot_grid(x.cpu(), y.cpu(), predicted.cpu(), {k: v.cpu() for k, v in maps.items()}, trainer.datamodule,
+                         folder / f"epoch-{trainer.current_epoch}-step-{trainer.global_step}.png")  # fmt: skip
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_image(key="aggregation/grid", images=[str(path)], step=trainer.global_step)
+
+    # --- hooks ----------------------------------------------------------------------
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if (trainer.current_epoch + 1) % self.every_n_epochs:
+            return
+        for name, value in self.evaluate(trainer, pl_module, "epoch_end").items():
+            pl_module.log(name, value, sync_dist=False, rank_zero_only=True)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.at_train_end:
+            return
+        scores = self.evaluate(trainer, pl_module, "train_end")
+        for logger in trainer.loggers:
+            logger.log_metrics({f"{k}/final": v for k, v in scores.items()}, step=trainer.global_step)

@@ -1,0 +1,513 @@
+"""Pixel-level aggregation of explanations scored by insertion and deletion (Mahlau &
+Nolde 2022, §4): ``evaluate.py aggregation --config configs/aggregation/<name>.yaml``.
+
+From a trained model (a ``train.py`` run folder: an image classifier or a tabular MLP):
+
+1. ``n_inputs`` test inputs (images evenly spaced through the test split; the first
+   rows of a tabular test split), each explained for its predicted class (images) or the
+   positive class (tabular models) by every base explainer of ``explainers`` (registry
+   name -> options; the option value ``training`` stands for a sample of ``n_baselines``
+   training inputs, ``blur`` for each image blurred as Mahlau & Nolde's Integrated
+   Gradients baseline, ``mean`` for the training-set feature means); image maps are
+   reduced to one value per pixel by ``reduction``;
+2. the k base maps of an input are normalised (``normalisation``, eq. 1-4) and stacked;
+3. rows of the report, each one map per input, each scored by its insertion and deletion
+   AUC per input (``evaluators.metrics.insertion_deletion``):
+   ``base/<explainer>`` (each explainer alone), ``agg/<aggregator>`` (Table 1),
+   ``norm/<normalisation>`` (the mean after each normalisation, Figure 10) and
+   ``sweep/<aggregator>/<parameter>=<value>`` (Figures 5-9);
+4. per row: mean AUC over inputs with a 95 % confidence interval (normal approximation,
+   mean ± 1.96 s/√n), and the paired difference to the mean aggregator, whose interval
+   says whether a row is better, worse or within noise of it.
+
+Everything lands in the report folder: ``maps/`` (base maps per explainer) and
+``scores/`` (per-input AUCs and mean curves per row) as they are computed, so an
+interrupted run continues with ``--resume`` where it stopped; at the end
+``aggregation.json``, ``aggregation.csv``, ``table.md`` (beside the paper's Table 1),
+``sweeps.png``, ``normalisations.png``, ``grid.png``, logged to W&B (offline by default).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from torchvision.transforms.functional import gaussian_blur
+
+from datamodules.errors import InputError
+from evaluators.config import resolve_device
+from evaluators.maps import explain, explainer_names
+from evaluators.maps.image_explainers import REDUCTIONS, predicted_class, reduce_map
+from evaluators.maps.normalisations import NORMALISATIONS, normalise
+from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
+from evaluators.protocols.explanation_grid import load_run, spread_images
+from lightning_modules.interface import is_tabular
+
+# Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
+# (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).
+PAPER_TABLE_1 = {
+    "mean": (0.3808, 0.0296, 0.6740, 0.0667),
+    "rbm": (0.3827, 0.0301, 0.6312, 0.0744),
+    "var": (0.3819, 0.0296, 0.6739, 0.0671),
+    "ucb": (0.3896, 0.0298, 0.6798, 0.0657),
+    "percentile": (0.3713, 0.0295, 0.6720, 0.0675),
+    "pi": (0.3098, 0.0304, 0.6306, 0.0817),
+    "ei": (0.3397, 0.0298, 0.6681, 0.0673),
+    "ci": (0.2646, 0.0324, 0.5908, 0.0827),
+    "api": (0.3546, 0.0299, 0.6726, 0.0672),
+    "aei": (0.3692, 0.0298, 0.6721, 0.0672),
+}
+MODES = ("insertion", "deletion")
+Z95 = 1.959964  # two-sided 95 % quantile of the standard normal
+
+
+def _image_explainers() -> dict:
+    """Mahlau & Nolde's base explainers that the registry has (Appendix A), at 32x32 scale."""
+    return {
+        "smoothgrad": {"nt_samples": 256, "stdevs": 0.1},
+        "integrated_gradients": {"n_steps": 30, "baselines": "blur"},
+        "gradient_shap": {"n_samples": 20, "baselines": "training"},
+        "gradcam": {},
+        "rise": {"n_masks": 5000, "s": 10, "seed": 0},
+    }
+
+
+@dataclass
+class AggregationConfig:
+    """Options of the aggregation evaluator (configs/aggregation/<name>.yaml)."""
+
+    run: str  # a train.py run folder
+    checkpoint: str = "last.ckpt"
+    data_dir: str | None = None  # where a tabular run's raw data lies on this machine
+    device: str = "auto"
+    n_inputs: int = 500
+    explainers: dict = field(default_factory=_image_explainers)
+    n_baselines: int = 64  # training inputs behind the option value ``training``
+    reduction: str = "abs_sum"  # image maps (C, H, W) -> (H, W)
+    normalisation: str = "z"
+    normalisations: list[str] = field(default_factory=lambda: list(NORMALISATIONS))
+    aggregators: dict = field(default_factory=lambda: {name: {} for name in PIXEL_AGGREGATORS})
+    sweeps: dict = field(default_factory=lambda: {  # the paper's Figures 5-9, fewer points
+        "percentile": {"q": [0, 10, 25, 40, 50, 75, 100]},
+        "ucb": {"eps": [-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]},
+        "pi": {"eps": [-8.0, -6.0, -4.0, -2.0, 0.0, 1.0]},
+        "ei": {"eps": [-10.0, -6.0, -4.0, -2.0, 0.0, 1.0]},
+        "var": {"eps": [1e-10, 1e-8, 1e-7, 1e-6, 1e-4, 1e-2, 1.0]},
+    })  # fmt: skip
+    steps: int | None = None  # insertion/deletion increments; None: about 50 pixels (features: 1) per step
+    baseline: str = "normal"
+    baseline_stats: str = "image"  # the normal baseline's mean and std per channel: the image's or the training set's
+    seed: int = 0
+    max_batch: int = 256
+    n_grid: int = 6
+    log_to: str = "wandb_offline"
+    output_dir: str = "runs/aggregation"
+
+    def __post_init__(self) -> None:
+        resolve_device(self.device)
+        for name, value, allowed in (("reduction", self.reduction, REDUCTIONS),
+                                     ("normalisation", self.normalisation, NORMALISATIONS),
+                                     ("baseline_stats", self.baseline_stats, ("image", "training")),
+                                     ("log_to", self.log_to, ("wandb_offline", "wandb_online", "none"))):  # fmt: skip
+            if value not in allowed:
+                raise InputError(f"option {name}={value!r}; expected one of {sorted(allowed)}")
+        unknown = sorted(set(self.normalisations) - set(NORMALISATIONS))
+        unknown += sorted(set(self.aggregators) - set(PIXEL_AGGREGATORS))
+        unknown += sorted(set(self.sweeps) - set(PIXEL_AGGREGATORS))
+        if unknown:
+            raise InputError(f"unknown normalisation(s) or aggregator(s) {unknown}; expected some of "
+                             f"{sorted(NORMALISATIONS)} and {sorted(PIXEL_AGGREGATORS)}")  # fmt: skip
+        for name, sweep in self.sweeps.items():
+            if not isinstance(sweep, dict) or len(sweep) != 1 or not isinstance(next(iter(sweep.values())), list):
+                raise InputError(f"option sweeps.{name}={sweep!r}; expected one parameter and its values, "
+                                 "e.g. {eps: [-1, 0, 1]}")  # fmt: skip
+        if self.n_inputs < 2:
+            raise InputError(f"option n_inputs={self.n_inputs}; expected at least 2 (for a confidence interval)")
+        if not self.explainers:
+            raise InputError("option explainers is empty; expected base explainers, name: {options}")
+
+    def report_name(self) -> str:
+        """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>)."""
+        return Path(self.run).resolve().parent.name
+
+
+def atomic_save(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def cached(path: Path, compute: Callable[[], dict]) -> dict:
+    """``compute()``'s result, saved at ``path`` the first time and read from there after."""
+    if path.is_file():
+        return torch.load(path, weights_only=True)
+    result = compute()
+    atomic_save(result, path)
+    return result
+
+
+# --- inputs -------------------------------------------------------------------------
+@dataclass
+class Inputs:
+    """What the protocol explains and scores, on the model's device."""
+
+    x: torch.Tensor  # (N, C, H, W) images or (N, d) rows
+    target: torch.Tensor | None  # the explained class per input (None: a tabular model's positive class)
+    train_sample: torch.Tensor  # ``n_baselines`` training inputs
+    stats: tuple[torch.Tensor, torch.Tensor]  # training-set mean and std per channel (images) or feature
+    tabular: bool
+
+
+def load_inputs(cfg: AggregationConfig, model, data, device: torch.device) -> Inputs:
+    if is_tabular(model):
+        data.setup("test")
+        x_test, _ = data.test_tensors
+        x_train, _ = data.train_tensors
+        if len(x_test) < cfg.n_inputs:
+            raise InputError(f"option n_inputs={cfg.n_inputs}: the test split has {len(x_test)} rows")
+        sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))]
+        return Inputs(x_test[: cfg.n_inputs].to(device), None, sample[: cfg.n_baselines].to(device),
+                      (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
+    data.setup("test")
+    x, _ = spread_images(data, cfg.n_inputs, "test")
+    if len(x) < cfg.n_inputs:
+        raise InputError(f"option n_inputs={cfg.n_inputs}: the test split has {len(x)} images")
+    has_train = "train" in data.split_sizes
+    if has_train:
+        data.setup("fit")
+    sample, _ = spread_images(data, max(cfg.n_baselines, 1000), "train" if has_train else "test")
+    mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
+    x = x.to(device)
+    spread = torch.linspace(0, len(sample) - 1, min(cfg.n_baselines, len(sample))).long()  # across the classes
+    return Inputs(x, predicted_class(model, x, cfg.max_batch), sample[spread].to(device),
+                  (mean.to(device), std.to(device)), False)  # fmt: skip
+
+
+def blurred(x: torch.Tensor) -> torch.Tensor:
+    """Mahlau & Nolde's Integrated Gradients baseline: the image blurred with σ = 20 and a
+    25 x 25 kernel at 224 x 224, both scaled to the image's size (odd kernel, at least 3)."""
+    scale = x.shape[-1] / 224
+    kernel = max(3, 2 * round(25 * scale / 2) + 1)
+    return gaussian_blur(x, [kernel, kernel], [20 * scale, 20 * scale])
+
+
+def explainer_options(options: dict, inputs: Inputs) -> dict:
+    """An explainer's options with the named references made tensors."""
+    named = {"training": lambda: inputs.train_sample, "blur": lambda: blurred(inputs.x),
+             "mean": lambda: inputs.stats[0].unsqueeze(0)}  # fmt: skip
+    resolved = {}
+    for key, value in options.items():
+        if isinstance(value, str) and key == "baselines":
+            if value not in named:
+                raise InputError(f"option baselines={value!r}; expected one of {sorted(named)}")
+            value = named[value]()
+        resolved[key] = value
+    return resolved
+
+
+def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> dict[str, torch.Tensor]:
+    """Each explainer's maps (N, H, W) or (N, d), cached per explainer under ``maps/``."""
+    unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
+    if unknown:
+        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
+    maps = {}
+    for k, (name, options) in enumerate(cfg.explainers.items()):
+        def compute(name=name, options=options, k=k) -> dict:
+            torch.manual_seed(cfg.seed + k)
+            extra = {} if inputs.tabular else {"max_batch": cfg.max_batch}
+            options = explainer_options(options or {}, inputs)
+            m = explain(model, inputs.x, name, target=inputs.target, **options, **extra)
+            m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
+            return {"maps": m.cpu()}
+
+        print(f"  base maps: {name}", flush=True)
+        maps[name] = cached(run_dir / "maps" / f"{name}.pt", compute)["maps"].to(inputs.x.device)
+    return maps
+
+
+# --- rows -----------------------------------------------------------------------------
+def report_rows(cfg: AggregationConfig, maps: dict[str, torch.Tensor], map_dims: int) -> dict[str, Callable]:
+    """Row name -> a function computing that row's maps (N, *S), in report order."""
+    stack = {how: torch.stack([normalise(m, how, map_dims) for m in maps.values()])
+             for how in dict.fromkeys([cfg.normalisation, *cfg.normalisations])}  # fmt: skip
+    main = stack[cfg.normalisation]
+    rows: dict[str, Callable] = {}
+    for k, name in enumerate(maps):
+        rows[f"base/{name}"] = lambda k=k: main[k]
+    for name, params in cfg.aggregators.items():
+        rows[f"agg/{name}"] = lambda name=name, params=params: aggregate(main, name, map_dims, **(params or {}))
+    for how in cfg.normalisations:
+        rows[f"norm/{how}"] = lambda how=how: aggregate(stack[how], "mean", map_dims)
+    for name, sweep in cfg.sweeps.items():
+        ((param, values),) = sweep.items()
+        for value in values:
+            rows[f"sweep/{name}/{param}={value}"] = lambda n=name, p=param, v=value: aggregate(
+                main, n, map_dims, **{p: v})
+    return rows
+
+
+def score_row(cfg: AggregationConfig, model, inputs: Inputs, maps: torch.Tensor) -> dict:
+    """Per-input insertion and deletion AUCs of one row's maps, and the mean curves."""
+    result = {}
+    for mode in MODES:
+        fractions, curves = insertion_deletion_curves(
+            model, inputs.x, maps, mode, target=inputs.target, steps=cfg.steps, baseline=cfg.baseline,
+            stats=None if cfg.baseline_stats == "image" and not inputs.tabular else inputs.stats, seed=cfg.seed,
+            max_batch=cfg.max_batch,
+        )  # fmt: skip
+        result[mode] = auc(curves, fractions).cpu()
+        result[f"{mode}_curve"] = curves.mean(0).cpu()
+        result["fractions"] = fractions.cpu()
+    return result
+
+
+def interval(values: torch.Tensor) -> dict[str, float]:
+    """Mean and the half-width of its 95 % confidence interval (normal approximation)."""
+    v = values.double()
+    return {"mean": v.mean().item(), "ci95": Z95 * v.std().item() / math.sqrt(len(v))}
+
+
+def summarise(scores: dict[str, dict], reference: str = "agg/mean") -> dict:
+    """Per row and mode: mean ± CI, and the paired difference to ``reference`` ± CI."""
+    rows = {}
+    for row, s in scores.items():
+        rows[row] = {}
+        for mode in MODES:
+            entry = interval(s[mode])
+            if reference in scores and row != reference:
+                diff = interval(s[mode] - scores[reference][mode])
+                entry["minus_mean"], entry["minus_mean_ci95"] = diff["mean"], diff["ci95"]
+            rows[row][mode] = entry
+    return rows
+
+
+def paired(scores: dict[str, dict], row: str, other: str, mode: str) -> dict[str, float]:
+    """``row`` minus ``other`` per input: mean and 95 % half-width."""
+    return interval(scores[row][mode] - scores[other][mode])
+
+
+def findings(scores: dict[str, dict], rows: dict) -> dict:
+    """The paper's four claims on these numbers (insertion: higher is better; deletion:
+    lower). "Within noise" of the best: the paired 95 % interval of the difference to the
+    best aggregator includes 0."""
+    agg = [r for r in rows if r.startswith("agg/")]
+    base = [r for r in rows if r.startswith("base/")]
+    norm = [r for r in rows if r.startswith("norm/")]
+    out: dict = {}
+    if "agg/mean" in rows and base:
+        gaps = {b[5:]: paired(scores, "agg/mean", b, "insertion") for b in base}
+        out["i_mean_minus_base_insertion"] = gaps
+        out["i_mean_beats_every_base_on_insertion"] = all(g["mean"] - g["ci95"] > 0 for g in gaps.values())
+    for mode, sign in (("insertion", 1), ("deletion", -1)):
+        if not agg:
+            continue
+        ranked = sorted(agg, key=lambda r: sign * rows[r][mode]["mean"], reverse=True)
+        out[f"aggregators_best_first_by_{mode}"] = [r[4:] for r in ranked]
+        if "agg/ucb" in rows:
+            gap = paired(scores, "agg/ucb", ranked[0], mode)
+            out[f"ii_ucb_minus_best_{mode}"] = {"best": ranked[0][4:], **gap}
+            out[f"ii_ucb_best_or_within_noise_{mode}"] = abs(gap["mean"]) <= gap["ci95"] or ranked[0] == "agg/ucb"
+        out[f"iii_two_worst_by_{mode}"] = [r[4:] for r in ranked[-2:]]
+    if norm:
+        balance = {n[5:]: rows[n]["insertion"]["mean"] - rows[n]["deletion"]["mean"] for n in norm}
+        out["iv_normalisations_by_insertion_minus_deletion"] = sorted(balance, key=balance.get, reverse=True)
+    return out
+
+
+def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
+    device = resolve_device(cfg.device)
+    data_options = {"data_dir": cfg.data_dir} if cfg.data_dir is not None else None
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options)
+    model = model.to(device).eval()
+    inputs = load_inputs(cfg, model, data, device)
+    map_dims = 1 if inputs.tabular else 2
+    maps = base_maps(cfg, model, inputs, run_dir)
+    rows = report_rows(cfg, maps, map_dims)
+    scores, examples = {}, {}
+    for k, (row, compute) in enumerate(rows.items()):
+        print(f"  [{k + 1}/{len(rows)}] {row}", flush=True)
+        row_maps = compute()
+        if row.startswith(("base/", "agg/")):
+            examples[row] = row_maps[: cfg.n_grid].cpu()
+        file = run_dir / "scores" / (row.replace("/", "__") + ".pt")
+        scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, inputs, m))
+    table = summarise(scores)
+    summary = {"config": asdict(cfg), "n_inputs": len(inputs.x), "rows": table, "findings": findings(scores, table),
+               "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
+                          for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
+    summary["_grid"] = {"x": inputs.x[: cfg.n_grid].cpu(), "maps": examples, "tabular": inputs.tabular,
+                        "normalization": getattr(data, "normalization", None)}  # fmt: skip
+    return summary
+
+
+# --- report ---------------------------------------------------------------------------
+def _fmt(entry: dict) -> str:
+    return f"{entry['mean']:.4f} ± {entry['ci95']:.4f}"
+
+
+def markdown_table(summary: dict) -> str:
+    """Rows of Table 1 (and each base explainer) beside the paper's ImageNet and GTSRB columns."""
+    rows = summary["rows"]
+    lines = ["| method | insertion ↑ | deletion ↓ | ins. − mean | del. − mean | paper ImageNet ins. / del. "
+             "| paper GTSRB ins. / del. |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row, v in rows.items():
+        if not row.startswith(("base/", "agg/")):
+            continue
+        kind, name = row.split("/", 1)
+        paper = PAPER_TABLE_1.get(name) if kind == "agg" else None
+        diffs = [f"{v[m]['minus_mean']:+.4f} ± {v[m]['minus_mean_ci95']:.4f}" if "minus_mean" in v[m] else "—"
+                 for m in MODES]  # fmt: skip
+        cols = [f"{paper[0]:.4f} / {paper[1]:.4f}", f"{paper[2]:.4f} / {paper[3]:.4f}"] if paper else ["—", "—"]
+        label = name if kind == "agg" else f"{name} (base)"
+        lines.append(f"| {label} | {_fmt(v['insertion'])} | {_fmt(v['deletion'])} | {' | '.join(diffs)} | "
+                     f"{' | '.join(cols)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(summary: dict, path: Path) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95",
+                         "insertion_minus_mean", "insertion_minus_mean_ci95",
+                         "deletion_minus_mean", "deletion_minus_mean_ci95"])  # fmt: skip
+        for row, v in summary["rows"].items():
+            writer.writerow([row, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"],
+                             v["deletion"]["ci95"]] + [v[m].get(k) for m in MODES
+                                                       for k in ("minus_mean", "minus_mean_ci95")])  # fmt: skip
+
+
+def plot_sweeps(summary: dict, path: Path) -> Path | None:
+    """Figures 5-9: score vs parameter per swept aggregator, with the mean and the best
+    base explainer as reference lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    sweeps: dict[str, list[tuple[str, float, dict]]] = {}
+    for row, v in rows.items():
+        if row.startswith("sweep/"):
+            _, name, setting = row.split("/")
+            param, value = setting.split("=")
+            sweeps.setdefault(name, []).append((param, float(value), v))
+    if not sweeps:
+        return None
+    base = {r: v for r, v in rows.items() if r.startswith("base/")}
+    fig, axes = plt.subplots(2, len(sweeps), figsize=(3.2 * len(sweeps), 5.2), dpi=110, squeeze=False)
+    for j, (name, points) in enumerate(sweeps.items()):
+        points.sort(key=lambda p: p[1])
+        for i, (mode, best) in enumerate((("insertion", max), ("deletion", min))):
+            ax = axes[i, j]
+            xs = [p[1] for p in points]
+            means = [p[2][mode]["mean"] for p in points]
+            cis = [p[2][mode]["ci95"] for p in points]
+            ax.errorbar(xs, means, yerr=cis, marker="o", ms=3, lw=1, capsize=2, label=name)
+            if "agg/mean" in rows:
+                ax.axhline(rows["agg/mean"][mode]["mean"], color="k", ls="--", lw=0.8, label="mean")
+            if base:
+                top = best(base, key=lambda r: base[r][mode]["mean"])
+                ax.axhline(base[top][mode]["mean"], color="tab:red", ls=":", lw=0.8, label=f"best base ({top[5:]})")
+            if name == "var":
+                ax.set_xscale("log")
+            ax.set_xlabel(points[0][0])
+            ax.set_ylabel(f"{mode} AUC")
+            ax.set_title(f"{name}: {mode}", fontsize=8)
+            ax.legend(fontsize=5)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_normalisations(summary: dict, path: Path) -> Path | None:
+    """Figure 10: mean insertion and deletion curves of the mean aggregator after each normalisation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {r[5:]: c for r, c in summary["curves"].items() if r.startswith("norm/")}
+    if not curves:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), dpi=110)
+    for ax, mode in zip(axes, MODES):
+        for how, c in curves.items():
+            score = summary["rows"][f"norm/{how}"][mode]["mean"]
+            ax.plot(c["fractions"], c[mode], lw=1, label=f"{how} ({score:.4f})")
+        ax.set_xlabel("fraction of pixels (features)")
+        ax.set_ylabel("probability of the explained class")
+        ax.set_title(f"{mode}, mean aggregation", fontsize=9)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_grid(summary: dict, path: Path) -> Path | None:
+    """Inputs (un-normalised), then each base map and each aggregated map (images only)."""
+    grid = summary["_grid"]
+    if grid["tabular"] or not grid["maps"]:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = grid["x"]
+    mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in grid["normalization"])
+    shown = (x * std + mean).clamp(0, 1)
+    n, cols = len(x), 1 + len(grid["maps"])
+    fig, axes = plt.subplots(n, cols, figsize=(1.25 * cols, 1.3 * n), dpi=110, squeeze=False)
+    for i in range(n):
+        image = shown[i].permute(1, 2, 0).numpy()
+        gray = image.shape[-1] == 1
+        axes[i, 0].imshow(image[..., 0] if gray else image, cmap="gray" if gray else None)
+        for j, (row, m) in enumerate(grid["maps"].items(), start=1):
+            v = m[i]
+            axes[i, j].imshow(((v - v.min()) / (v.max() - v.min()).clamp_min(1e-12)).numpy(), cmap="inferno")
+            if i == 0:
+                axes[i, j].set_title(row.split("/", 1)[1], fontsize=6)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_aggregation_report(summary: dict, out_dir: Path) -> None:
+    pngs = [p for p in (plot_sweeps(summary, out_dir / "sweeps.png"),
+                        plot_normalisations(summary, out_dir / "normalisations.png"),
+                        plot_grid(summary, out_dir / "grid.png")) if p is not None]  # fmt: skip
+    summary.pop("_grid")
+    (out_dir / "aggregation.json").write_text(json.dumps(summary, indent=2))
+    write_csv(summary, out_dir / "aggregation.csv")
+    (out_dir / "table.md").write_text(markdown_table(summary))
+    log_to = summary["config"]["log_to"]
+    if log_to != "none":
+        import wandb
+
+        from train import WANDB_PROJECT
+
+        mode = "offline" if log_to == "wandb_offline" else "online"
+        run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), job_type="aggregation", mode=mode,
+                         config=summary["config"])  # fmt: skip
+        columns = ["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95"]
+        data = [[r, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"], v["deletion"]["ci95"]]
+                for r, v in summary["rows"].items()]  # fmt: skip
+        run.log({"aggregation": wandb.Table(columns=columns, data=data),
+                 **{p.stem: wandb.Image(str(p)) for p in pngs}})  # fmt: skip
+        run.finish()
+    print(yaml.safe_dump(summary["findings"], sort_keys=False))
