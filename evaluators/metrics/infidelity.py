@@ -1,0 +1,230 @@
+"""Infidelity (Yeh et al. 2019), with the perturbations of Decker et al. (2024, App. C.1).
+
+For an input x, its explained output f (the logit of the target class of an image
+classifier, the positive-class ``explained_output`` of a tabular model) and a map φ(x),
+Yeh et al.'s infidelity over random perturbations I is
+
+    INFD(φ) = E_I [(Iᵀφ(x) − (f(x) − f(x − I)))²].
+
+Decker et al. use binary I ∈ {0, 1}^d that remove a random 20 % of the input's
+superpixels (features), replaced from a blurred copy (the feature means):
+Iᵀφ is the attribution summed over the removed units and the output change is
+Δf = f(x) − f(h(x, x_b, I)) (``evaluators.metrics.perturbations``). Estimated on n samples
+I_1 … I_n, with a_s = I_sᵀφ and Δ_s = Δf_s:
+
+    INFD(φ) = (1/n) Σ_s (β a_s − Δ_s)²,  β = Σ_s a_s Δ_s / Σ_s a_s²,
+
+β being Yeh et al.'s normalisation (their code; Captum's ``infidelity(normalize=True)``):
+the least-squares scale of the map, min_β (1/n) Σ_s (β a_s − Δ_s)², so that the score does
+not depend on the map's scale (β = 0 where every a_s = 0, as Captum's ``safe_div``).
+``normalize=False`` takes β = 1. Lower is better.
+
+``subset_perturbations(model, x, target=None, ...)`` draws the samples (superpixel or
+feature subsets, ``n_samples=200``, Decker et al.'s m_eval) and evaluates the model on the
+perturbed inputs: N·n forward rows, ``max_batch`` at a time, without gradients, in eval
+mode (the previous mode is restored), on the model's device. ``infidelity(maps, samples)``
+scores maps on those samples, so that several maps of the same inputs (every explainer,
+every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for images
+(reduce (N, C, H, W) attributions with ``reduce_map``), (N, d) for tabular rows.
+
+``Infidelity`` (a torchmetrics ``Metric``) averages INFD over every input passed to
+``update(model, x, maps, target=None)``; every update draws its samples from ``seed``
+afresh (input i of each update has the samples of index i).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchmetrics import Metric
+
+from datamodules.errors import InputError
+from evaluators.maps.image_explainers import MAX_BATCH, predicted_class
+from evaluators.metrics.perturbations import (
+    BLUR_SIGMA,
+    COMPACTNESS,
+    N_SEGMENTS,
+    SHARE,
+    SubsetSamples,
+    check_count,
+    feature_groups,
+    gaussian_blur,
+    subset_choices,
+    superpixels,
+    unit_masks,
+)
+from lightning_modules.interface import POSITIVE_CLASS, is_tabular
+
+M_EVAL = 200  # Decker et al.: every metric on 200 fresh samples
+
+
+def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return x.device if parameter is None else parameter.device
+
+
+def check_inputs(model: nn.Module, x) -> bool:
+    """Whether the model is tabular; InputError unless x is (N, d) rows for a tabular
+    model, (N, C, H, W) images for any other."""
+    tabular = is_tabular(model)
+    expected = "(N, d) float rows for a tabular model" if tabular else "(N, C, H, W) float images"
+    if (not isinstance(x, torch.Tensor) or x.dim() != (2 if tabular else 4) or len(x) == 0
+            or not x.is_floating_point()):  # fmt: skip
+        raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
+    return tabular
+
+
+def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int = MAX_BATCH) -> torch.Tensor | None:
+    """The class each input's explained output is of: None for a tabular model (its
+    positive class; ``target`` must be None or 1); for images a LongTensor (N,): the
+    predicted class where ``target`` is None, else an int for all or N labels."""
+    if is_tabular(model):
+        if target is not None and not (isinstance(target, int) and target == POSITIVE_CLASS):
+            raise InputError(f"option target={target!r}: a tabular model explains its positive class "
+                             f"({POSITIVE_CLASS})")  # fmt: skip
+        return None
+    if target is None:
+        return predicted_class(model, x, max_batch)
+    if isinstance(target, int) and not isinstance(target, bool):
+        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
+    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
+        return target.to(x.device, torch.long)
+    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
+                     f"of {len(x)} labels")  # fmt: skip
+
+
+def explained_scores(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """(N,) the explained output: a tabular model's ``explained_output``, else the raw
+    logit of ``target`` (N,) (as the reference code's Δf)."""
+    if target is None:
+        scores = model.explained_output(x)
+    else:
+        scores = model(x).gather(1, target[:, None])[:, 0]
+    if scores.shape != (len(x),):
+        raise InputError(f"the model's explained output has shape {tuple(scores.shape)}; expected ({len(x)},): "
+                         "score a population's members one at a time")  # fmt: skip
+    return scores
+
+
+def _replacement(x: torch.Tensor, baseline, blur_sigma: float, tabular: bool) -> torch.Tensor:
+    if isinstance(baseline, torch.Tensor):
+        if baseline.shape not in (x.shape, x.shape[1:]):
+            raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
+                             f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
+        return baseline.to(x.device, x.dtype).expand_as(x)
+    if baseline is not None:
+        raise InputError(f"option baseline={baseline!r}; expected None (a blurred copy of each image) or a tensor")
+    if tabular:
+        raise InputError("option baseline: tabular rows need the replacement values, a tensor (d,) of the "
+                         "training set's feature means")  # fmt: skip
+    return gaussian_blur(x, blur_sigma)
+
+
+def subset_perturbations(
+    model: nn.Module, x: torch.Tensor, target=None, n_samples: int = M_EVAL, share: float = SHARE,
+    baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
+    compactness: float = COMPACTNESS, seed: int = 0, stream: str = "evaluation", max_batch: int = MAX_BATCH,
+) -> SubsetSamples:
+    """Decker et al.'s infidelity perturbations of x and the model's response (see the
+    module's docstring and ``evaluators.metrics.perturbations``).
+
+    Args:
+        model: an image classifier (N, C, H, W) -> (N, K) logits, or a tabular model.
+        x: images (N, C, H, W) or rows (N, d).
+        target: None (the predicted class), an int or N labels; tabular: None or 1.
+        n_samples: samples per input.
+        share: the share of groups (superpixels, features) each sample removes.
+        baseline: the replacement values, a tensor of x's shape or one input's; None: each
+            image blurred with ``blur_sigma`` (tabular rows need a tensor: feature means).
+        n_segments, compactness: SLIC's options (images).
+        seed, stream: the draws (``perturbations.sample_generator``).
+        max_batch: the most rows one forward pass sees.
+    """
+    tabular = check_inputs(model, x)
+    max_batch = check_count("max_batch", max_batch)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            x = x.detach().to(model_device(model, x))
+            target = resolve_targets(model, x, target, max_batch)
+            base = _replacement(x, baseline, blur_sigma, tabular)
+            groups = feature_groups(x) if tabular else superpixels(x, n_segments, compactness)
+            chosen = subset_choices(groups, n_samples, share, seed, stream)
+            n_samples = chosen.shape[1]
+            clean = explained_scores(model, x, target)
+            outputs = []
+            for rows in torch.arange(len(x) * n_samples, device=x.device).split(max_batch):
+                i, s = rows // n_samples, rows % n_samples
+                removed = unit_masks(groups[i], chosen[i, s])
+                removed = removed if tabular else removed[:, None]  # all channels of a pixel
+                perturbed = torch.where(removed, base[i], x[i])
+                outputs.append(explained_scores(model, perturbed, None if target is None else target[i]))
+            deltas = clean[:, None] - torch.cat(outputs).view(len(x), n_samples)
+    finally:
+        model.train(was_training)
+    return SubsetSamples(groups, chosen, deltas)
+
+
+def check_maps(maps, samples: SubsetSamples) -> None:
+    shape = tuple(samples.groups.shape)
+    if not isinstance(maps, torch.Tensor) or tuple(maps.shape) != shape or not maps.is_floating_point():
+        raise InputError(f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected float maps {shape}, one "
+                         "value per pixel (reduce (N, C, H, W) maps with reduce_map) or per feature")  # fmt: skip
+
+
+def least_squares_scale(sums: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:
+    """Yeh et al.'s β per input (and per trailing column): Σ_s a_s Δ_s / Σ_s a_s² over the
+    samples (dim 1) of ``sums`` (N, n, ...) and ``deltas`` (N, n); 0 where Σ_s a_s² = 0."""
+    deltas = deltas.view(*deltas.shape, *(1,) * (sums.dim() - 2))
+    numerator, denominator = (sums * deltas).sum(1), (sums * sums).sum(1)
+    positive = denominator > 0
+    return torch.where(positive, numerator / torch.where(positive, denominator, 1), 0)
+
+
+def infidelity(maps: torch.Tensor, samples: SubsetSamples, normalize: bool = True) -> torch.Tensor:
+    """(N,) infidelity of ``maps`` (N, *S) on ``samples`` (from ``subset_perturbations``),
+    in the maps' and deltas' common dtype: (1/n) Σ_s (β a_s − Δ_s)² (β = 1 unless ``normalize``)."""
+    check_maps(maps, samples)
+    deltas = samples.deltas.to(maps.device)
+    dtype = torch.promote_types(maps.dtype, deltas.dtype)
+    sums = samples.attribution_sums(maps.to(dtype))
+    deltas = deltas.to(dtype)
+    beta = least_squares_scale(sums, deltas)[:, None] if normalize else 1
+    return (beta * sums - deltas).pow(2).mean(1)
+
+
+class Infidelity(Metric):
+    """The mean infidelity over every input scored by ``update(model, x, maps, target=None)``
+    (``subset_perturbations`` with this metric's options, then ``infidelity``). The model is
+    an argument of ``update``, not held by the metric (as ``InsertionAUC``); the states, the
+    sum of scores and the number of inputs, are reduced with ``dist_reduce_fx="sum"``, so
+    under DDP ``compute`` is the mean over every process's inputs. Lower is better.
+
+    Args: normalize, and the options of ``subset_perturbations`` (n_samples, share,
+    baseline, blur_sigma, n_segments, compactness, seed, max_batch).
+    """
+
+    full_state_update = False
+    higher_is_better = False
+
+    def __init__(self, normalize: bool = True, n_samples: int = M_EVAL, share: float = SHARE,
+                 baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
+                 compactness: float = COMPACTNESS, seed: int = 0, max_batch: int = MAX_BATCH,
+                 **kwargs) -> None:  # fmt: skip
+        super().__init__(**kwargs)
+        self.normalize = normalize
+        self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
+                        "n_segments": n_segments, "compactness": compactness, "seed": seed,
+                        "max_batch": max_batch}  # fmt: skip
+        self.add_state("score_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
+        samples = subset_perturbations(model, x, target, **self.options)
+        scores = infidelity(maps.to(samples.deltas.device), samples, self.normalize)
+        self.score_sum += scores.double().sum().to(self.score_sum.device)
+        self.count += len(scores)
+
+    def compute(self) -> torch.Tensor:
+        return self.score_sum / self.count

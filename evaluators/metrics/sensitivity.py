@@ -1,0 +1,141 @@
+"""Average- and Max-Sensitivity of an explanation method (Yeh et al. 2019; Bhatt et al.
+2020), as Decker et al. (2024, App. C.1) evaluate them.
+
+For an explanation method e (``explain_fn``), an input x with map e(x) and n perturbed
+inputs x + ε_s, ε_s ~ U[−r, r] per element (r = 0.1, ``perturbations.uniform_noise``):
+
+    d_s = ‖e(x + ε_s) − e(x)‖₂ / ‖e(x)‖₂   (``relative=True``, the default)
+    d_s = ‖e(x + ε_s) − e(x)‖₂             (``relative=False``)
+
+with ‖·‖₂ the Euclidean (Frobenius) norm over all of a map's entries, and
+
+    SENS_AVG = (1/n) Σ_s d_s,   SENS_MAX = max_s d_s.
+
+Lower is better. The norm and the division: Decker et al. compute both metrics with
+Quantus (App. C.1), whose ``AvgSensitivity``/``MaxSensitivity`` (0.6) divide the Frobenius
+norm of the difference by the Frobenius norm of e(x), as Captum's ``sensitivity_max``
+does; so ``relative=True`` is the default here. Where ‖e(x)‖ = 0 the divisor is 1, as
+Captum's (Quantus would divide by zero). Quantus draws its noise from U[−0.2, 0.2] unless
+``lower_bound`` is set: Decker et al. state r = 0.1. The undivided squared distance
+d_s² is the generalised L2 metric Decker et al. optimise (AGG_robust, their §4), which
+``evaluators.maps.optimised_aggregators`` fits on m_agg = 50 samples.
+
+``explain_fn(x_rows, target_rows) -> maps`` explains a batch of perturbed inputs: rows of
+x's shape, and ``target_rows`` the targets expanded to the rows (None stays None, an int
+stays an int, a LongTensor (N,) is repeated n times per input), so that e(x + ε) explains
+the same class as e(x) when the caller passes the targets e(x) was made for (Quantus
+explains the given labels at perturbed inputs; Captum expands ``target``). Its maps must
+have ``maps``' shape per row. The N·n perturbed rows go to ``explain_fn`` in calls of
+whole inputs, max(1, ⌊max_batch / n⌋) inputs (all their samples) per call: the explainer
+sees batches, never one sample at a time.
+
+``sensitivities(explain_fn, x, maps, ...)`` -> (N, n) distances; ``AverageSensitivity`` and
+``MaxSensitivity`` (torchmetrics ``Metric``s) average SENS_AVG and SENS_MAX over every input
+passed to ``update(explain_fn, x, maps, target=None)``; every update draws its noise from
+``seed`` afresh (input i of each update has the noise of index i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torchmetrics import Metric
+
+from datamodules.errors import InputError
+from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.metrics.infidelity import M_EVAL
+from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise
+
+
+def _rows_target(target, inputs: slice, n_samples: int):
+    if isinstance(target, torch.Tensor):
+        return target[inputs].repeat_interleave(n_samples)
+    return target
+
+
+def _check(x, maps, target) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or len(x) == 0 or not x.is_floating_point():
+        raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected a float batch (N, ...)")
+    if not isinstance(maps, torch.Tensor) or maps.dim() < 2 or len(maps) != len(x) or not maps.is_floating_point():
+        raise InputError(f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected float maps (N, ...) of the "
+                         f"{len(x)} inputs")  # fmt: skip
+    if isinstance(target, torch.Tensor) and (target.shape != (len(x),) or target.is_floating_point()):
+        raise InputError(f"option target of shape {tuple(target.shape)}; expected None, an int or a LongTensor "
+                         f"of {len(x)} labels")  # fmt: skip
+
+
+def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None, n_samples: int = M_EVAL,
+                  radius: float = RADIUS, relative: bool = True, seed: int = 0, stream: str = "evaluation",
+                  max_batch: int = MAX_BATCH) -> torch.Tensor:  # fmt: skip
+    """(N, n) distances d_s between each input's map and the maps at its n noisy copies (see
+    the module's docstring), on the maps' device, in their dtype.
+
+    Args:
+        explain_fn: (x_rows, target_rows) -> maps of those rows.
+        x: the inputs (N, ...); maps: e(x), (N, ...).
+        target: what ``maps`` explain, passed on expanded to the rows.
+        n_samples, radius: the noise; seed, stream: its draws (``perturbations``).
+        relative: divide by ‖e(x)‖ (1 where it is 0).
+        max_batch: rows per ``explain_fn`` call (at least one input's n samples).
+    """
+    _check(x, maps, target)
+    n_samples, max_batch = check_count("n_samples", n_samples), check_count("max_batch", max_batch)
+    flat = maps.detach().flatten(1)
+    norms = torch.linalg.vector_norm(flat, dim=1) if relative else torch.ones(len(flat), dtype=flat.dtype)
+    norms = torch.where(norms > 0, norms, 1).to(flat.device)
+    per_call = max(1, max_batch // n_samples)
+    distances = []
+    for start in range(0, len(x), per_call):
+        inputs = slice(start, min(start + per_call, len(x)))
+        noisy = uniform_noise(x[inputs].detach(), n_samples, radius, seed, stream, offset=start).flatten(0, 1)
+        explained = explain_fn(noisy, _rows_target(target, inputs, n_samples))
+        if not isinstance(explained, torch.Tensor) or explained.shape[1:] != maps.shape[1:]:
+            raise InputError(f"explain_fn returned maps of shape {tuple(getattr(explained, 'shape', ()))}; expected "
+                             f"({len(noisy)}, {', '.join(map(str, maps.shape[1:]))})")  # fmt: skip
+        difference = explained.detach().to(flat).view(-1, n_samples, flat.shape[1]) - flat[inputs, None]
+        distances.append(torch.linalg.vector_norm(difference, dim=2) / norms[inputs, None])
+    return torch.cat(distances)
+
+
+class _Sensitivity(Metric):
+    """The mean of SENS_AVG or SENS_MAX over every input scored by
+    ``update(explain_fn, x, maps, target=None)`` (``sensitivities`` with this metric's
+    options). States: the sum of scores and the number of inputs, reduced with
+    ``dist_reduce_fx="sum"``. Lower is better.
+
+    Args (those of ``sensitivities``): n_samples, radius, relative, seed, max_batch.
+    """
+
+    full_state_update = False
+    higher_is_better = False
+
+    def __init__(self, n_samples: int = M_EVAL, radius: float = RADIUS, relative: bool = True, seed: int = 0,
+                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+        super().__init__(**kwargs)
+        self.options = {"n_samples": n_samples, "radius": radius, "relative": relative, "seed": seed,
+                        "max_batch": max_batch}  # fmt: skip
+        self.add_state("score_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    statistic: str  # the torch reduction over the samples: "mean" or "amax"
+
+    def update(self, explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
+        scores = getattr(sensitivities(explain_fn, x, maps, target, **self.options), self.statistic)(1)
+        self.score_sum += scores.double().sum().to(self.score_sum.device)
+        self.count += len(scores)
+
+    def compute(self) -> torch.Tensor:
+        return self.score_sum / self.count
+
+
+class AverageSensitivity(_Sensitivity):
+    """Mean over inputs of SENS_AVG = (1/n) Σ_s d_s; see ``_Sensitivity``."""
+
+    statistic = "mean"
+
+
+class MaxSensitivity(_Sensitivity):
+    """Mean over inputs of SENS_MAX = max_s d_s; see ``_Sensitivity``."""
+
+    statistic = "amax"
