@@ -18,6 +18,7 @@ SHRUNK = {
     "image_explainers": {"N_CIFAR": 3, "N_224": 1, "STEPS": 3, "STEPS_224": 2},
     "insertion_deletion": {"N_IMAGES": 3, "STEPS": 4, "REFERENCE_RUN": ROOT / "no-such-run"},
     "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
+    "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
 }
 NEEDS = {"insertion_deletion": "quantus"}  # benches that compare with an optional package
 

@@ -4,8 +4,8 @@ On a GPU the batched and the single-model products come from different cuBLAS
 kernels, so a population member is no longer bit-identical to the model trained
 alone; the population issue's bound, max |Δparam| <= 1e-5 after one epoch, holds in
 float64 and is asserted there (in float32 Adam amplifies the rounding, see the test).
-Explainers and agreement metrics on the GPU are compared with the same computation on
-the CPU.
+Explainers, agreement metrics and simplex-QP weights on the GPU are compared with the
+same computation on the CPU.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import train
 from datamodules import FinancialDataModule
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
 from evaluators.maps import explain
+from evaluators.maps.simplex_qp import solve_simplex_qp
 from lightning_modules import MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
@@ -166,3 +167,17 @@ def test_smoothgrad_of_an_ensemble_in_chunks_on_gpu_sees_one_noise(ensembles, mo
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cuda", 1)  # one member per chunk
     torch.manual_seed(5)
     torch.testing.assert_close(explain(ensemble, x, "smoothgrad"), whole, rtol=1e-4, atol=1e-6)
+
+
+def test_simplex_qp_weights_on_gpu_reach_the_cpu_objective():
+    """Batched active-set steps on the GPU: the same objectives as on the CPU (the weights
+    themselves may differ where the minimiser is not unique, as with the duplicated maps)."""
+    a = torch.randn(2000, 12, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    gamma = a @ a.transpose(1, 2)
+    gamma[::4, :, 1] = gamma[::4, :, 0]
+    gamma[::4, 1, :] = gamma[::4, 0, :]
+    on_gpu = solve_simplex_qp(gamma.to(GPU))
+    assert on_gpu.device.type == "cuda" and on_gpu.dtype == torch.float64
+    objective = [torch.einsum("bi,bij,bj->b", w.cpu(), gamma, w.cpu()) for w in (on_gpu, solve_simplex_qp(gamma))]
+    floor = 1e-12 * gamma.diagonal(dim1=1, dim2=2).amax(1)
+    assert ((objective[0] - objective[1]).abs() <= 1e-6 * objective[1] + floor).all()
