@@ -16,6 +16,7 @@ from evaluators.maps.image_explainers import explain_image, predicted_class, red
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.pixel_aggregators import aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
+from evaluators import run_inputs
 from evaluators.protocols import aggregation
 from evaluators.protocols.explanation_grid import load_run, spread_images
 from tests.test_images_data import make_folder
@@ -71,7 +72,7 @@ def test_report_rows_files_and_scores_equal_a_direct_computation(tiny_run, tmp_p
         torch.manual_seed(k)
         maps.append(normalise(reduce_map(explain_image(model, x, name), "abs_sum"), "z"))
     torch.manual_seed(2)
-    blurred = aggregation.blurred(x)
+    blurred = run_inputs.blurred(x)
     maps.append(normalise(reduce_map(explain_image(model, x, "integrated_gradients", n_steps=4, baselines=blurred),
                                      "abs_sum"), "z"))  # fmt: skip
     ucb = aggregate(torch.stack(maps), "ucb")

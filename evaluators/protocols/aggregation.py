@@ -32,24 +32,22 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 import yaml
-from torchvision.transforms.functional import gaussian_blur
 
 from datamodules.errors import InputError
 from evaluators.config import resolve_device
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS, predicted_class, reduce_map
+from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators.protocols.explanation_grid import load_run, spread_images
-from lightning_modules.interface import is_tabular
+from evaluators.protocols.explanation_grid import load_run
+from evaluators.run_inputs import Inputs, cached, explainer_options, load_inputs
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
 # (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).
@@ -137,81 +135,6 @@ class AggregationConfig:
     def report_name(self) -> str:
         """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>)."""
         return Path(self.run).resolve().parent.name
-
-
-def atomic_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def cached(path: Path, compute: Callable[[], dict]) -> dict:
-    """``compute()``'s result, saved at ``path`` the first time and read from there after."""
-    if path.is_file():
-        return torch.load(path, weights_only=True)
-    result = compute()
-    atomic_save(result, path)
-    return result
-
-
-# --- inputs -------------------------------------------------------------------------
-@dataclass
-class Inputs:
-    """What the protocol explains and scores, on the model's device."""
-
-    x: torch.Tensor  # (N, C, H, W) images or (N, d) rows
-    target: torch.Tensor | None  # the explained class per input (None: a tabular model's positive class)
-    train_sample: torch.Tensor  # ``n_baselines`` training inputs
-    stats: tuple[torch.Tensor, torch.Tensor]  # training-set mean and std per channel (images) or feature
-    tabular: bool
-
-
-def load_inputs(cfg: AggregationConfig, model, data, device: torch.device) -> Inputs:
-    if is_tabular(model):
-        data.setup("test")
-        x_test, _ = data.test_tensors
-        x_train, _ = data.train_tensors
-        if len(x_test) < cfg.n_inputs:
-            raise InputError(f"option n_inputs={cfg.n_inputs}: the test split has {len(x_test)} rows")
-        sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))]
-        return Inputs(x_test[: cfg.n_inputs].to(device), None, sample[: cfg.n_baselines].to(device),
-                      (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
-    data.setup("test")
-    x, _ = spread_images(data, cfg.n_inputs, "test")
-    if len(x) < cfg.n_inputs:
-        raise InputError(f"option n_inputs={cfg.n_inputs}: the test split has {len(x)} images")
-    has_train = "train" in data.split_sizes
-    if has_train:
-        data.setup("fit")
-    sample, _ = spread_images(data, max(cfg.n_baselines, 1000), "train" if has_train else "test")
-    mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
-    x = x.to(device)
-    spread = torch.linspace(0, len(sample) - 1, min(cfg.n_baselines, len(sample))).long()  # across the classes
-    return Inputs(x, predicted_class(model, x, cfg.max_batch), sample[spread].to(device),
-                  (mean.to(device), std.to(device)), False)  # fmt: skip
-
-
-def blurred(x: torch.Tensor) -> torch.Tensor:
-    """Mahlau & Nolde's Integrated Gradients baseline: the image blurred with σ = 20 and a
-    25 x 25 kernel at 224 x 224, both scaled to the image's size (odd kernel, at least 3)."""
-    scale = x.shape[-1] / 224
-    kernel = max(3, 2 * round(25 * scale / 2) + 1)
-    return gaussian_blur(x, [kernel, kernel], [20 * scale, 20 * scale])
-
-
-def explainer_options(options: dict, inputs: Inputs) -> dict:
-    """An explainer's options with the named references made tensors."""
-    named = {"training": lambda: inputs.train_sample, "blur": lambda: blurred(inputs.x),
-             "mean": lambda: inputs.stats[0].unsqueeze(0)}  # fmt: skip
-    resolved = {}
-    for key, value in options.items():
-        if isinstance(value, str) and key == "baselines":
-            if value not in named:
-                raise InputError(f"option baselines={value!r}; expected one of {sorted(named)}")
-            value = named[value]()
-        resolved[key] = value
-    return resolved
 
 
 def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> dict[str, torch.Tensor]:
@@ -328,7 +251,7 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
     data_options = {"data_dir": cfg.data_dir} if cfg.data_dir is not None else None
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options)
     model = model.to(device).eval()
-    inputs = load_inputs(cfg, model, data, device)
+    inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device)
     map_dims = 1 if inputs.tabular else 2
     maps = base_maps(cfg, model, inputs, run_dir)
     rows = report_rows(cfg, maps, map_dims)

@@ -1,0 +1,97 @@
+"""What the protocols read from a ``train.py`` run besides its model: the inputs they
+explain, the references explainers take, and a cache that lets an interrupted protocol
+continue where it stopped."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torchvision.transforms.functional import gaussian_blur
+
+from datamodules.errors import InputError
+from evaluators.maps.image_explainers import predicted_class
+from evaluators.protocols.explanation_grid import spread_images
+from lightning_modules.interface import is_tabular
+
+
+def atomic_save(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def cached(path: Path, compute: Callable[[], dict]) -> dict:
+    """``compute()``'s result, saved at ``path`` the first time and read from there after."""
+    if path.is_file():
+        return torch.load(path, weights_only=True)
+    result = compute()
+    atomic_save(result, path)
+    return result
+
+
+@dataclass
+class Inputs:
+    """What a protocol explains and scores, on the model's device."""
+
+    x: torch.Tensor  # (N, C, H, W) images or (N, d) rows
+    target: torch.Tensor | None  # the explained class per input (None: a tabular model's positive class)
+    train_sample: torch.Tensor  # ``n_baselines`` training inputs
+    stats: tuple[torch.Tensor, torch.Tensor]  # training-set mean and std per channel (images) or feature
+    tabular: bool
+
+
+def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_batch: int,
+                device: torch.device) -> Inputs:  # fmt: skip
+    """``n_inputs`` test inputs (images evenly spaced through the test split; the first rows of
+    a tabular test split), their explained class, ``n_baselines`` training inputs (images
+    evenly spaced through 1,000 spread over the training split, so across the classes; a
+    seeded random sample of training rows) and the training set's statistics."""
+    if is_tabular(model):
+        data.setup("test")
+        x_test, _ = data.test_tensors
+        x_train, _ = data.train_tensors
+        if len(x_test) < n_inputs:
+            raise InputError(f"option n_inputs={n_inputs}: the test split has {len(x_test)} rows")
+        sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(seed))]
+        return Inputs(x_test[: n_inputs].to(device), None, sample[: n_baselines].to(device),
+                      (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
+    data.setup("test")
+    x, _ = spread_images(data, n_inputs, "test")
+    if len(x) < n_inputs:
+        raise InputError(f"option n_inputs={n_inputs}: the test split has {len(x)} images")
+    has_train = "train" in data.split_sizes
+    if has_train:
+        data.setup("fit")
+    sample, _ = spread_images(data, max(n_baselines, 1000), "train" if has_train else "test")
+    mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
+    x = x.to(device)
+    spread = torch.linspace(0, len(sample) - 1, min(n_baselines, len(sample))).long()  # across the classes
+    return Inputs(x, predicted_class(model, x, max_batch), sample[spread].to(device),
+                  (mean.to(device), std.to(device)), False)  # fmt: skip
+
+
+def blurred(x: torch.Tensor) -> torch.Tensor:
+    """Mahlau & Nolde's Integrated Gradients baseline: the image blurred with σ = 20 and a
+    25 x 25 kernel at 224 x 224, both scaled to the image's size (odd kernel, at least 3)."""
+    scale = x.shape[-1] / 224
+    kernel = max(3, 2 * round(25 * scale / 2) + 1)
+    return gaussian_blur(x, [kernel, kernel], [20 * scale, 20 * scale])
+
+
+def explainer_options(options: dict, inputs: Inputs) -> dict:
+    """An explainer's options with the named references made tensors."""
+    named = {"training": lambda: inputs.train_sample, "blur": lambda: blurred(inputs.x),
+             "mean": lambda: inputs.stats[0].unsqueeze(0)}  # fmt: skip
+    resolved = {}
+    for key, value in options.items():
+        if isinstance(value, str) and key == "baselines":
+            if value not in named:
+                raise InputError(f"option baselines={value!r}; expected one of {sorted(named)}")
+            value = named[value]()
+        resolved[key] = value
+    return resolved
