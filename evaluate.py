@@ -8,6 +8,7 @@
     python evaluate.py consistency --config configs/consistency/heloc.yaml --set n_points_smoothgrad=100
     python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
+    python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it; ``explain``
@@ -17,7 +18,9 @@ draws an image model's explanations of its first test images
 (``evaluators/protocols/landscape.py``), ``sigma`` the σ ablation of perturbed models
 (``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
 (``evaluators/protocols/consistency.py``), ``aggregation`` pixel-level aggregation of
-explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``). Each makes a new folder
+explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``),
+``optimised`` Decker et al.'s optimised aggregation (``evaluators/protocols/optimised_aggregation.py``).
+Each makes a new folder
 ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end. ``consistency`` keeps every finished ensemble there too, so
 an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``.
@@ -44,6 +47,9 @@ from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggrega
 from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.protocols.explanation_grid import explanation_grid, load_run
 from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
+from evaluators.protocols.optimised_aggregation import (
+    OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
+)  # fmt: skip
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from train import unique_folder
 
@@ -83,6 +89,9 @@ EVALUATORS = {
     "aggregation": Evaluator("pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
                              AggregationConfig, evaluate_aggregation, write_aggregation_report, "aggregation.json",
                              False, True, "run"),
+    "optimised": Evaluator("optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
+                           OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
+                           "optimised_aggregation.json", False, True, "run"),
 }  # fmt: skip
 
 

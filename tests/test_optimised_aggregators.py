@@ -17,6 +17,7 @@ from datamodules.errors import InputError
 from evaluators.maps import explain
 from evaluators.maps.optimised_aggregators import (
     OPTIMISED_AGGREGATORS,
+    VAR_EPS,
     aggregator_options,
     combine,
     explainer_maps,
@@ -210,7 +211,7 @@ def test_identical_explainers_aggregate_to_their_common_map():
     for method in OPTIMISED_AGGREGATORS:
         maps, weights = optimised_aggregation(model, x, method, same, **own_options(method, n_samples=3, n_segments=10))
         if weights is None:  # agg_var: μ / (0 + ε)
-            torch.testing.assert_close(maps * 1e-7, common, rtol=1e-6, atol=1e-12)
+            torch.testing.assert_close(maps * VAR_EPS, common, rtol=1e-6, atol=1e-12)
             continue
         assert (weights >= 0).all() and torch.allclose(weights.sum(1), torch.ones(2, dtype=torch.float64))
         torch.testing.assert_close(maps, common, rtol=0, atol=1e-10)

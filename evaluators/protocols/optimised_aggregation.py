@@ -1,0 +1,268 @@
+"""Decker et al. (2024)'s evaluation of optimised aggregation: ``evaluate.py optimised
+--config configs/optimised/<name>.yaml``.
+
+From a trained model (a ``train.py`` run folder: an image classifier or a tabular MLP):
+
+1. ``n_inputs`` test inputs (as ``evaluators.run_inputs.load_inputs``), explained for their
+   predicted class (images) or the positive class (tabular) by the k ``explainers``, each
+   map post-processed as the reference code (``optimised_aggregators.explainer_maps``:
+   channel sum, absolute value, min-max, Gaussian σ = 1 on images);
+2. Γ_robust and Γ_faith per input on ``m_agg`` fitting samples (the ``"fitting"`` stream),
+   and the weights of ``agg_robust``, ``agg_faith`` and ``agg_opt`` from the exact simplex QP
+   solver (the same computation as ``optimised_aggregation``, with each Γ computed once);
+   ``agg_mean`` and ``agg_var`` beside them;
+3. every row (each explainer alone, each aggregator) scored per input on fresh samples
+   (the ``"evaluation"`` stream): infidelity (β-normalised) on ``m_eval`` superpixel (feature)
+   subset perturbations, and average and maximum sensitivity on ``m_sens`` noisy copies,
+   the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
+   explainers' maps there (``agg_var``: recomputed there);
+4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
+   over inputs), the per-input weights (Figure 4 box plots), CSV/JSON/PNG and W&B.
+
+Γ, maps and per-row scores are cached in the report folder, so an interrupted run
+continues with ``--resume``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from datamodules.errors import InputError
+from evaluators.config import resolve_device
+from evaluators.maps import explainer_names
+from evaluators.maps.optimised_aggregators import (
+    OPTIMISED_AGGREGATORS, VAR_EPS, frobenius_normalised, combine, explainer_maps, faith_gamma, robust_gamma,
+)  # fmt: skip
+from evaluators.maps.pixel_aggregators import var
+from evaluators.maps.simplex_qp import solve_simplex_qp
+from evaluators.metrics.infidelity import infidelity, subset_perturbations
+from evaluators.metrics.perturbations import uniform_noise
+from evaluators.protocols.explanation_grid import load_run
+from evaluators.run_inputs import cached, explainer_options, load_inputs
+
+METRICS = ("infidelity", "sens_avg", "sens_max")  # each lower is better
+# Decker et al.'s CIFAR-10 column of Tables 5 (INFD) and 6 (SENS_AVG, SENS_MAX): a pre-trained
+# ResNet-18, 500 images; None where the paper prints no value.
+PAPER_CIFAR10 = {
+    "saliency": (4.129, 0.916, 1.143), "deeplift": (3.928, 0.805, 1.016),
+    "integrated_gradients": (4.016, 0.820, 1.029), "input_x_gradient": (4.326, 0.910, 1.152),
+    "smoothgrad": (3.736, 0.818, 0.978), "vargrad": (3.607, 0.617, 0.953), "agg_mean": (3.802, 0.553, 0.699),
+    "agg_var": (3.817, 0.549, 0.689), "agg_opt": (3.538, 0.492, 0.657), "agg_faith": (3.342, None, None),
+    "agg_robust": (None, 0.491, 0.650),
+}  # fmt: skip
+
+
+def _decker_explainers() -> dict:
+    """The explainers of Decker et al.'s CIFAR-10 tables (5-6; Table 1 adds GuidedBackprop,
+    which equals Saliency on networks whose ReLUs are functions, as ``resnet8``'s); the paper
+    gives no settings: IG with 20 steps, SmoothGrad and VarGrad with 10 noise samples
+    (σ = 0.15) keep the CPU run short."""
+    return {
+        "saliency": {}, "deeplift": {}, "integrated_gradients": {"n_steps": 20}, "input_x_gradient": {},
+        "smoothgrad": {"nt_samples": 10}, "vargrad": {"nt_samples": 10},
+    }  # fmt: skip
+
+
+@dataclass
+class OptimisedAggregationConfig:
+    """Options of the optimised-aggregation evaluator (configs/optimised/<name>.yaml)."""
+
+    run: str
+    checkpoint: str = "last.ckpt"
+    data_dir: str | None = None
+    device: str = "auto"
+    n_inputs: int = 200
+    explainers: dict = field(default_factory=_decker_explainers)
+    aggregators: list[str] = field(default_factory=lambda: list(OPTIMISED_AGGREGATORS))
+    m_agg: int = 50
+    m_eval: int = 200
+    m_sens: int = 200
+    radius: float = 0.1
+    share: float = 0.2
+    lam: float = 0.5
+    seed: int = 0
+    max_batch: int = 256
+    log_to: str = "wandb_offline"
+    output_dir: str = "runs/optimised"
+
+    def __post_init__(self) -> None:
+        resolve_device(self.device)
+        unknown = sorted(set(self.aggregators) - set(OPTIMISED_AGGREGATORS))
+        if unknown:
+            raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
+                             f"{list(OPTIMISED_AGGREGATORS)}")  # fmt: skip
+        if self.log_to not in ("wandb_offline", "wandb_online", "none"):
+            raise InputError(f"option log_to={self.log_to!r}; expected wandb_offline, wandb_online or none")
+        for name in ("n_inputs", "m_agg", "m_eval", "m_sens"):
+            if getattr(self, name) < 2:
+                raise InputError(f"option {name}={getattr(self, name)}; expected at least 2")
+        if not self.explainers:
+            raise InputError("option explainers is empty; expected explainer name: {options}")
+
+    def report_name(self) -> str:
+        return Path(self.run).resolve().parent.name
+
+
+def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, maps, baseline) -> dict:
+    """Γ_robust and Γ_faith (fitting samples) and each aggregator's weights (N, k)."""
+    robust = robust_gamma(model, x, target, explainers, maps, cfg.m_agg, cfg.radius, cfg.seed,
+                          max_batch=cfg.max_batch)  # fmt: skip
+    faith = faith_gamma(model, x, target, maps, cfg.m_agg, cfg.share, baseline, seed=cfg.seed,
+                        max_batch=cfg.max_batch)  # fmt: skip
+    k = maps.shape[1]
+    weights = {"agg_mean": torch.full((len(x), k), 1 / k, dtype=torch.float64)}
+    gammas = {"agg_robust": robust, "agg_faith": faith,
+              "agg_opt": cfg.lam * frobenius_normalised(robust) + (1 - cfg.lam) * frobenius_normalised(faith)}
+    weights.update({name: solve_simplex_qp(g).cpu() for name, g in gammas.items()})
+    return {"gamma_robust": robust.cpu(), "gamma_faith": faith.cpu(), "weights": weights}
+
+
+def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[str], aggregators: list[str],
+             map_dims: int, repeat: int = 1) -> dict[str, torch.Tensor]:  # fmt: skip
+    """Every row's maps from the explainers' maps ``stack`` (R, k, *S); weights per input
+    are repeated ``repeat`` times (the noisy copies of one input are consecutive rows)."""
+    rows = {name: stack[:, i] for i, name in enumerate(names)}
+    for agg in aggregators:
+        if agg == "agg_var":
+            rows[agg] = var(stack.movedim(1, 0), map_dims, eps=1.0, delta=VAR_EPS)
+        else:
+            rows[agg] = combine(stack, weights[agg].repeat_interleave(repeat, 0).to(stack.device))
+    return rows
+
+
+def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
+    device = resolve_device(cfg.device)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, {"data_dir": cfg.data_dir} if cfg.data_dir else None)
+    model = model.to(device).eval()
+    unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
+    if unknown:
+        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
+    inputs = load_inputs(model, data, cfg.n_inputs, 64, cfg.seed, cfg.max_batch, device)
+    x, target, map_dims = inputs.x, inputs.target, 1 if inputs.tabular else 2
+    explainers = {name: explainer_options(options or {}, inputs) for name, options in cfg.explainers.items()}
+    names = list(explainers)
+    baseline = inputs.stats[0] if inputs.tabular else None  # tabular: feature means; images: a blurred copy
+
+    def clean_maps() -> dict:
+        torch.manual_seed(cfg.seed)
+        return {"maps": explainer_maps(model, x, target, explainers, max_batch=cfg.max_batch).cpu()}
+
+    print("  explainer maps", flush=True)
+    stack = cached(run_dir / "maps.pt", clean_maps)["maps"].to(device)
+    print("  Γ_robust, Γ_faith and weights (fitting samples)", flush=True)
+    fitted = cached(run_dir / "weights.pt", lambda: fit_weights(cfg, model, x, target, explainers, stack, baseline))
+    rows = row_maps(stack, fitted["weights"], names, cfg.aggregators, map_dims)
+
+    def scores() -> dict:
+        print("  infidelity (evaluation samples)", flush=True)
+        samples = subset_perturbations(model, x, target, cfg.m_eval, cfg.share, baseline, seed=cfg.seed,
+                                       max_batch=cfg.max_batch)  # fmt: skip
+        out = {row: {"infidelity": infidelity(m, samples).cpu()} for row, m in rows.items()}
+        print("  sensitivity (evaluation samples)", flush=True)
+        distances = {row: [] for row in rows}
+        norms = {row: torch.linalg.vector_norm(m.flatten(1).double(), dim=1) for row, m in rows.items()}
+        norms = {row: torch.where(n > 0, n, 1) for row, n in norms.items()}  # as ``sensitivities``: 1 where 0
+        per_call = max(1, cfg.max_batch // cfg.m_sens)
+        for start in range(0, len(x), per_call):
+            part = slice(start, min(start + per_call, len(x)))
+            noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
+            noisy_target = None if target is None else target[part].repeat_interleave(cfg.m_sens)
+            torch.manual_seed(cfg.seed + 1 + start)
+            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, max_batch=cfg.max_batch)
+            weights = {a: w[part] for a, w in fitted["weights"].items()}
+            for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, cfg.m_sens).items():
+                clean = rows[row][part].flatten(1).double()
+                diff = m.flatten(1).double().view(-1, cfg.m_sens, clean.shape[1]) - clean[:, None]
+                distances[row].append(torch.linalg.vector_norm(diff, dim=2) / norms[row][part, None])
+            print(f"    {part.stop}/{len(x)} inputs", flush=True)
+        for row in rows:
+            d = torch.cat(distances[row]).cpu()
+            out[row].update({"sens_avg": d.mean(1), "sens_max": d.amax(1)})
+        return out
+
+    per_input = cached(run_dir / "scores.pt", scores)
+    table = {row: {m: mean_and_error(v[m]) for m in METRICS} for row, v in per_input.items()}
+    weights = {a: w.tolist() for a, w in fitted["weights"].items() if a in cfg.aggregators}
+    return {"config": asdict(cfg), "n_inputs": len(x), "explainers": names, "rows": table, "weights": weights,
+            "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
+
+
+def mean_and_error(values: torch.Tensor) -> dict[str, float]:
+    """Mean and its standard error over inputs (Decker et al. report mean ± s.e.)."""
+    v = values.double()
+    return {"mean": v.mean().item(), "se": v.std().item() / math.sqrt(len(v))}
+
+
+def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
+    """Decker et al.'s claims on these numbers: which row is lowest on each metric, and
+    whether each optimised aggregator beats every single explainer and AGG_mean/AGG_var."""
+    out = {"lowest": {m: min(table, key=lambda r: table[r][m]["mean"]) for m in METRICS}}
+    for agg, metric in (("agg_faith", "infidelity"), ("agg_robust", "sens_avg"), ("agg_robust", "sens_max"),
+                        ("agg_opt", "infidelity"), ("agg_opt", "sens_avg")):  # fmt: skip
+        if agg in table:
+            others = names + [a for a in ("agg_mean", "agg_var") if a in table]
+            out[f"{agg}_below_every_explainer_and_mean_var_on_{metric}"] = all(
+                table[agg][metric]["mean"] < table[r][metric]["mean"] for r in others)
+    return out
+
+
+def markdown_table(summary: dict) -> str:
+    """Rows × metrics (mean ± s.e.), each beside Decker et al.'s CIFAR-10 value."""
+    lines = ["| method | INFD ↓ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper |", "|---|---|---|---|---|---|---|"]
+    for row, v in summary["rows"].items():
+        paper = PAPER_CIFAR10.get(row, (None, None, None))
+        cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f} | {'—' if p is None else p}" for m, p in zip(METRICS, paper)]
+        lines.append(f"| {row} | {' | '.join(cells)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_weights(summary: dict, path: Path) -> Path:
+    """Figure 4: box plots of the per-input weights of each optimised aggregator."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    aggs = [a for a in ("agg_robust", "agg_faith", "agg_opt") if a in summary["weights"]]
+    fig, axes = plt.subplots(1, max(1, len(aggs)), figsize=(4 * max(1, len(aggs)), 3.4), dpi=110, squeeze=False)
+    for ax, agg in zip(axes[0], aggs):
+        w = torch.tensor(summary["weights"][agg])
+        ax.boxplot([w[:, i].numpy() for i in range(w.shape[1])], showfliers=True)
+        ax.set_xticks(range(1, w.shape[1] + 1), summary["explainers"], rotation=45, ha="right", fontsize=7)
+        ax.set_ylabel("weight")
+        ax.set_title(agg, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_optimised_report(summary: dict, out_dir: Path) -> None:
+    png = plot_weights(summary, out_dir / "weights.png")
+    (out_dir / "optimised_aggregation.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "table.md").write_text(markdown_table(summary))
+    with (out_dir / "optimised_aggregation.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["row"] + [f"{m}{s}" for m in METRICS for s in ("", "_se")])
+        for row, v in summary["rows"].items():
+            writer.writerow([row] + [v[m][k] for m in METRICS for k in ("mean", "se")])
+    log_to = summary["config"]["log_to"]
+    if log_to != "none":
+        import wandb
+
+        from train import WANDB_PROJECT
+
+        mode = "offline" if log_to == "wandb_offline" else "online"
+        run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), job_type="optimised_aggregation", mode=mode,
+                         config=summary["config"])  # fmt: skip
+        data = [[r] + [v[m]["mean"] for m in METRICS] for r, v in summary["rows"].items()]
+        run.log({"optimised_aggregation": wandb.Table(columns=["row", *METRICS], data=data),
+                 "weights": wandb.Image(str(png))})  # fmt: skip
+        run.finish()
+    print(markdown_table(summary))
