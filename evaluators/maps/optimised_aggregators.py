@@ -92,13 +92,8 @@ from evaluators.maps.image_explainers import MAX_BATCH, reduce_map
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.pixel_aggregators import var
 from evaluators.maps.simplex_qp import solve_simplex_qp
-from evaluators.metrics.infidelity import (
-    check_inputs,
-    least_squares_scale,
-    model_device,
-    resolve_targets,
-    subset_perturbations,
-)
+from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
+from evaluators.metrics.model_scores import check_inputs, model_device, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
     COMPACTNESS,

@@ -19,7 +19,7 @@ the least-squares scale of the map, min_β (1/n) Σ_s (β a_s − Δ_s)², so th
 not depend on the map's scale (β = 0 where every a_s = 0, as Captum's ``safe_div``).
 ``normalize=False`` takes β = 1. Lower is better.
 
-``subset_perturbations(model, x, target=None, ...)`` draws the samples (superpixel or
+``subset_perturbations(model, x, target=None, ...)`` draws the samples (superpixel, pixel or
 feature subsets, ``n_samples=200``, Decker et al.'s m_eval) and evaluates the model on the
 perturbed inputs: N·n forward rows, ``max_batch`` at a time, without gradients, in eval
 mode (the previous mode is restored), on the model's device. ``infidelity(maps, samples)``
@@ -39,7 +39,8 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH, predicted_class
+from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.metrics.model_scores import check_inputs, explained_scores, model_device, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
     COMPACTNESS,
@@ -49,61 +50,14 @@ from evaluators.metrics.perturbations import (
     check_count,
     feature_groups,
     gaussian_blur,
+    pixel_groups,
     subset_choices,
     superpixels,
     unit_masks,
 )
-from lightning_modules.interface import POSITIVE_CLASS, is_tabular
 
 M_EVAL = 200  # Decker et al.: every metric on 200 fresh samples
-
-
-def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return x.device if parameter is None else parameter.device
-
-
-def check_inputs(model: nn.Module, x) -> bool:
-    """Whether the model is tabular; InputError unless x is (N, d) rows for a tabular
-    model, (N, C, H, W) images for any other."""
-    tabular = is_tabular(model)
-    expected = "(N, d) float rows for a tabular model" if tabular else "(N, C, H, W) float images"
-    if (not isinstance(x, torch.Tensor) or x.dim() != (2 if tabular else 4) or len(x) == 0
-            or not x.is_floating_point()):  # fmt: skip
-        raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
-    return tabular
-
-
-def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int = MAX_BATCH) -> torch.Tensor | None:
-    """The class each input's explained output is of: None for a tabular model (its
-    positive class; ``target`` must be None or 1); for images a LongTensor (N,): the
-    predicted class where ``target`` is None, else an int for all or N labels."""
-    if is_tabular(model):
-        if target is not None and not (isinstance(target, int) and target == POSITIVE_CLASS):
-            raise InputError(f"option target={target!r}: a tabular model explains its positive class "
-                             f"({POSITIVE_CLASS})")  # fmt: skip
-        return None
-    if target is None:
-        return predicted_class(model, x, max_batch)
-    if isinstance(target, int) and not isinstance(target, bool):
-        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
-    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
-        return target.to(x.device, torch.long)
-    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
-                     f"of {len(x)} labels")  # fmt: skip
-
-
-def explained_scores(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-    """(N,) the explained output: a tabular model's ``explained_output``, else the raw
-    logit of ``target`` (N,) (as the reference code's Δf)."""
-    if target is None:
-        scores = model.explained_output(x)
-    else:
-        scores = model(x).gather(1, target[:, None])[:, 0]
-    if scores.shape != (len(x),):
-        raise InputError(f"the model's explained output has shape {tuple(scores.shape)}; expected ({len(x)},): "
-                         "score a population's members one at a time")  # fmt: skip
-    return scores
+UNITS = ("superpixels", "pixels")
 
 
 def _replacement(x: torch.Tensor, baseline, blur_sigma: float, tabular: bool) -> torch.Tensor:
@@ -124,6 +78,7 @@ def subset_perturbations(
     model: nn.Module, x: torch.Tensor, target=None, n_samples: int = M_EVAL, share: float = SHARE,
     baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
     compactness: float = COMPACTNESS, seed: int = 0, stream: str = "evaluation", max_batch: int = MAX_BATCH,
+    units: str = "superpixels",
 ) -> SubsetSamples:
     """Decker et al.'s infidelity perturbations of x and the model's response (see the
     module's docstring and ``evaluators.metrics.perturbations``).
@@ -139,9 +94,13 @@ def subset_perturbations(
         n_segments, compactness: SLIC's options (images).
         seed, stream: the draws (``perturbations.sample_generator``).
         max_batch: the most rows one forward pass sees.
+        units: the groups of an image's pixels that samples remove (``UNITS``): ``"superpixels"``
+            (Decker et al.) or ``"pixels"`` (each pixel its own group); tabular rows: features.
     """
     tabular = check_inputs(model, x)
     max_batch = check_count("max_batch", max_batch)
+    if units not in UNITS:
+        raise InputError(f"option units={units!r}; expected one of {list(UNITS)}")
     was_training = model.training
     model.eval()
     try:
@@ -149,7 +108,10 @@ def subset_perturbations(
             x = x.detach().to(model_device(model, x))
             target = resolve_targets(model, x, target, max_batch)
             base = _replacement(x, baseline, blur_sigma, tabular)
-            groups = feature_groups(x) if tabular else superpixels(x, n_segments, compactness)
+            if tabular:
+                groups = feature_groups(x)
+            else:
+                groups = superpixels(x, n_segments, compactness) if units == "superpixels" else pixel_groups(x)
             chosen = subset_choices(groups, n_samples, share, seed, stream)
             n_samples = chosen.shape[1]
             clean = explained_scores(model, x, target)
@@ -202,7 +164,7 @@ class Infidelity(Metric):
     under DDP ``compute`` is the mean over every process's inputs. Lower is better.
 
     Args: normalize, and the options of ``subset_perturbations`` (n_samples, share,
-    baseline, blur_sigma, n_segments, compactness, seed, max_batch).
+    baseline, blur_sigma, n_segments, compactness, units, seed, max_batch).
     """
 
     full_state_update = False
@@ -210,12 +172,12 @@ class Infidelity(Metric):
 
     def __init__(self, normalize: bool = True, n_samples: int = M_EVAL, share: float = SHARE,
                  baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
-                 compactness: float = COMPACTNESS, seed: int = 0, max_batch: int = MAX_BATCH,
-                 **kwargs) -> None:  # fmt: skip
+                 compactness: float = COMPACTNESS, units: str = "superpixels", seed: int = 0,
+                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.normalize = normalize
         self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
-                        "n_segments": n_segments, "compactness": compactness, "seed": seed,
+                        "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
                         "max_batch": max_batch}  # fmt: skip
         self.add_state("score_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")

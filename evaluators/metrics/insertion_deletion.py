@@ -83,7 +83,7 @@ from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.maps.image_explainers import MAX_BATCH
-from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
+from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
 
 MODES = ("insertion", "deletion")
 PIXELS_PER_STEP = 50  # Mahlau et al.: 1,000 increments on 224 x 224 images
@@ -152,19 +152,7 @@ def _check_inputs(model: nn.Module, x, maps, mode: str, steps, max_batch) -> tup
     """Whether the inputs are tabular, the number of units n and the steps S."""
     if mode not in MODES:
         raise InputError(f"option mode={mode!r}; expected one of {list(MODES)}")
-    tabular = is_tabular(model)
-    expected = "(N, d) float rows for a tabular model" if tabular else "(N, C, H, W) float images"
-    if (not isinstance(x, torch.Tensor) or x.dim() != (2 if tabular else 4) or len(x) == 0
-            or not x.is_floating_point()):  # fmt: skip
-        raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
-    unit_shape = tuple(x.shape[1:]) if tabular else tuple(x.shape[2:])
-    if not isinstance(maps, torch.Tensor) or tuple(maps.shape) != (len(x), *unit_shape):
-        raise InputError(
-            f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected {(len(x), *unit_shape)}, one value per "
-            + ("feature" if tabular else "pixel (reduce (N, C, H, W) maps with reduce_map)")
-        )
-    if not torch.isfinite(maps).all():
-        raise InputError("maps hold NaN or infinite values; expected finite scores to rank the units by")
+    tabular, unit_shape = check_inputs_and_maps(model, x, maps)
     n = math.prod(unit_shape)
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= n):
         raise InputError(f"option steps={steps!r}; expected None or an integer from 1 to the {n} units per input")
@@ -197,29 +185,8 @@ def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.
     return BASELINES[baseline](x, stats, generator)
 
 
-def _targets(model: nn.Module, x: torch.Tensor, target, tabular: bool, max_batch: int) -> torch.Tensor:
-    if tabular:
-        if target is not None and not (isinstance(target, int) and target == POSITIVE_CLASS):
-            raise InputError(f"option target={target!r}: a tabular model is scored on its positive class "
-                             f"({POSITIVE_CLASS})")  # fmt: skip
-        return torch.full((len(x),), POSITIVE_CLASS, dtype=torch.long, device=x.device)
-    if target is None:
-        return torch.cat([class_probabilities(model, xs).argmax(-1) for xs in x.split(max_batch)])
-    if isinstance(target, int) and not isinstance(target, bool):
-        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
-    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
-        return target.to(x.device, torch.long)
-    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
-                     f"of {len(x)} labels")  # fmt: skip
-
-
 def _channels_last(x: torch.Tensor) -> bool:
     return x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-
-
-def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return x.device if parameter is None else parameter.device
 
 
 def insertion_deletion_curves(
@@ -247,12 +214,12 @@ def insertion_deletion_curves(
     model.eval()
     try:
         with torch.no_grad():
-            device = _device(model, x)
+            device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
             generator = torch.Generator().manual_seed(seed)
             ranks = unit_ranks(maps.reshape(len(x), n), generator)
             base = _baseline(x, baseline, stats, tabular, generator)
-            target = _targets(model, x, target, tabular, max_batch)
+            target = resolve_targets(model, x, target, max_batch)
             start, end = (base, x) if mode == "insertion" else (x, base)
             counts = torch.arange(steps + 1, device=device) * n // steps  # k_s
             moved_shape = (-1, *x.shape[1:]) if tabular else (-1, 1, *x.shape[2:])
@@ -262,11 +229,7 @@ def insertion_deletion_curves(
                 image, step = rows // (steps + 1), rows % (steps + 1)
                 moved = (ranks[image] < counts[step, None]).view(moved_shape)
                 rows_in = torch.where(moved, end[image], start[image]).contiguous(memory_format=memory_format)
-                probabilities = class_probabilities(model, rows_in)
-                if probabilities.dim() != 2:
-                    raise InputError(f"the model's class probabilities have shape {tuple(probabilities.shape)}; "
-                                     "expected (N, K): score a population's members one at a time")  # fmt: skip
-                points.append(probabilities.gather(1, target[image, None])[:, 0])
+                points.append(target_outputs(model, rows_in, None if target is None else target[image], "probability"))
             curves = torch.cat(points).view(len(x), steps + 1)
     finally:
         model.train(was_training)

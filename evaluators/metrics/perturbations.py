@@ -28,6 +28,8 @@ Two kinds, each drawn ``n_samples`` times per input:
     commutes with the per-channel affine normalisation, so blurring the normalised image
     is the same up to the reference's resize and crop). On a 32 × 32 image σ = 10 is a
     third of the image: the blurred copy is close to the image's mean colour.
+  - Images, ``units="pixels"``: every pixel is its own group (K = H W, ``pixel_groups``),
+    the random pixel subsets of Bhatt et al.'s faithfulness correlation and Quantus.
   - Tabular rows: every feature is its own group (K = d) and the replacement is a
     fixed row, the training set's feature means (as Ley et al.'s baseline).
 
@@ -131,6 +133,13 @@ def superpixels(images: torch.Tensor, n_segments: int = N_SEGMENTS, compactness:
                         sigma=SLIC_SIGMA, start_label=0, channel_axis=None if single else -1)  # fmt: skip
         labels.append(np.unique(segments, return_inverse=True)[1].reshape(segments.shape))
     return torch.from_numpy(np.stack(labels)).to(images.device)
+
+
+def pixel_groups(images: torch.Tensor) -> torch.Tensor:
+    """(N, H, W): every pixel of an image (N, C, H, W) is its own group (its row-major
+    index), the units of Bhatt et al.'s and Quantus's random subsets."""
+    height, width = images.shape[2:]
+    return torch.arange(height * width, device=images.device).view(height, width).expand(len(images), -1, -1)
 
 
 def feature_groups(rows: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,114 @@
+"""Faithfulness correlation (Bhatt, Weller & Moura 2020, "Evaluating and aggregating
+feature-based model explanations", IJCAI: their faithfulness μ_F), as Decker et al.
+(2024, §3 "FCOR" and App. C.1) score aggregated explanations with it.
+
+For an input x with map φ (one value per unit), its explained output f and random
+binary perturbations I (1 on the units of a random subset S, replaced by x_b), with
+h(x, x_b, I) the perturbed input,
+
+    FCOR(φ) = corr_I( Iᵀφ , f(x) − f(h(x, x_b, I)) ),
+
+the Pearson correlation, over n samples I_1 … I_n, of the map's mass on the removed units
+with the output's drop. Higher is better (range [−1, 1]). It is undefined (NaN) where
+either side is constant over the n samples (a constant map on subsets of equal size, a
+model blind to the removals).
+
+The samples are those of infidelity, ``evaluators.metrics.infidelity.subset_perturbations``
+(Decker et al. "use the same kind of perturbation" for both): ``faithfulness_correlation
+(maps, samples)`` scores maps on given samples, so every map of the same inputs (every
+explainer, every aggregate) is scored, for FCOR and INFD alike, on one set of N n forward
+passes. Their defaults are Decker et al.'s:
+
+* **f**: the explained output, the raw logit of the target class (default: the predicted
+  class) of an image classifier, a tabular model's ``explained_output``; as Decker et
+  al.'s reference code takes Δf, and as Quantus's ``FaithfulnessCorrelation`` reads
+  logits unless ``softmax=True``.
+* **Subsets** (``share``, ``units``): a random 20 % (``share=0.2``) of each image's SLIC
+  superpixels (``units="superpixels"``; Decker et al.'s "image area of 20 %") or of its
+  pixels (``units="pixels"``: Bhatt et al.'s and Quantus's subsets of |S| pixels, |S| =
+  ⌊share H W⌋, at least 1; Quantus's default |S| = 224 pixels is a share of 224 / (H W)),
+  or of a tabular row's features; all C channels of a pixel together.
+* **Replacement** x_b (``baseline``): a Gaussian-blurred copy of each image (σ = 10, the
+  reference code's; Decker et al.'s main FCOR), or a tensor of x's shape or one input's:
+  zeros for their FCOR_0 (Quantus's ``perturb_baseline=0``; the training mean on
+  standardised inputs), the training set's feature means for tabular rows.
+* **n** = 200 samples (``n_samples``, Decker et al.'s m_eval; Quantus's ``nr_runs`` = 100),
+  seeded per input and kept apart from the aggregators' fitting samples (``stream``).
+
+``FaithfulnessCorrelation`` (a torchmetrics ``Metric``) averages FCOR over the inputs
+passed to ``update(model, x, maps, target=None)`` where it is defined.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchmetrics import Metric
+
+from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.metrics.infidelity import M_EVAL, SubsetSamples, check_maps, subset_perturbations
+from evaluators.metrics.perturbations import BLUR_SIGMA, COMPACTNESS, N_SEGMENTS, SHARE
+
+
+def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Row-wise Pearson correlation of (N, n) a and b; NaN where a row of either is
+    constant (its spread within n ε max|row|, ε the dtype's resolution: sums of the same
+    values in another order differ by rounding only)."""
+
+    def centred(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = v - v.mean(1, keepdim=True)
+        return c, c.abs().amax(1) <= v.abs().amax(1) * v.shape[1] * torch.finfo(v.dtype).eps
+
+    (a, flat_a), (b, flat_b) = centred(a), centred(b)
+    correlation = (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
+    return torch.where(flat_a | flat_b, torch.nan, correlation)
+
+
+def faithfulness_correlation(maps: torch.Tensor, samples: SubsetSamples) -> torch.Tensor:
+    """(N,) FCOR of ``maps`` (N, *S) on ``samples`` (from ``subset_perturbations``), in the
+    maps' and deltas' common dtype, on the maps' device; NaN where undefined."""
+    check_maps(maps, samples)
+    deltas = samples.deltas.to(maps.device)
+    dtype = torch.promote_types(maps.dtype, deltas.dtype)
+    return pearson(samples.attribution_sums(maps.to(dtype)), deltas.to(dtype))
+
+
+class FaithfulnessCorrelation(Metric):
+    """The mean faithfulness correlation over the inputs scored by ``update`` where it is
+    defined (higher is better).
+
+    ``update(model, x, maps, target=None)`` draws ``subset_perturbations`` with this
+    metric's options and scores the maps on them. As ``Infidelity``, it holds no model,
+    its states are sums reduced with ``dist_reduce_fx="sum"`` (the mean over every
+    process's inputs under DDP), and every update draws its samples from ``seed`` afresh
+    (input i of each update has the samples of index i). Inputs whose FCOR is undefined
+    are left out of the mean and counted in the state ``undefined``.
+
+    Args: the options of ``subset_perturbations`` (n_samples, share, baseline, blur_sigma,
+    n_segments, compactness, units, seed, max_batch).
+    """
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, n_samples: int = M_EVAL, share: float = SHARE, baseline: torch.Tensor | None = None,
+                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
+                 units: str = "superpixels", seed: int = 0, max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+        super().__init__(**kwargs)
+        self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
+                        "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
+                        "max_batch": max_batch}  # fmt: skip
+        self.add_state("fcor_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("undefined", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
+        samples = subset_perturbations(model, x, target, **self.options)
+        fcor = faithfulness_correlation(maps.to(samples.deltas.device), samples)
+        defined = ~fcor.isnan()
+        self.fcor_sum += fcor[defined].double().sum().to(self.fcor_sum.device)
+        self.count += int(defined.sum())
+        self.undefined += int((~defined).sum())
+
+    def compute(self) -> torch.Tensor:
+        return self.fcor_sum / self.count
