@@ -181,3 +181,48 @@ def test_simplex_qp_weights_on_gpu_reach_the_cpu_objective():
     objective = [torch.einsum("bi,bij,bj->b", w.cpu(), gamma, w.cpu()) for w in (on_gpu, solve_simplex_qp(gamma))]
     floor = 1e-12 * gamma.diagonal(dim1=1, dim2=2).amax(1)
     assert ((objective[0] - objective[1]).abs() <= 1e-6 * objective[1] + floor).all()
+
+
+def test_fidelity_metrics_on_gpu_equal_cpu():
+    """Faithfulness correlation, ROAD (the conjugate-gradient imputation included) and
+    relative stability of a float64 CNN on the GPU equal the CPU's: their random draws
+    are made on the CPU, so only the kernels' rounding differs."""
+    from torch import nn
+
+    from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
+    from evaluators.metrics.infidelity import subset_perturbations
+    from evaluators.metrics.relative_stability import relative_stability
+    from evaluators.metrics.road import linear_imputation, road_curves
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Softplus(), nn.Flatten(),
+                          nn.Linear(4 * 16 * 16, 5)).double().eval()  # fmt: skip
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 3, 16, 16, generator=gen, dtype=torch.float64)
+    maps = torch.randn(6, 16, 16, generator=gen, dtype=torch.float64)
+    removed = torch.rand(6, 16, 16, generator=gen) < 0.8
+    removed[:, 0, 0] = False
+    torch.testing.assert_close(linear_imputation(x.to(GPU), removed.to(GPU)).cpu(), linear_imputation(x, removed),
+                               rtol=0, atol=1e-9)  # fmt: skip
+
+    def saliency(net):
+        def explain_fn(v, t):
+            v = v.detach().clone().requires_grad_(True)
+            return torch.autograd.grad(net(v).gather(1, t[:, None]).sum(), v)[0].sum(1)
+        return explain_fn
+
+    results = {}
+    for device in ("cpu", GPU):
+        net = copy.deepcopy(model).to(device)
+        zeros = torch.zeros(3, 16, 16, dtype=torch.float64)
+        samples = subset_perturbations(net, x, n_samples=20, units="pixels", baseline=zeros)
+        fcor = faithfulness_correlation(maps.to(device), samples)
+        _, morf = road_curves(net, x, maps, "morf", output="logit", difference=True)
+        _, lerf = road_curves(net, x, maps, "lerf", output="accuracy")
+        stability = relative_stability(net, x, maps, saliency(net), n_samples=8, layer="3")
+        assert fcor.device.type == morf.device.type == stability["ris"].device.type == torch.device(device).type
+        results[str(device)] = [fcor, morf, lerf] + [stability[k] for k in ("ris", "rrs", "ros")]
+        results[f"{device} kept"] = stability["kept"].cpu()
+    assert torch.equal(results["cuda kept"], results["cpu kept"])
+    for on_gpu, on_cpu in zip(results["cuda"], results["cpu"]):
+        torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-7, atol=1e-9)
