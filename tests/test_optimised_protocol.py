@@ -11,6 +11,7 @@ import torch
 import evaluate
 from evaluators.maps.image_explainers import predicted_class
 from evaluators.maps.optimised_aggregators import explainer_maps, optimised_aggregation
+from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.sensitivity import sensitivities
 from evaluators.protocols.explanation_grid import load_run, spread_images
@@ -53,5 +54,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     assert row["sens_avg"]["mean"] == pytest.approx(distances.mean(1).mean().item(), rel=1e-6)
     assert row["sens_max"]["mean"] == pytest.approx(distances.amax(1).mean().item(), rel=1e-6)
     assert "| agg_faith |" in (folder / "table.md").read_text() and "3.342" in (folder / "table.md").read_text()
-    # Decker's Theorem 4.2 on the fitting samples does not bind fresh samples; the report says which row is lowest
-    assert set(summary["findings"]["lowest"]) == {"infidelity", "sens_avg", "sens_max"}
+    fcor = faithfulness_correlation(maps, samples).double()
+    assert row["fcor"]["mean"] == pytest.approx(fcor[~fcor.isnan()].mean().item(), rel=1e-6)
+    # Decker's Theorem 4.2 on the fitting samples does not bind fresh samples; the report says which row is best
+    assert set(summary["findings"]["best"]) == {"infidelity", "fcor", "sens_avg", "sens_max"}

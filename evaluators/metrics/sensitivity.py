@@ -121,7 +121,9 @@ class _Sensitivity(Metric):
     statistic: str  # the torch reduction over the samples: "mean" or "amax"
 
     def update(self, explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
-        scores = getattr(sensitivities(explain_fn, x, maps, target, **self.options), self.statistic)(1)
+        with torch.enable_grad():  # torchmetrics runs update without gradients; explainers need them
+            distances = sensitivities(explain_fn, x, maps, target, **self.options)
+        scores = getattr(distances, self.statistic)(1)
         self.score_sum += scores.double().sum().to(self.score_sum.device)
         self.count += len(scores)
 

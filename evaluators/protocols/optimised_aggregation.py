@@ -13,7 +13,8 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    ``agg_mean`` and ``agg_var`` beside them;
 3. every row (each explainer alone, each aggregator) scored per input on fresh samples
    (the ``"evaluation"`` stream): infidelity (β-normalised) on ``m_eval`` superpixel (feature)
-   subset perturbations, and average and maximum sensitivity on ``m_sens`` noisy copies,
+   subset perturbations, faithfulness correlation on the same perturbations (as Decker et
+   al.), and average and maximum sensitivity on ``m_sens`` noisy copies,
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
    explainers' maps there (``agg_var``: recomputed there);
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
@@ -41,20 +42,23 @@ from evaluators.maps.optimised_aggregators import (
 )  # fmt: skip
 from evaluators.maps.pixel_aggregators import var
 from evaluators.maps.simplex_qp import solve_simplex_qp
+from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.perturbations import uniform_noise
 from evaluators.protocols.explanation_grid import load_run
 from evaluators.run_inputs import cached, explainer_options, load_inputs
 
-METRICS = ("infidelity", "sens_avg", "sens_max")  # each lower is better
-# Decker et al.'s CIFAR-10 column of Tables 5 (INFD) and 6 (SENS_AVG, SENS_MAX): a pre-trained
-# ResNet-18, 500 images; None where the paper prints no value.
+METRICS = ("infidelity", "fcor", "sens_avg", "sens_max")
+LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True}
+# Decker et al.'s CIFAR-10 column of Tables 5 (INFD, FCOR) and 6 (SENS_AVG, SENS_MAX): a
+# pre-trained ResNet-18, 500 images; None where the paper prints no value.
 PAPER_CIFAR10 = {
-    "saliency": (4.129, 0.916, 1.143), "deeplift": (3.928, 0.805, 1.016),
-    "integrated_gradients": (4.016, 0.820, 1.029), "input_x_gradient": (4.326, 0.910, 1.152),
-    "smoothgrad": (3.736, 0.818, 0.978), "vargrad": (3.607, 0.617, 0.953), "agg_mean": (3.802, 0.553, 0.699),
-    "agg_var": (3.817, 0.549, 0.689), "agg_opt": (3.538, 0.492, 0.657), "agg_faith": (3.342, None, None),
-    "agg_robust": (None, 0.491, 0.650),
+    "saliency": (4.129, 0.159, 0.916, 1.143), "deeplift": (3.928, 0.252, 0.805, 1.016),
+    "integrated_gradients": (4.016, 0.229, 0.820, 1.029), "input_x_gradient": (4.326, 0.133, 0.910, 1.152),
+    "smoothgrad": (3.736, 0.313, 0.818, 0.978), "vargrad": (3.607, 0.319, 0.617, 0.953),
+    "agg_mean": (3.802, 0.290, 0.553, 0.699), "agg_var": (3.817, 0.290, 0.549, 0.689),
+    "agg_opt": (3.538, 0.343, 0.492, 0.657), "agg_faith": (3.342, 0.378, None, None),
+    "agg_robust": (None, None, 0.491, 0.650),
 }  # fmt: skip
 
 
@@ -160,10 +164,11 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     rows = row_maps(stack, fitted["weights"], names, cfg.aggregators, map_dims)
 
     def scores() -> dict:
-        print("  infidelity (evaluation samples)", flush=True)
+        print("  infidelity and faithfulness correlation (evaluation samples)", flush=True)
         samples = subset_perturbations(model, x, target, cfg.m_eval, cfg.share, baseline, seed=cfg.seed,
                                        max_batch=cfg.max_batch)  # fmt: skip
-        out = {row: {"infidelity": infidelity(m, samples).cpu()} for row, m in rows.items()}
+        out = {row: {"infidelity": infidelity(m, samples).cpu(), "fcor": faithfulness_correlation(m, samples).cpu()}
+               for row, m in rows.items()}  # fmt: skip
         print("  sensitivity (evaluation samples)", flush=True)
         distances = {row: [] for row in rows}
         norms = {row: torch.linalg.vector_norm(m.flatten(1).double(), dim=1) for row, m in rows.items()}
@@ -194,29 +199,36 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
 
 
 def mean_and_error(values: torch.Tensor) -> dict[str, float]:
-    """Mean and its standard error over inputs (Decker et al. report mean ± s.e.)."""
+    """Mean and its standard error over inputs (Decker et al. report mean ± s.e.), leaving
+    out inputs where the metric is undefined (NaN: FCOR of a constant map or response)."""
     v = values.double()
-    return {"mean": v.mean().item(), "se": v.std().item() / math.sqrt(len(v))}
+    v = v[~v.isnan()]
+    return {"mean": v.mean().item(), "se": v.std().item() / math.sqrt(len(v)), "n": len(v)}
 
 
 def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
     """Decker et al.'s claims on these numbers: which row is lowest on each metric, and
     whether each optimised aggregator beats every single explainer and AGG_mean/AGG_var."""
-    out = {"lowest": {m: min(table, key=lambda r: table[r][m]["mean"]) for m in METRICS}}
-    for agg, metric in (("agg_faith", "infidelity"), ("agg_robust", "sens_avg"), ("agg_robust", "sens_max"),
-                        ("agg_opt", "infidelity"), ("agg_opt", "sens_avg")):  # fmt: skip
+    def better(a: str, b: str, metric: str) -> bool:
+        sign = 1 if LOWER_IS_BETTER[metric] else -1
+        return sign * table[a][metric]["mean"] < sign * table[b][metric]["mean"]
+
+    out = {"best": {m: min(table, key=lambda r: (1 if LOWER_IS_BETTER[m] else -1) * table[r][m]["mean"])
+                    for m in METRICS}}  # fmt: skip
+    for agg, metric in (("agg_faith", "infidelity"), ("agg_faith", "fcor"), ("agg_robust", "sens_avg"),
+                        ("agg_robust", "sens_max"), ("agg_opt", "infidelity"), ("agg_opt", "sens_avg")):  # fmt: skip
         if agg in table:
             others = names + [a for a in ("agg_mean", "agg_var") if a in table]
-            out[f"{agg}_below_every_explainer_and_mean_var_on_{metric}"] = all(
-                table[agg][metric]["mean"] < table[r][metric]["mean"] for r in others)
+            out[f"{agg}_beats_every_explainer_and_mean_var_on_{metric}"] = all(better(agg, r, metric) for r in others)
     return out
 
 
 def markdown_table(summary: dict) -> str:
     """Rows × metrics (mean ± s.e.), each beside Decker et al.'s CIFAR-10 value."""
-    lines = ["| method | INFD ↓ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper |", "|---|---|---|---|---|---|---|"]
+    lines = ["| method | INFD ↓ | paper | FCOR ↑ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row, v in summary["rows"].items():
-        paper = PAPER_CIFAR10.get(row, (None, None, None))
+        paper = PAPER_CIFAR10.get(row, (None,) * len(METRICS))
         cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f} | {'—' if p is None else p}" for m, p in zip(METRICS, paper)]
         lines.append(f"| {row} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
