@@ -256,18 +256,19 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
     maps = base_maps(cfg, model, inputs, run_dir)
     rows = report_rows(cfg, maps, map_dims)
     scores, examples = {}, {}
+    shown = torch.linspace(0, len(inputs.x) - 1, min(cfg.n_grid, len(inputs.x))).long()  # across the classes
     for k, (row, compute) in enumerate(rows.items()):
         print(f"  [{k + 1}/{len(rows)}] {row}", flush=True)
         row_maps = compute()
         if row.startswith(("base/", "agg/")):
-            examples[row] = row_maps[: cfg.n_grid].cpu()
+            examples[row] = row_maps[shown].cpu()
         file = run_dir / "scores" / (row.replace("/", "__") + ".pt")
         scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, inputs, m))
     table = summarise(scores)
     summary = {"config": asdict(cfg), "n_inputs": len(inputs.x), "rows": table, "findings": findings(scores, table),
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
-    summary["_grid"] = {"x": inputs.x[: cfg.n_grid].cpu(), "maps": examples, "tabular": inputs.tabular,
+    summary["_grid"] = {"x": inputs.x[shown].cpu(), "maps": examples, "tabular": inputs.tabular,
                         "normalization": getattr(data, "normalization", None)}  # fmt: skip
     return summary
 
