@@ -11,12 +11,19 @@ Two ways of serving images, chosen by their native size:
   decoded ONCE into a uint8 tensor (N, C, H, W), saved in the cache, and batches are
   cut from memory in the training process. Training augmentation (random crop with
   zero padding, horizontal flip) is applied to whole uint8 batches as tensor
-  operations drawn from a generator seeded with ``seed``; normalisation is applied
-  per batch in float32. No loader workers are needed.
+  operations; normalisation is applied per batch in float32. No loader workers are
+  needed.
 * large images (e.g. ImageNet): an ``ImageFolder``-style dataset decoding files in
   ``__getitem__`` with torchvision transforms (Resize + CenterCrop + ToTensor +
   Normalize; RandomResizedCrop or padded RandomCrop and flip for training when asked),
   in ``num_workers`` loader workers.
+
+Training order and in-memory augmentation are drawn per epoch from generators seeded
+with (``seed``, epoch) (:func:`epoch_generator`, :class:`EpochShuffle`): epoch e's
+batches do not depend on the epochs drawn before it, so a run interrupted at an epoch
+boundary and resumed from its checkpoint draws the batches the uninterrupted run drew.
+(The large-image path's per-image torchvision transforms draw from the loader workers'
+global RNG instead and are not reproduced across a resume; its order is.)
 
 Malformed folders: a class folder without images or a file PIL cannot decode ends in an
 ``InputError`` naming it; files that are not images by their extension (``notes.txt``,
@@ -55,7 +62,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from PIL import Image, UnidentifiedImageError
-from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from datamodules.errors import InputError
 
@@ -65,6 +72,7 @@ DEFAULT_CACHE_DIR = Path("~/.cache/reliable-explanations/images")
 SPLITS = ("train", "val", "test")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp")
 SMALL_IMAGE_MAX_SIDE = 64
+ORDER_STREAM, AUGMENT_STREAM = 0, 1  # the two generators of an epoch (see epoch_generator)
 COMPLETE_MARKER = ".unpack-complete"
 CACHE_FORMAT = 1  # bump when the layout of a cached tensor file changes
 DECODE_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError)
@@ -231,6 +239,42 @@ def _geometry(image_size: int | None, crop_fraction: float):
     return [transforms.Resize(round(image_size / crop_fraction)), transforms.CenterCrop(image_size)]
 
 
+# --- per-epoch draws -----------------------------------------------------------------
+def epoch_generator(seed: int, epoch: int, stream: int) -> torch.Generator:
+    """A CPU generator for one epoch's draws of one kind (``ORDER_STREAM``, ``AUGMENT_STREAM``),
+    seeded with the first 64-bit word of NumPy's ``SeedSequence([seed, epoch, stream])``:
+    a pure function of the three, and distinct triples give unrelated streams (``seed + epoch``
+    would give seed 1's epoch 0 to seed 0's epoch 1)."""
+    state = np.random.SeedSequence([seed, epoch, stream]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state))
+
+
+class EpochShuffle(Sampler[int]):
+    """A random order of ``size`` items, epoch e's being ``randperm(size)`` from
+    ``epoch_generator(seed, e, ORDER_STREAM)``.
+
+    Lightning calls ``set_epoch(e)`` at the start of every training epoch (under DDP through
+    the ``DistributedSamplerWrapper`` it puts around this sampler, which forwards it), on a
+    resumed run too; ``on_epoch(e)`` is then called, for draws that must follow the epoch
+    (the in-memory batches' augmentation). Without ``set_epoch`` every pass is epoch 0's,
+    as with torch's ``DistributedSampler``."""
+
+    def __init__(self, size: int, seed: int, on_epoch=None) -> None:
+        self.size, self.seed, self.on_epoch = size, seed, on_epoch
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        if self.on_epoch is not None:
+            self.on_epoch(epoch)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        yield from torch.randperm(self.size, generator=epoch_generator(self.seed, self.epoch, ORDER_STREAM)).tolist()
+
+
 # --- batches from memory -------------------------------------------------------------
 def augment_batch(
     images: torch.Tensor, padding: int, flip: bool, generator: torch.Generator | None = None
@@ -279,16 +323,20 @@ def channel_stats(images: torch.Tensor, chunk: int = 4096) -> tuple[list[float],
 class InMemoryImageBatches(Dataset):
     """uint8 images (N, C, H, W) and labels served a batch at a time, in the calling process.
 
-    ``__getitems__`` indexes the whole batch at once, augments it (``augment_batch``, from
-    its own generator seeded with ``seed``) and normalises it to float32:
-    ``(x / 255 - mean) / std`` per channel."""
+    ``__getitems__`` indexes the whole batch at once, augments it (``augment_batch``) and
+    normalises it to float32: ``(x / 255 - mean) / std`` per channel. The augmentation of
+    epoch e draws, batch after batch, from ``epoch_generator(seed, e, AUGMENT_STREAM)``,
+    restarted by ``set_epoch(e)`` (called by the loader's :class:`EpochShuffle`)."""
 
     def __init__(self, images, labels, mean, std, padding: int = 0, flip: bool = False, seed: int = 0) -> None:
         self.images, self.labels = images, labels
         self.mean = torch.tensor(mean, dtype=torch.float32)[:, None, None]
         self.std = torch.tensor(std, dtype=torch.float32)[:, None, None]
-        self.padding, self.flip = padding, flip
-        self.generator = torch.Generator().manual_seed(seed)
+        self.padding, self.flip, self.seed = padding, flip, seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator = epoch_generator(self.seed, epoch, AUGMENT_STREAM)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -333,8 +381,8 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     ``_uint8_split(split)``. Splits: ``train_dataloader`` serves ``train``,
     ``val_dataloader`` ``val`` (none if absent), ``test_dataloader`` and
     ``predict_dataloader`` ``test``, or ``val`` where there is no ``test``.
-    Training order is drawn from ``seed``; augmentation from its own generator seeded
-    with ``seed + 1``: the same seed gives the same batches, epoch by epoch.
+    Training order and augmentation of epoch e are drawn from generators seeded with
+    (``seed``, e): the same seed gives the same batches, epoch by epoch, resumed or not.
     """
 
     name = "images"
@@ -354,7 +402,8 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         for option, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
             if not isinstance(value, int) or value < 1:
                 raise InputError(f"option {option}={value!r}; expected a positive integer")
-        for option, value in (("random_crop_padding", random_crop_padding), ("num_workers", num_workers)):
+        for option, value in (("random_crop_padding", random_crop_padding), ("num_workers", num_workers),
+                              ("seed", seed)):
             if not isinstance(value, int) or value < 0:
                 raise InputError(f"option {option}={value!r}; expected a non-negative integer")
         if (mean is None) != (std is None):
@@ -472,16 +521,12 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         images, labels = self._uint8_split(split)
         dataset = InMemoryImageBatches(
             images, labels, mean, std, self.random_crop_padding if train else 0,
-            self.horizontal_flip and train, self.seed + 1,
+            self.horizontal_flip and train, self.seed,
         )  # fmt: skip
-        sampler = (
-            RandomSampler(dataset, generator=torch.Generator().manual_seed(self.seed))
-            if train
-            else SequentialSampler(dataset)
-        )
-        # sampler + batch_size, not a batch_sampler: under DDP Lightning swaps the sampler for a
-        # DistributedSampler and keeps batch_size (given a BatchSampler it falls back to batches of 1);
-        # each batch still comes from one __getitems__ call
+        sampler = EpochShuffle(len(dataset), self.seed, dataset.set_epoch) if train else SequentialSampler(dataset)
+        # sampler + batch_size, not a batch_sampler: under DDP Lightning wraps the sampler in a
+        # DistributedSamplerWrapper and keeps batch_size (given a BatchSampler it falls back to batches
+        # of 1); each batch still comes from one __getitems__ call
         batch_size = self.batch_size if train else self.eval_batch_size
         return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=_whole_batch)
 
@@ -726,9 +771,11 @@ class ImageFolderDataModule(ImageDataModule):
     def _loader(self, split: str | None, train: bool):
         if split is None or self.in_memory:
             return super()._loader(split, train)
+        dataset = self._file_dataset(split, train)
         return DataLoader(
-            self._file_dataset(split, train), batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train, num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
+            dataset, batch_size=self.batch_size if train else self.eval_batch_size,
+            sampler=EpochShuffle(len(dataset), self.seed) if train else SequentialSampler(dataset),
+            num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
             persistent_workers=self.num_workers > 0,
         )  # fmt: skip
 
