@@ -386,6 +386,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     """
 
     name = "images"
+    location_option: str | None = None  # the init option naming where the data lies (None: no path)
 
     def __init__(
         self,
@@ -567,6 +568,8 @@ class ImageFolderDataModule(ImageDataModule):
     64 pixels; ``True``/``False`` forces either way. ``num_workers`` is used by the
     large-image loaders only. ``setup("fit")`` on a folder without ``train/`` says so.
     """
+
+    location_option = "root"
 
     def __init__(
         self,
@@ -921,6 +924,7 @@ class FashionMNISTDataModule(_ArraysDataModule):
 
     name = "fashion_mnist"
     image_names = FASHION_MNIST_CLASSES
+    location_option = "data_dir"
 
     def __init__(self, data_dir: str = FASHION_MNIST_DIR, **kwargs) -> None:
         super().__init__(**kwargs)

@@ -330,6 +330,32 @@ def test_image_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     assert (run_dir / "csv" / "resume-1" / "metrics.csv").is_file()
 
 
+def test_evaluate_run_of_an_image_run_whose_folder_moved(tmp_path):
+    """``evaluate.py run --data_dir`` points an ImageFolderDataModule run (option ``root``) at
+    its moved folder and gives the run's own test metrics; without it, the old path is named."""
+    make_folder(tmp_path / "tiny", size=32)
+    metrics = train.main([
+        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp_path / "tiny"),
+        "--data.cache_dir", str(tmp_path / "cache"), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1", "--log_to", "none",
+        "--output_dir", str(tmp_path / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    (tmp_path / "tiny").rename(tmp_path / "moved")
+    with pytest.raises(InputError, match=r"image root '.*tiny' does not exist"):
+        evaluate.main(["run", metrics["run_dir"], "--accelerator", "cpu"])
+    moved = evaluate.main(["run", metrics["run_dir"], "--data_dir", str(tmp_path / "moved"), "--accelerator", "cpu"])
+    assert (moved["test_acc"], moved["test_loss"]) == pytest.approx((metrics["test_acc"], metrics["test_loss"]))
+    assert moved["data"]["source"] == str(tmp_path / "moved")
+
+
+def test_evaluate_run_data_dir_of_a_datamodule_without_a_path_is_refused(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")  # refused before it is read
+    (tmp_path / "config.yaml").write_text("data:\n  class_path: datamodules.MNIST5kDataModule\n  init_args: {}\n")
+    with pytest.raises(InputError, match="datamodule MNIST5kDataModule reads its data from no path"):
+        evaluate.main(["run", str(tmp_path), "--data_dir", str(tmp_path)])
+
+
 def csv_rows(path: Path, epoch: int) -> dict[str, float]:
     """The metrics logged for ``epoch`` in a CSVLogger file (one row per logging call, merged)."""
     import csv
