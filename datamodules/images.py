@@ -55,7 +55,7 @@ import struct
 import tarfile
 import warnings
 import zlib
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
@@ -379,7 +379,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
 
     Subclasses provide ``classes``, ``split_sizes``, ``image_shape``, ``source`` and
     ``_uint8_split(split)``. Splits: ``train_dataloader`` serves ``train``,
-    ``val_dataloader`` ``val`` (none if absent), ``test_dataloader`` and
+    ``val_dataloader`` ``val`` (``None`` if absent), ``test_dataloader`` and
     ``predict_dataloader`` ``test``, or ``val`` where there is no ``test``.
     Training order and augmentation of epoch e are drawn from generators seeded with
     (``seed``, e): the same seed gives the same batches, epoch by epoch, resumed or not.
@@ -536,8 +536,16 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
             self.setup("fit")  # raises the clear error
         return self._loader("train", train=True)
 
+    @property
     def val_dataloader(self):
-        return self._loader("val" if "val" in self.split_sizes else None, train=False)
+        """The ``val`` split's loader method, or ``None`` where the data has no ``val`` split.
+
+        ``None`` is how Lightning recognises a datamodule without validation data (it looks
+        for an overridden ``val_dataloader``): the Trainer builds no validation loop, and says
+        so once ("You defined a `validation_step` but have no `val_dataloader`. Skipping val
+        loop."). A method returning ``[]`` made it build a loop over one loader of no batches
+        and warn "Total length of `list` across ranks is zero"."""
+        return partial(self._loader, "val", train=False) if "val" in self.split_sizes else None
 
     def test_dataloader(self):
         return self._loader(self.eval_split, train=False)

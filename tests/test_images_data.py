@@ -66,7 +66,7 @@ def test_classes_splits_shapes_and_batches(folder, tmp_path):
     batches = list(dm.test_dataloader())
     assert [len(b[1]) for b in batches] == [7, 5]
     assert torch.equal(torch.cat([b[1] for b in batches]), torch.as_tensor(arrays["test"][1]))
-    assert dm.val_dataloader() == []  # no val/ folder
+    assert dm.val_dataloader is None  # no val/ folder: no val_dataloader, as Lightning understands it
 
 
 def test_normalisation_matches_numpy_float64(folder, tmp_path):
@@ -169,6 +169,10 @@ def test_validation_only_folder(tmp_path):
 
 
 def test_lightning_fit_and_test(folder, tmp_path):
+    """Without a val/ folder the Trainer builds no validation loop: no validation batch and no
+    warning about a loader of zero length (as a val_dataloader returning [] gave)."""
+    import warnings
+
     import pytorch_lightning as pl
 
     class Tiny(pl.LightningModule):
@@ -192,8 +196,13 @@ def test_lightning_fit_and_test(folder, tmp_path):
     dm = dm_for(root, tmp_path, batch_size=4, random_crop_padding=1, horizontal_flip=True)
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path)  # fmt: skip
-    trainer.fit(Tiny(), datamodule=dm)
-    assert trainer.global_step == 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Tiny(), datamodule=dm)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "Total length" in m], messages
+    assert any("have no `val_dataloader`. Skipping val loop" in m for m in messages), messages
+    assert not trainer.enable_validation and trainer.global_step == 3
     assert "loss" in trainer.test(Tiny(), datamodule=dm, verbose=False)[0]
 
 
