@@ -16,6 +16,7 @@ SHRUNK = {
     "consistency": {"M": 4, "N": 12},
     "ensembles": {"N_INPUTS": 16, "N_T": 3, "N_PERTURB": 2},
     "image_explainers": {"N_CIFAR": 3, "N_224": 1, "STEPS": 3, "STEPS_224": 2},
+    "image_loader": {"WARMUP": 1, "N_BATCHES": 2},
     "insertion_deletion": {"N_IMAGES": 3, "STEPS": 4, "REFERENCE_RUN": ROOT / "no-such-run"},
     "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
