@@ -32,7 +32,8 @@ files are common in folders copied between machines and carry no labels.
 
 The cache (default ``~/.cache/reliable-explanations/images``, option ``cache_dir``)
 holds unpacked archives, decoded uint8 tensors and normalisation statistics. Every entry
-is written to a temporary name and moved into place with ``os.replace``, so an
+file is written by :func:`datamodules.files.atomic_write` (a temporary name moved into
+place with ``os.replace``) and an unpacked archive is moved into place likewise, so an
 interrupted run never leaves a half-written entry that a later run would use. Decoded
 tensors and statistics are keyed by the image files' names, sizes and modification
 times, so an edited folder is decoded afresh (old entries stay until removed by hand).
@@ -65,6 +66,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
 from datamodules.errors import InputError
+from datamodules.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -101,16 +103,6 @@ def _locked(lock_path: Path):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _atomic_write(path: Path, write) -> None:
-    """``write(temporary_path)``, then move the file into place in one step."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def archive_name(archive: Path) -> str:
@@ -744,7 +736,7 @@ class ImageFolderDataModule(ImageDataModule):
             if loaded is None:
                 log.info("decoding the %s split of %s into %s", split, self.root, path)
                 images, labels = self._decode(split)
-                _atomic_write(path, lambda tmp: torch.save({"images": images, "labels": labels}, tmp))
+                atomic_write(path, lambda tmp: torch.save({"images": images, "labels": labels}, tmp))
                 loaded = images, labels
         self._tensors[split] = loaded
         return loaded
@@ -759,7 +751,7 @@ class ImageFolderDataModule(ImageDataModule):
             except (ValueError, KeyError) as err:
                 log.warning("recomputing statistics: %s is unreadable (%s)", path, err)
         mean, std = super()._computed_stats() if self.in_memory else self._file_stats(split)
-        _atomic_write(path, lambda tmp: tmp.write_text(json.dumps({"split": split, "mean": mean, "std": std})))
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps({"split": split, "mean": mean, "std": std})))
         return mean, std
 
     def _file_stats(self, split: str) -> tuple[list[float], list[float]]:
