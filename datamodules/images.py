@@ -278,16 +278,19 @@ def augment_batch(
     for the flips (when ``flip``). Image b is cropped from the padded image at rows
     ``oy[b]:oy[b] + H`` and columns ``ox[b]:ox[b] + W`` (torchvision's ``RandomCrop(size,
     padding=p)``), then mirrored left-right if drawn. Works on any dtype (uint8 here).
+
+    The crops are one indexing of a view holding every crop of every image, (B, C, 2p + 1,
+    2p + 1, H, W) by ``unfold``: each image's crop is copied as whole rows (a gather of
+    single pixels was 2-3 times slower on one thread, and 10 times slower on two threads of
+    a busy machine).
     """
-    batch, channels, height, width = images.shape
+    batch, height, width = images.shape[0], images.shape[2], images.shape[3]
     if padding > 0:
         padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
         oy = torch.randint(0, 2 * padding + 1, (batch,), generator=generator)
         ox = torch.randint(0, 2 * padding + 1, (batch,), generator=generator)
-        rows = (oy[:, None] + torch.arange(height))[:, None, :, None]
-        cols = (ox[:, None] + torch.arange(width))[:, None, None, :]
-        index = torch.arange(batch)[:, None, None, None], torch.arange(channels)[None, :, None, None]
-        images = padded[index[0], index[1], rows, cols]
+        crops = padded.unfold(2, height, 1).unfold(3, width, 1)  # a view: no copy
+        images = crops[torch.arange(batch), :, oy, ox]
     if flip:
         flips = torch.rand(batch, generator=generator) < 0.5
         images = torch.where(flips[:, None, None, None], images.flip(-1), images)
