@@ -11,7 +11,8 @@
     python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
-``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it; ``explain``
+``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it (``--data_dir``:
+where the run's data lies now, if it moved; for an image run its folder or archive); ``explain``
 draws an image model's explanations of its first test images
 (``evaluators/protocols/explanation_grid.py``).
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
@@ -58,8 +59,9 @@ def evaluate_run(
     run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt", accelerator: str = "auto"
 ) -> dict:
     """Test accuracy and loss of ``run_dir``'s checkpoint on its test split, on ``accelerator``
-    (Lightning's name: ``auto`` takes a GPU where there is one)."""
-    model, data, ckpt_path = load_run(run_dir, checkpoint, None if data_dir is None else {"data_dir": data_dir})
+    (Lightning's name: ``auto`` takes a GPU where there is one). ``data_dir``: where the
+    run's data lies now (a tabular or Fashion-MNIST folder, an image folder or archive)."""
+    model, data, ckpt_path = load_run(run_dir, checkpoint, data_location=data_dir)
     trainer = pl.Trainer(
         logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator=accelerator, devices=1
     )
@@ -128,7 +130,8 @@ def main(argv: list[str] | None = None) -> dict:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="re-test a training run")
     run.add_argument("run_dir", type=Path, help="a folder written by train.py")
-    run.add_argument("--data_dir", default=None, help="override the run's data folder")
+    run.add_argument("--data_dir", default=None,
+                     help="where the run's data lies now: its data_dir, or an image run's folder or .tar.gz root")
     run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     run.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu or gpu")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")

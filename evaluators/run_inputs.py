@@ -4,7 +4,6 @@ continue where it stopped."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,16 +12,10 @@ import torch
 from torchvision.transforms.functional import gaussian_blur
 
 from datamodules.errors import InputError
+from datamodules.files import atomic_write
 from evaluators.maps.image_explainers import predicted_class
 from evaluators.protocols.explanation_grid import spread_images
 from lightning_modules.interface import is_tabular
-
-
-def atomic_save(obj, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def cached(path: Path, compute: Callable[[], dict]) -> dict:
@@ -30,7 +23,8 @@ def cached(path: Path, compute: Callable[[], dict]) -> dict:
     if path.is_file():
         return torch.load(path, weights_only=True)
     result = compute()
-    atomic_save(result, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: torch.save(result, tmp))
     return result
 
 

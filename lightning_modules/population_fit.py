@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from datamodules.files import atomic_write
 from datamodules.tabular import TabularDataModule
 from lightning_modules.allocator import HEAP_BLOCK_BYTES
 from lightning_modules.population import PopulationMLP
@@ -133,6 +133,4 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
 
 
 def write_json(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, sort_keys=True)))

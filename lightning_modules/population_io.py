@@ -7,7 +7,6 @@ lists, so it loads with ``torch.load(weights_only=True)``:
 
 from __future__ import annotations
 
-import os
 import platform
 from importlib.metadata import version
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from datamodules.files import atomic_write
 from datamodules.specs import DATASETS
 from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP
@@ -37,9 +37,7 @@ def save_population(path: Path, population: PopulationMLP, member_test_acc: list
         "member_test_acc": list(member_test_acc),
         "metadata": {**metadata, "versions": software_versions()},
     }
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
 def read_population_file(path: str | Path, mmap: bool = False) -> dict:

@@ -6,6 +6,18 @@ alone; the population issue's bound, max |Δparam| <= 1e-5 after one epoch, hold
 float64 and is asserted there (in float32 Adam amplifies the rounding, see the test).
 Explainers, agreement metrics and simplex-QP weights on the GPU are compared with the
 same computation on the CPU.
+
+Image models (ResNet-8 and torchvision's ResNet-18 with the small-input stem, random
+weights, 32x32 random images) are compared in float64, where the two devices differ only
+by the order of their sums (float32 would add cuDNN's TF32 convolutions, about 1e-3
+relative): logits to 1e-10, and explain_image's saliency, integrated gradients, GradCAM
+and RISE (masks drawn on the CPU from its seed) to 1e-7 relative. SmoothGrad's noise
+comes from Captum's ``torch.normal`` on the input's device, so a GPU run draws other
+numbers than a CPU run of the same seed: one test draws the GPU run's noise on the CPU
+(the same numbers) and checks the maps to 1e-7; another keeps the GPU's own noise and
+checks only that the map is as far from a CPU map as two CPU maps of other seeds are
+from each other (the same estimator, not the same numbers); a third checks that the GPU
+run's noise comes from the GPU's generator, leaving the CPU's untouched.
 """
 
 from __future__ import annotations
@@ -21,8 +33,9 @@ import train
 from datamodules import FinancialDataModule
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
 from evaluators.maps import explain
+from evaluators.maps.image_explainers import explain_image
 from evaluators.maps.simplex_qp import solve_simplex_qp
-from lightning_modules import MLPClassifier, PopulationMLP, load_population
+from lightning_modules import ImageClassifier, MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES
@@ -226,3 +239,98 @@ def test_fidelity_metrics_on_gpu_equal_cpu():
     assert torch.equal(results["cuda kept"], results["cpu kept"])
     for on_gpu, on_cpu in zip(results["cuda"], results["cpu"]):
         torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-7, atol=1e-9)
+
+
+# --- image models ------------------------------------------------------------------------
+IMAGE_MODELS = {"resnet8": ("resnet8", False), "resnet18_small_stem": ("resnet18", True)}  # arch, small stem
+
+
+def image_classifier(name: str) -> ImageClassifier:
+    """Random weights in float64, BatchNorm statistics from one training-mode pass over random
+    images (so that eval-mode BatchNorm is not the identity), in eval mode, on the CPU."""
+    arch, small_input_stem = IMAGE_MODELS[name]
+    model = ImageClassifier(arch=arch, num_classes=10, small_input_stem=small_input_stem, seed=0).double()
+    with torch.no_grad():
+        model.train()(random_images(16, seed=1))
+    return model.eval()
+
+
+def random_images(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, 3, 32, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module", params=list(IMAGE_MODELS))
+def image_model(request) -> ImageClassifier:
+    return image_classifier(request.param)
+
+
+def assert_maps_close(on_gpu: torch.Tensor, on_cpu: torch.Tensor) -> None:
+    """float64 maps equal to 1e-7 relative, or 1e-9 of the map's largest value."""
+    assert on_gpu.device.type == GPU.type and on_gpu.dtype == torch.float64
+    assert on_cpu.abs().max() > 0
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-7, atol=1e-9 * on_cpu.abs().max().item())
+
+
+def test_image_classifier_logits_on_gpu_equal_cpu_in_float64(image_model):
+    x = random_images(8)
+    for mode in ("eval", "train"):  # running BatchNorm statistics, then the batch's own
+        on_cpu, on_gpu = copy.deepcopy(image_model), copy.deepcopy(image_model).to(GPU)
+        with torch.no_grad():
+            cpu = on_cpu.train(mode == "train")(x)
+            gpu = on_gpu.train(mode == "train")(x.to(GPU))
+        assert gpu.device.type == GPU.type and gpu.dtype == torch.float64
+        torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-10, atol=1e-10, msg=mode)
+
+
+@pytest.mark.parametrize(
+    ("method", "options"),
+    [("saliency", {}), ("integrated_gradients", {"n_steps": 16}), ("gradcam", {}),
+     ("rise", {"n_masks": 64, "s": 4, "seed": 0})],
+)  # fmt: skip
+def test_image_explanations_on_gpu_equal_cpu_in_float64(image_model, method, options):
+    x, target = random_images(2), torch.tensor([3, 7])
+    on_cpu = explain_image(image_model, x, method, target=target, **options)
+    on_gpu = explain_image(copy.deepcopy(image_model).to(GPU), x.to(GPU), method, target=target.to(GPU), **options)
+    assert_maps_close(on_gpu, on_cpu)
+
+
+def test_image_smoothgrad_on_gpu_with_the_cpu_noise_equals_cpu(image_model, monkeypatch):
+    """The GPU run's noise drawn from the CPU generator (``torch.normal`` patched to draw on
+    the CPU and move the draw to the device): the same numbers as the CPU run's, so this
+    checks the GPU's computation of SmoothGrad, not its noise."""
+    x, target = random_images(2), torch.tensor([3, 7])
+    torch.manual_seed(5)
+    on_cpu = explain_image(image_model, x, "smoothgrad", target=target, nt_samples=8)
+    normal = torch.normal
+    monkeypatch.setattr(torch, "normal", lambda mean, std: normal(mean, std.cpu()).to(std.device))
+    torch.manual_seed(5)
+    on_gpu = explain_image(copy.deepcopy(image_model).to(GPU), x.to(GPU), "smoothgrad", target=target.to(GPU),
+                           nt_samples=8)  # fmt: skip
+    assert_maps_close(on_gpu, on_cpu)
+
+
+def test_image_smoothgrad_with_the_gpu_noise_agrees_in_distribution():
+    """The GPU's own noise: the map is another SmoothGrad sample, as far from a CPU map
+    (seed 0) as another CPU map (seed 2) is, within 0.8-1.25 times (the ratio for CPU seeds
+    spans 0.98-1.02 over 42 pairs; noise of half or twice the scale gives 1.5 or 2.0, maps
+    of other images 8). The numbers themselves are not compared."""
+    model, x = image_classifier("resnet8"), random_images(8)
+    target = torch.arange(8) % 10
+
+    def smoothgrad(seed: int, device: torch.device) -> torch.Tensor:
+        torch.manual_seed(seed)
+        on = copy.deepcopy(model).to(device)
+        return explain_image(on, x.to(device), "smoothgrad", target=target.to(device), nt_samples=32).cpu()
+
+    cpu = torch.device("cpu")
+    reference, other, on_gpu = smoothgrad(0, cpu), smoothgrad(2, cpu), smoothgrad(1, GPU)
+    ratio = ((on_gpu - reference).norm() / (other - reference).norm()).item()
+    assert 0.8 < ratio < 1.25, ratio
+
+
+def test_image_smoothgrad_noise_on_gpu_comes_from_the_gpu_generator():
+    model, x = copy.deepcopy(image_classifier("resnet8")).to(GPU), random_images(2).to(GPU)
+    cpu_state, gpu_state = torch.get_rng_state(), torch.cuda.get_rng_state()
+    explain_image(model, x, "smoothgrad", nt_samples=4)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    assert not torch.equal(torch.cuda.get_rng_state(), gpu_state)

@@ -6,6 +6,7 @@ Fashion-MNIST, bf16 autocast and two-process DDP."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -327,6 +328,82 @@ def test_image_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     final = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == 9 and final["lr_schedulers"][0]["last_epoch"] == 9
     assert (run_dir / "csv" / "resume-1" / "metrics.csv").is_file()
+
+
+def test_evaluate_run_of_an_image_run_whose_folder_moved(tmp_path):
+    """``evaluate.py run --data_dir`` points an ImageFolderDataModule run (option ``root``) at
+    its moved folder and gives the run's own test metrics; without it, the old path is named."""
+    make_folder(tmp_path / "tiny", size=32)
+    metrics = train.main([
+        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp_path / "tiny"),
+        "--data.cache_dir", str(tmp_path / "cache"), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1", "--log_to", "none",
+        "--output_dir", str(tmp_path / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    (tmp_path / "tiny").rename(tmp_path / "moved")
+    with pytest.raises(InputError, match=r"image root '.*tiny' does not exist"):
+        evaluate.main(["run", metrics["run_dir"], "--accelerator", "cpu"])
+    moved = evaluate.main(["run", metrics["run_dir"], "--data_dir", str(tmp_path / "moved"), "--accelerator", "cpu"])
+    assert (moved["test_acc"], moved["test_loss"]) == pytest.approx((metrics["test_acc"], metrics["test_loss"]))
+    assert moved["data"]["source"] == str(tmp_path / "moved")
+
+
+def test_evaluate_run_data_dir_of_a_datamodule_without_a_path_is_refused(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")  # refused before it is read
+    (tmp_path / "config.yaml").write_text("data:\n  class_path: datamodules.MNIST5kDataModule\n  init_args: {}\n")
+    with pytest.raises(InputError, match="datamodule MNIST5kDataModule reads its data from no path"):
+        evaluate.main(["run", str(tmp_path), "--data_dir", str(tmp_path)])
+
+
+def csv_rows(path: Path, epoch: int) -> dict[str, float]:
+    """The metrics logged for ``epoch`` in a CSVLogger file (one row per logging call, merged)."""
+    import csv
+
+    merged: dict[str, float] = {}
+    with open(path) as handle:
+        for row in csv.DictReader(handle):
+            if row["epoch"] == str(epoch):
+                merged.update({k: float(v) for k, v in row.items() if v != "" and k not in ("epoch", "step")})
+    return merged
+
+
+def test_augmented_image_run_resumed_at_an_epoch_boundary_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """The CIFAR ResNet-8 config (random crops and flips, one-cycle schedule) on a tiny
+    32x32 folder with train/val/test: 2 epochs straight, and 1 epoch, a crash at the start
+    of epoch 2 (tests.helpers.InterruptChunk), ``--resume`` to 2. Bit-exact on the CPU:
+    weights, BatchNorm statistics, optimiser state, epoch-2 train/val metrics and test
+    metrics are equal (the two runs do the same float operations in the same order)."""
+    make_folder(tmp_path / "tiny", splits=("train", "val", "test"), size=32)
+    interrupt = {"class_path": "tests.helpers.InterruptChunk", "init_args": {"epoch": 1}}  # in "*chunk-001" runs
+
+    def args(run_name: str) -> list[str]:
+        return ["--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp_path / "tiny"),
+                "--data.cache_dir", str(tmp_path / "cache"), "--data.batch_size", "4", "--trainer.accelerator",
+                "cpu", "--trainer.max_epochs", "2", "--log_to", "csv", "--output_dir", str(tmp_path / "runs"),
+                "--run_name", run_name, "--trainer.enable_progress_bar", "false",
+                f"--trainer.callbacks+={json.dumps(interrupt)}"]  # fmt: skip
+
+    straight = train.main(args("straight"))
+    monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train.main(args("part-chunk-001"))
+    monkeypatch.delenv("RELEXP_TEST_INTERRUPT")
+    run_dir = tmp_path / "runs" / "tiny" / "part-chunk-001"
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0
+    resumed = train.main(["--resume", str(run_dir)])
+    ours, theirs = (torch.load(Path(m["run_dir"]) / "checkpoints" / "last.ckpt", weights_only=True)
+                    for m in (resumed, straight))  # fmt: skip
+    assert ours["global_step"] == theirs["global_step"] == 6
+    assert ours["state_dict"].keys() == theirs["state_dict"].keys()
+    for name, value in theirs["state_dict"].items():
+        assert torch.equal(ours["state_dict"][name], value), name
+    for k, state in theirs["optimizer_states"][0]["state"].items():
+        assert torch.equal(ours["optimizer_states"][0]["state"][k]["momentum_buffer"], state["momentum_buffer"])
+    assert (resumed["test_acc"], resumed["test_loss"]) == (straight["test_acc"], straight["test_loss"])
+    epoch2 = csv_rows(tmp_path / "runs" / "tiny" / "straight" / "csv" / "metrics.csv", 1)
+    assert {"train/loss", "train/acc", "val/loss", "val/acc"} <= epoch2.keys()
+    assert csv_rows(run_dir / "csv" / "resume-1" / "metrics.csv", 1) == epoch2
 
 
 def test_train_py_bad_image_option_names_it_and_leaves_no_run_folder(tmp_path):

@@ -15,7 +15,7 @@ from PIL import Image
 
 from datamodules import FashionMNISTDataModule, ImageFolderDataModule, InputError, MNIST5kDataModule, unpack_archive
 from datamodules.describe import main as describe_main
-from datamodules.images import COMPLETE_MARKER, augment_batch
+from datamodules.images import AUGMENT_STREAM, COMPLETE_MARKER, ORDER_STREAM, augment_batch
 
 CLASSES = ["cat", "bird", "dog"]  # written unsorted: discovery sorts them
 
@@ -66,7 +66,7 @@ def test_classes_splits_shapes_and_batches(folder, tmp_path):
     batches = list(dm.test_dataloader())
     assert [len(b[1]) for b in batches] == [7, 5]
     assert torch.equal(torch.cat([b[1] for b in batches]), torch.as_tensor(arrays["test"][1]))
-    assert dm.val_dataloader() == []  # no val/ folder
+    assert dm.val_dataloader is None  # no val/ folder: no val_dataloader, as Lightning understands it
 
 
 def test_normalisation_matches_numpy_float64(folder, tmp_path):
@@ -103,30 +103,49 @@ def test_augment_batch_equals_a_per_image_loop():
         np.testing.assert_array_equal(out[b].numpy(), crop)
 
 
-def test_train_batches_are_the_seeded_order_augmented_and_normalised(folder, tmp_path):
+def seeded(seed: int, epoch: int, stream: int) -> torch.Generator:
+    """The generator the module docstring promises for (seed, epoch, stream)."""
+    words = np.random.SeedSequence([seed, epoch, stream]).generate_state(1, np.uint64)
+    return torch.Generator().manual_seed(int(words[0]))
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_train_batches_are_the_seeded_order_augmented_and_normalised(folder, tmp_path, epoch):
     root, arrays = folder
     dm = dm_for(root, tmp_path, batch_size=4, random_crop_padding=2, horizontal_flip=True, seed=5)
-    x, y = next(iter(dm.train_dataloader()))
-    order = torch.randperm(12, generator=torch.Generator().manual_seed(5))[:4]
-    raw = torch.as_tensor(arrays["train"][0])[order]
-    expected = augment_batch(raw, 2, True, torch.Generator().manual_seed(6)).double() / 255.0
+    loader = dm.train_dataloader()
+    loader.sampler.set_epoch(epoch)  # as Lightning does at every epoch start
+    (x, y), (x2, _) = list(loader)[:2]
+    order = torch.randperm(12, generator=seeded(5, epoch, ORDER_STREAM))
+    draws = seeded(5, epoch, AUGMENT_STREAM)  # one stream through the epoch's batches
     mean, std = (torch.tensor(v, dtype=torch.float64)[:, None, None] for v in dm.normalization)
-    assert torch.equal(y, torch.as_tensor(arrays["train"][1])[order])
-    torch.testing.assert_close(x.double(), (expected - mean) / std, rtol=0, atol=1e-5)
+    for batch, positions in ((x, order[:4]), (x2, order[4:8])):
+        raw = torch.as_tensor(arrays["train"][0])[positions]
+        expected = augment_batch(raw, 2, True, draws).double() / 255.0
+        torch.testing.assert_close(batch.double(), (expected - mean) / std, rtol=0, atol=1e-5)
+    assert torch.equal(y, torch.as_tensor(arrays["train"][1])[order[:4]])
 
 
-def test_augmentation_reproducible_with_a_seed(folder, tmp_path):
+def test_epoch_draws_depend_on_the_seed_and_epoch_only(folder, tmp_path):
+    """A loader that has served epochs 0 and 1 serves epoch 2 as a fresh one told "epoch 2"
+    (a run resumed at that boundary); other epochs and seeds draw otherwise."""
     root, _ = folder
 
-    def two_epochs(seed):
-        dm = dm_for(root, tmp_path, batch_size=4, random_crop_padding=2, horizontal_flip=True, seed=seed)
-        loader = dm.train_dataloader()
-        return [x for _ in range(2) for x, _ in loader]
+    def epochs(seed, which):
+        loader = dm_for(root, tmp_path, batch_size=4, random_crop_padding=2, horizontal_flip=True,
+                        seed=seed).train_dataloader()  # fmt: skip
+        served = []
+        for epoch in which:
+            loader.sampler.set_epoch(epoch)
+            served.append([(x, y) for x, y in loader])
+        return served
 
-    first, again, other = two_epochs(0), two_epochs(0), two_epochs(1)
-    assert all(torch.equal(a, b) for a, b in zip(first, again))
-    assert not all(torch.equal(a, b) for a, b in zip(first, other))
-    assert not torch.equal(first[0], first[3])  # epoch 2 draws afresh
+    straight, resumed = epochs(0, [0, 1, 2]), epochs(0, [2])
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(straight[2], resumed[0]))
+    assert not torch.equal(straight[1][0][0], straight[2][0][0])  # each epoch draws afresh
+    labels = [torch.cat([y for _, y in epoch]) for epoch in straight]
+    assert not torch.equal(labels[0], labels[1])  # in a new order
+    assert not torch.equal(epochs(1, [2])[0][0][0], resumed[0][0][0])  # another seed, other batches
 
 
 def test_tensor_cache_is_reused(folder, tmp_path, monkeypatch):
@@ -150,6 +169,10 @@ def test_validation_only_folder(tmp_path):
 
 
 def test_lightning_fit_and_test(folder, tmp_path):
+    """Without a val/ folder the Trainer builds no validation loop: no validation batch and no
+    warning about a loader of zero length (as a val_dataloader returning [] gave)."""
+    import warnings
+
     import pytorch_lightning as pl
 
     class Tiny(pl.LightningModule):
@@ -173,29 +196,46 @@ def test_lightning_fit_and_test(folder, tmp_path):
     dm = dm_for(root, tmp_path, batch_size=4, random_crop_padding=1, horizontal_flip=True)
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path)  # fmt: skip
-    trainer.fit(Tiny(), datamodule=dm)
-    assert trainer.global_step == 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Tiny(), datamodule=dm)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "Total length" in m], messages
+    assert any("have no `val_dataloader`. Skipping val loop" in m for m in messages), messages
+    assert not trainer.enable_validation and trainer.global_step == 3
     assert "loss" in trainer.test(Tiny(), datamodule=dm, verbose=False)[0]
 
 
 def test_in_memory_loader_keeps_its_batch_size_under_a_distributed_sampler(folder, tmp_path):
     """Lightning's DDP re-creates the loader from its recorded arguments around a
-    DistributedSampler (as in tests/test_image_classifier.py's two-process test): batches
-    stay batch_size, half the images each."""
-    from lightning_fabric.utilities.data import _replace_dunder_methods
+    DistributedSamplerWrapper of its sampler (as in tests/test_image_classifier.py's
+    two-process test): batches stay batch_size, half the images each, and the epoch set
+    on the wrapper reaches the order and the augmentation."""
+    from lightning_fabric.utilities.data import _replace_dunder_methods, _set_sampler_epoch
+    from lightning_fabric.utilities.distributed import DistributedSamplerWrapper
     from pytorch_lightning.utilities.data import _update_dataloader
-    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+    from torch.utils.data import BatchSampler, DataLoader
 
     root, _ = folder
-    dm = dm_for(root, tmp_path, batch_size=4)
+    dm = dm_for(root, tmp_path, batch_size=4, random_crop_padding=2, horizontal_flip=True)
     with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
         loader = dm.train_dataloader()  # recording its arguments, as the Trainer asks for it
-    shards = []
-    for rank in (0, 1):
-        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
-        shards.append([y for _, y in _update_dataloader(loader, sampler)])
-    assert [[len(y) for y in shard] for shard in shards] == [[4, 2], [4, 2]]  # 12 images, 6 per process
-    assert sorted(torch.cat([torch.cat(s) for s in shards]).tolist()) == [0] * 4 + [1] * 4 + [2] * 4
+
+    def shards(epoch):
+        served = []
+        for rank in (0, 1):
+            sampler = DistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=rank, shuffle=True, seed=0)
+            sharded = _update_dataloader(loader, sampler)
+            _set_sampler_epoch(sharded, epoch)  # as the fit loop does
+            served.append(list(sharded))
+        return served
+
+    first = shards(3)
+    assert [[len(y) for _, y in shard] for shard in first] == [[4, 2], [4, 2]]  # 12 images, 6 per process
+    assert sorted(torch.cat([y for shard in first for _, y in shard]).tolist()) == [0] * 4 + [1] * 4 + [2] * 4
+    assert loader.sampler.epoch == 3
+    again = shards(3)
+    assert all(torch.equal(a[0], b[0]) for sa, sb in zip(first, again) for a, b in zip(sa, sb))
 
 
 def test_large_image_path_with_transforms(folder, tmp_path):

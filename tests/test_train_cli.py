@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import wandb
 
 import evaluate
 import train
+from datamodules import InputError
 from tests.helpers import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +48,19 @@ def test_run_folder_holds_config_checkpoint_metrics_and_wandb_offline_run(german
 def test_evaluate_reproduces_the_test_accuracy(german_run):
     metrics = evaluate.main(["run", german_run["run_dir"]])
     assert metrics["test_acc"] == pytest.approx(german_run["test_acc"], abs=1e-6)
+
+
+def test_evaluate_run_finds_a_tabular_run_whose_data_moved(tmp_path, data_dir):
+    (tmp_path / "old" / "german").mkdir(parents=True)
+    shutil.copy(data_dir / "german" / "german.data", tmp_path / "old" / "german")
+    trained = run_train(tmp_path, "--log_to", "none", "--run_name", "moved", "--trainer.max_epochs", "1",
+                        "--data.init_args.data_dir", str(tmp_path / "old"))  # fmt: skip
+    (tmp_path / "old").rename(tmp_path / "new")
+    with pytest.raises(InputError, match=r"data_dir '.*old' does not exist"):
+        evaluate.main(["run", trained["run_dir"]])
+    metrics = evaluate.main(["run", trained["run_dir"], "--data_dir", str(tmp_path / "new")])
+    assert metrics["test_acc"] == pytest.approx(trained["test_acc"], abs=1e-6)
+    assert metrics["data"]["source"] == str(tmp_path / "new" / "german" / "german.data")
 
 
 def _weights(run: dict) -> dict:

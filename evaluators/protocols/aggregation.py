@@ -84,7 +84,7 @@ class AggregationConfig:
 
     run: str  # a train.py run folder
     checkpoint: str = "last.ckpt"
-    data_dir: str | None = None  # where a tabular run's raw data lies on this machine
+    data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
     n_inputs: int = 500
     explainers: dict = field(default_factory=_image_explainers)
@@ -248,8 +248,7 @@ def findings(scores: dict[str, dict], rows: dict) -> dict:
 
 def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
-    data_options = {"data_dir": cfg.data_dir} if cfg.data_dir is not None else None
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir)
     model = model.to(device).eval()
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device)
     map_dims = 1 if inputs.tabular else 2

@@ -38,7 +38,6 @@ numbers an uninterrupted run gives.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,6 +46,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules.errors import InputError
+from datamodules.files import atomic_write
 from evaluators.metrics.agreement_functional import ley_agreements
 from evaluators.config import PopulationSource
 from evaluators.maps import TABULAR_EXPLAINERS, explain
@@ -150,9 +150,7 @@ def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor])
     """One ensemble's results, written atomically."""
     payload = {"accuracy": accuracy, "explanations": {m: e.cpu() for m, e in explanations.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
 def load_set(path: Path, methods: list[str], device: torch.device) -> tuple[float, dict[str, torch.Tensor]]:

@@ -79,7 +79,7 @@ class OptimisedAggregationConfig:
 
     run: str
     checkpoint: str = "last.ckpt"
-    data_dir: str | None = None
+    data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
     n_inputs: int = 200
     explainers: dict = field(default_factory=_decker_explainers)
@@ -142,7 +142,7 @@ def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[
 
 def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, {"data_dir": cfg.data_dir} if cfg.data_dir else None)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir)
     model = model.to(device).eval()
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:
