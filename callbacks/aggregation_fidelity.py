@@ -6,15 +6,17 @@ end of training if ``at_train_end``, on a fixed probe batch (``n_probe`` inputs:
 evenly spaced through the validation split, else the test split; the first test rows of
 a tabular datamodule): the base maps of ``explainers`` (their predicted class; a tabular
 model's positive class), normalised (``normalisation``) and aggregated by each of
-``aggregators``, each map scored by its mean insertion and deletion AUC over the probe
-(``InsertionAUC``, ``DeletionAUC``; the normal baseline from each image's own channel
-statistics, from the training set's feature statistics for tabular inputs).
-Logged as ``aggregation/<map>/insertion`` and ``aggregation/<map>/deletion``
-(``<map>``: ``base_<explainer>`` or an aggregator's name), with a PNG grid of the probe
-inputs and their maps (images) in ``<log_dir or default_root_dir>/aggregation/`` sent
-to W&B when a ``WandbLogger`` is attached; the end-of-training scores are logged with the
-suffix ``/final``. Each evaluation is also kept in ``history`` (with ``epoch`` and ``when``:
-``epoch_end`` or ``train_end``).
+``aggregators`` and, if given, Decker et al.'s ``optimised`` aggregators; each map scored
+by the ``metrics`` averaged over the probe: insertion and deletion AUC (``InsertionAUC``,
+``DeletionAUC``; the normal baseline from each image's own channel statistics, from the
+training set's feature statistics for tabular inputs), infidelity and faithfulness
+correlation (on ``n_samples`` subset perturbations shared by every map).
+Logged as ``aggregation/<map>/<metric>`` (``<map>``: ``base_<explainer>`` or an
+aggregator's name), with a PNG grid of the probe inputs and their maps (images) in
+``<log_dir or default_root_dir>/aggregation/`` sent to W&B when a ``WandbLogger`` is
+attached; the end-of-training scores are logged with the suffix ``/final``. Each
+evaluation is also kept in ``history`` (with ``epoch`` and ``when``: ``epoch_end`` or
+``train_end``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate_all
+from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
+from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
+from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
 from evaluators.protocols.explanation_grid import plot_grid, spread_images
 from lightning_modules.interface import is_tabular
@@ -37,6 +42,7 @@ from lightning_modules.interface import is_tabular
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
 TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {}, "integrated_gradients": {}, "input_x_gradient": {}}
+METRICS = ("insertion", "deletion", "infidelity", "fcor")
 
 
 class AggregationFidelity(pl.Callback):
@@ -53,10 +59,17 @@ class AggregationFidelity(pl.Callback):
         baseline: str = "normal",
         seed: int = 0,
         log_grid: bool = True,
+        optimised: dict[str, dict] | None = None,
+        metrics: tuple[str, ...] = ("insertion", "deletion"),
+        n_samples: int = 50,
     ) -> None:
         """``explainers``: registry name -> options (default: cheap gradient methods, see
         ``IMAGE_DEFAULTS`` / ``TABULAR_DEFAULTS``); ``aggregators``: name -> parameters
-        (default ``mean`` and ``ucb``, the paper's two best)."""
+        (default ``mean`` and ``ucb``, the paper's two best); ``optimised``: Decker et al.'s
+        aggregators over the same explainers, name -> options of ``optimised_aggregation``
+        (e.g. ``{agg_faith: {}, agg_robust: {n_samples: 10}}``); ``metrics``: some of
+        ``insertion``, ``deletion``, ``infidelity``, ``fcor`` (the last two on ``n_samples``
+        subset perturbations of the probe, shared by every map)."""
         if normalisation not in NORMALISATIONS:
             raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
                              f"{sorted(NORMALISATIONS)}")  # fmt: skip
@@ -64,6 +77,11 @@ class AggregationFidelity(pl.Callback):
         if unknown:
             raise InputError(f"AggregationFidelity: unknown aggregator(s) {unknown}; expected some of "
                              f"{sorted(PIXEL_AGGREGATORS)}")  # fmt: skip
+        unknown = sorted(set(optimised or {}) - set(OPTIMISED_AGGREGATORS))
+        unknown += sorted(set(metrics) - set(METRICS))
+        if unknown:
+            raise InputError(f"AggregationFidelity: unknown optimised aggregator(s) or metric(s) {unknown}; expected "
+                             f"some of {list(OPTIMISED_AGGREGATORS)} and {list(METRICS)}")  # fmt: skip
         if every_n_epochs < 1 or n_probe < 1:
             raise InputError(f"AggregationFidelity: every_n_epochs={every_n_epochs}, n_probe={n_probe}; "
                              "expected positive integers")  # fmt: skip
@@ -72,6 +90,7 @@ class AggregationFidelity(pl.Callback):
         self.normalisation, self.n_probe, self.every_n_epochs = normalisation, n_probe, every_n_epochs
         self.at_train_end, self.reduction, self.steps, self.baseline = at_train_end, reduction, steps, baseline
         self.seed, self.log_grid = seed, log_grid
+        self.optimised, self.metrics, self.n_samples = optimised or {}, tuple(metrics), n_samples
         self.history: list[dict] = []
         self._probe: tuple | None = None
 
@@ -109,17 +128,38 @@ class AggregationFidelity(pl.Callback):
                     m = explain(pl_module, x, name, **(options or {})).detach()
                     base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
                 maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
-                options = {"steps": self.steps, "baseline": self.baseline, "stats": stats, "seed": self.seed}
-                scores = {}
-                for name, m in maps.items():
-                    for metric in (InsertionAUC(**options), DeletionAUC(**options)):
-                        metric.update(pl_module, x, m)
-                        scores[f"aggregation/{name}/{metric.mode}"] = metric.compute().item()
+                for name, options in self.optimised.items():
+                    options = dict(options or {})
+                    if tabular and name in ("agg_faith", "agg_opt"):  # features replaced by the training means
+                        options.setdefault("baseline", stats[0])
+                    maps[name] = optimised_aggregation(pl_module, x, name, explainers, **options)[0]
+                scores = self._scores(pl_module, x, maps, stats)
             finally:
                 pl_module.train(was_training)
         self.history.append({"epoch": trainer.current_epoch, "when": when, **scores})
         if self.log_grid and not tabular and trainer.is_global_zero:
             self._log_grid(trainer, pl_module, x, y, maps)
+        return scores
+
+    def _scores(self, pl_module: pl.LightningModule, x: torch.Tensor, maps: dict[str, torch.Tensor],
+                stats) -> dict[str, float]:  # fmt: skip
+        """``aggregation/<map>/<metric>``: each map's mean over the probe."""
+        options = {"steps": self.steps, "baseline": self.baseline, "stats": stats, "seed": self.seed}
+        curves = [m for m in (InsertionAUC, DeletionAUC) if m.mode in self.metrics]
+        samples = None
+        if {"infidelity", "fcor"} & set(self.metrics):
+            samples = subset_perturbations(pl_module, x, n_samples=self.n_samples, seed=self.seed,
+                                           baseline=None if stats is None else stats[0])  # fmt: skip
+        scores = {}
+        for name, m in maps.items():
+            for cls in curves:
+                metric = cls(**options)
+                metric.update(pl_module, x, m)
+                scores[f"aggregation/{name}/{cls.mode}"] = metric.compute().item()
+            if "infidelity" in self.metrics:
+                scores[f"aggregation/{name}/infidelity"] = infidelity(m, samples).mean().item()
+            if "fcor" in self.metrics:
+                scores[f"aggregation/{name}/fcor"] = faithfulness_correlation(m, samples).nanmean().item()
         return scores
 
     def _log_grid(self, trainer: pl.Trainer, pl_module: pl.LightningModule, x: torch.Tensor, y: torch.Tensor,

@@ -46,3 +46,20 @@ def small_population(tmp_path_factory) -> str:
         "--trainer.enable_progress_bar", "false", "--log_to", "none", "--output_dir", str(out),
     ])  # fmt: skip
     return metrics["population"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A train.py run folder of the ResNet-8 config on a tiny 32x32 image folder (2 steps)."""
+    import train
+    from tests.test_images_data import make_folder
+
+    tmp = tmp_path_factory.mktemp("tiny_run")
+    make_folder(tmp / "tiny", size=32)
+    train.main([
+        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp / "tiny"),
+        "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
+        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--log_to", "none",
+        "--output_dir", str(tmp / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    return tmp / "runs" / "tiny" / "r"

@@ -19,20 +19,6 @@ from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from evaluators import run_inputs
 from evaluators.protocols import aggregation
 from evaluators.protocols.explanation_grid import load_run, spread_images
-from tests.test_images_data import make_folder
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("agg")
-    make_folder(tmp / "tiny", size=32)
-    train.main([
-        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp / "tiny"),
-        "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--log_to", "none",
-        "--output_dir", str(tmp / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
-    ])  # fmt: skip
-    return tmp / "runs" / "tiny" / "r"
 
 
 def small_config(tmp_path, run, **extra) -> dict:

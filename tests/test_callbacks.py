@@ -99,3 +99,29 @@ def test_aggregation_fidelity_names_bad_options():
         AggregationFidelity(aggregators={"median": {}})
     with pytest.raises(InputError, match="normalisation='zscore'"):
         AggregationFidelity(normalisation="zscore")
+
+
+def test_aggregation_fidelity_scores_optimised_aggregators_by_infidelity_and_fcor():
+    from evaluators.maps.optimised_aggregators import optimised_aggregation
+    from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
+    from evaluators.metrics.infidelity import infidelity, subset_perturbations
+    from lightning_modules import MLPClassifier
+
+    data = FinancialDataModule(dataset="german")
+    explainers = {"saliency": {}, "input_x_gradient": {}}
+    callback = AggregationFidelity(explainers=explainers, n_probe=20, aggregators={"mean": {}},
+                                   optimised={"agg_faith": {"n_samples": 8}}, metrics=("infidelity", "fcor"),
+                                   n_samples=16)  # fmt: skip
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
+    model = MLPClassifier(in_features=data.num_features, seed=0)
+    trainer.fit(model, datamodule=data)
+    final = callback.history[-1]
+    assert not any(k.endswith(("/insertion", "/deletion")) for k in final)
+    x = data.test_tensors[0][:20]
+    means = data.train_tensors[0].mean(0)
+    maps, _ = optimised_aggregation(model, x, "agg_faith", explainers, n_samples=8, baseline=means)
+    samples = subset_perturbations(model, x, n_samples=16, baseline=means)
+    assert final["aggregation/agg_faith/infidelity"] == pytest.approx(infidelity(maps, samples).mean().item(), rel=1e-6)
+    assert final["aggregation/agg_faith/fcor"] == pytest.approx(
+        faithfulness_correlation(maps, samples).nanmean().item(), rel=1e-6)

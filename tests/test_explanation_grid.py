@@ -9,24 +9,9 @@ import torch
 from PIL import Image
 
 import evaluate
-import train
 from datamodules.errors import InputError
 from evaluators.protocols.explanation_grid import load_run
 from evaluators.maps.image_explainers import explain_image, reduce_map
-from tests.test_images_data import make_folder
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("grid")
-    make_folder(tmp / "tiny", size=32)
-    train.main([
-        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp / "tiny"),
-        "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--trainer.accelerator", "cpu",
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--log_to", "none",
-        "--output_dir", str(tmp / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
-    ])  # fmt: skip
-    return tmp / "runs" / "tiny" / "r"
 
 
 def test_grid_png_and_json_hold_every_method_and_image(tiny_run):

@@ -15,7 +15,6 @@ from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.sensitivity import sensitivities
 from evaluators.protocols.explanation_grid import load_run, spread_images
-from tests.test_aggregation_protocol import tiny_run  # noqa: F401  (the module-scoped run fixture)
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
 
@@ -28,7 +27,7 @@ def config(tmp_path, run) -> str:
     return str(path)
 
 
-def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_path):  # noqa: F811
+def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_path):
     summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run)])
     (folder,) = (tmp_path / "out").iterdir()
     for name in ("optimised_aggregation.json", "optimised_aggregation.csv", "table.md", "weights.png",
