@@ -46,7 +46,8 @@ from datamodules.errors import InputError, OneLineParser, run_entry_point
 from evaluators.config import load_config
 from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
 from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
-from evaluators.protocols.explanation_grid import explanation_grid, load_run
+from evaluators.protocols.explanation_grid import explanation_grid
+from evaluators.run_inputs import load_run
 from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.protocols.optimised_aggregation import (
     OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,

@@ -80,7 +80,7 @@ def model_and_images(n: int) -> tuple[nn.Module, torch.Tensor, str]:
     """The reference ResNet-8 and the first ``n`` CIFAR-10 test images, or a random
     ResNet-8 on random images (and what was used)."""
     if (REFERENCE_RUN / "checkpoints" / "last.ckpt").is_file():
-        from evaluators.protocols.explanation_grid import load_run
+        from evaluators.run_inputs import load_run
 
         model, data, _ = load_run(REFERENCE_RUN, data_options={"eval_batch_size": n})
         data.setup("test")

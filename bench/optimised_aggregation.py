@@ -107,7 +107,7 @@ def cifar_model_and_images(n: int) -> tuple[nn.Module, torch.Tensor, str]:
     """The reference ResNet-8 and ``n`` test images spread over the split, or a random
     ResNet-8 on random images (and what was used)."""
     if (REFERENCE_RUN / "checkpoints" / "last.ckpt").is_file():
-        from evaluators.protocols.explanation_grid import load_run, spread_images
+        from evaluators.run_inputs import load_run, spread_images
 
         model, data, _ = load_run(REFERENCE_RUN)
         data.setup("test")

@@ -36,7 +36,8 @@ from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimis
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
-from evaluators.protocols.explanation_grid import plot_grid, spread_images
+from evaluators.protocols.explanation_grid import plot_grid
+from evaluators.run_inputs import spread_images
 from lightning_modules.interface import is_tabular
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},

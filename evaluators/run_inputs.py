@@ -1,6 +1,6 @@
-"""What the protocols read from a ``train.py`` run besides its model: the inputs they
-explain, the references explainers take, and a cache that lets an interrupted protocol
-continue where it stopped."""
+"""What the protocols and callbacks read from a ``train.py`` run: its model and datamodule,
+the inputs they explain, the references explainers take, and a cache that lets an
+interrupted protocol continue where it stopped."""
 
 from __future__ import annotations
 
@@ -8,14 +8,56 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytorch_lightning as pl
 import torch
+import yaml
+from pytorch_lightning.cli import instantiate_class
 from torchvision.transforms.functional import gaussian_blur
 
+from datamodules import data_location_option
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.maps.image_explainers import predicted_class
-from evaluators.protocols.explanation_grid import spread_images
 from lightning_modules.interface import is_tabular
+
+
+def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
+             data_location: str | None = None):  # fmt: skip
+    """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
+    CPU), the datamodule of its ``config.yaml`` and the checkpoint's path.
+    ``data_options`` override the datamodule's init arguments (e.g. ``eval_batch_size``);
+    ``data_location``: where the run's data lies now, given to the datamodule as its
+    :func:`~datamodules.data_location_option` (``data_dir``, or ``root`` for an image
+    folder or archive) in place of the path the run was trained with."""
+    config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
+    for path in (config_path, ckpt_path):
+        if not path.is_file():
+            raise InputError(f"{path}: file not found; expected a run folder written by train.py")
+    data_cfg = yaml.safe_load(config_path.read_text())["data"]
+    data_cfg["init_args"].update(data_options or {})
+    if data_location is not None:
+        data_cfg["init_args"][data_location_option(data_cfg["class_path"])] = data_location
+    data = instantiate_class((), data_cfg)
+    model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True, map_location="cpu")
+    return model.eval(), data, ckpt_path
+
+
+def spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` images evenly spaced through the split (``test``: the datamodule's evaluation
+    split; index 0, k, 2k, ... with k = size // n, in fixed order, without augmentation),
+    so that class-sorted folders show several classes."""
+    name = data.eval_split if split == "test" else split
+    step = max(1, data.split_sizes[name] // n)
+    loader = data.eval_dataloader(name)
+    xs, ys, seen = [], [], 0
+    for x, y in loader:
+        picked = [i for i in range(len(x)) if (seen + i) % step == 0]
+        xs.append(x[picked])
+        ys.append(y[picked])
+        seen += len(x)
+        if sum(len(v) for v in ys) >= n:
+            break
+    return torch.cat(xs)[:n], torch.cat(ys)[:n]
 
 
 def cached(path: Path, compute: Callable[[], dict]) -> dict:

@@ -18,7 +18,7 @@ from evaluators.maps.pixel_aggregators import aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from evaluators import run_inputs
 from evaluators.protocols import aggregation
-from evaluators.protocols.explanation_grid import load_run, spread_images
+from evaluators.run_inputs import load_run, spread_images
 
 
 def small_config(tmp_path, run, **extra) -> dict:

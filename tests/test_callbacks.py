@@ -50,7 +50,7 @@ def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_met
     from evaluators.maps.image_explainers import explain_image, reduce_map
     from evaluators.maps.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
-    from evaluators.protocols.explanation_grid import spread_images
+    from evaluators.run_inputs import spread_images
     from lightning_modules import ImageClassifier
 
     data = fashion_mnist_or_skip()

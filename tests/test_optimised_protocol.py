@@ -13,8 +13,9 @@ from evaluators.maps.image_explainers import predicted_class
 from evaluators.maps.optimised_aggregators import explainer_maps, optimised_aggregation
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
+from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
-from evaluators.protocols.explanation_grid import load_run, spread_images
+from evaluators.run_inputs import load_run, spread_images
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
 
@@ -31,7 +32,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run)])
     (folder,) = (tmp_path / "out").iterdir()
     for name in ("optimised_aggregation.json", "optimised_aggregation.csv", "table.md", "weights.png",
-                 "maps.pt", "weights.pt", "scores.pt"):  # fmt: skip
+                 "maps.pt", "weights.pt", "scores.pt", "road.pt"):  # fmt: skip
         assert (folder / name).is_file(), name
     assert list(summary["rows"]) == [*EXPLAINERS, "agg_mean", "agg_var", "agg_robust", "agg_faith", "agg_opt"]
     model, data, _ = load_run(tiny_run)
@@ -53,7 +54,9 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     assert row["sens_avg"]["mean"] == pytest.approx(distances.mean(1).mean().item(), rel=1e-6)
     assert row["sens_max"]["mean"] == pytest.approx(distances.amax(1).mean().item(), rel=1e-6)
     assert "| agg_faith |" in (folder / "table.md").read_text() and "3.342" in (folder / "table.md").read_text()
+    _, morf = road_curves(model, x, maps, "morf", target=target, difference=True)
+    assert row["road_morf"]["mean"] == pytest.approx(morf.double().mean().item(), rel=1e-6, abs=1e-9)
     fcor = faithfulness_correlation(maps, samples).double()
     assert row["fcor"]["mean"] == pytest.approx(fcor[~fcor.isnan()].mean().item(), rel=1e-6)
     # Decker's Theorem 4.2 on the fitting samples does not bind fresh samples; the report says which row is best
-    assert set(summary["findings"]["best"]) == {"infidelity", "fcor", "sens_avg", "sens_max"}
+    assert set(summary["findings"]["best"]) == {"infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf"}

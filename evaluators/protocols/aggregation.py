@@ -46,7 +46,7 @@ from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators.protocols.explanation_grid import load_run
+from evaluators.run_inputs import load_run
 from evaluators.run_inputs import Inputs, cached, explainer_options, load_inputs
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):

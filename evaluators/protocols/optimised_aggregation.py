@@ -14,7 +14,9 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 3. every row (each explainer alone, each aggregator) scored per input on fresh samples
    (the ``"evaluation"`` stream): infidelity (β-normalised) on ``m_eval`` superpixel (feature)
    subset perturbations, faithfulness correlation on the same perturbations (as Decker et
-   al.), and average and maximum sensitivity on ``m_sens`` noisy copies,
+   al.), average and maximum sensitivity on ``m_sens`` noisy copies, and ROAD (Rong et al.:
+   noisy linear imputation of the 10-90 % most (MoRF) or least (LeRF) relevant pixels; the
+   change in the target's probability, averaged over the nine percentages),
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
    explainers' maps there (``agg_var``: recomputed there);
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
@@ -45,11 +47,13 @@ from evaluators.maps.simplex_qp import solve_simplex_qp
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.perturbations import uniform_noise
-from evaluators.protocols.explanation_grid import load_run
+from evaluators.metrics.road import road_curves
+from evaluators.run_inputs import load_run
 from evaluators.run_inputs import cached, explainer_options, load_inputs
 
-METRICS = ("infidelity", "fcor", "sens_avg", "sens_max")
-LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True}
+METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf")
+LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True, "road_morf": True,
+                   "road_lerf": False}  # fmt: skip
 # Decker et al.'s CIFAR-10 column of Tables 5 (INFD, FCOR) and 6 (SENS_AVG, SENS_MAX): a
 # pre-trained ResNet-18, 500 images; None where the paper prints no value.
 PAPER_CIFAR10 = {
@@ -60,6 +64,7 @@ PAPER_CIFAR10 = {
     "agg_opt": (3.538, 0.343, 0.492, 0.657), "agg_faith": (3.342, 0.378, None, None),
     "agg_robust": (None, None, 0.491, 0.650),
 }  # fmt: skip
+ROAD_PERCENTAGES = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # pytorch-grad-cam's, as Decker et al.'s ROAD
 
 
 def _decker_explainers() -> dict:
@@ -191,7 +196,20 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             out[row].update({"sens_avg": d.mean(1), "sens_max": d.amax(1)})
         return out
 
+    def road() -> dict:
+        print("  ROAD (MoRF, LeRF)", flush=True)
+        out = {}
+        for row, m in rows.items():
+            out[row] = {}
+            for order in ("morf", "lerf"):
+                _, curves = road_curves(model, x, m, order, ROAD_PERCENTAGES, target, difference=True,
+                                        feature_means=baseline, seed=cfg.seed, max_batch=cfg.max_batch)  # fmt: skip
+                out[row][f"road_{order}"] = curves.mean(1).cpu()
+        return out
+
     per_input = cached(run_dir / "scores.pt", scores)
+    for row, values in cached(run_dir / "road.pt", road).items():
+        per_input[row].update(values)
     table = {row: {m: mean_and_error(v[m]) for m in METRICS} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in fitted["weights"].items() if a in cfg.aggregators}
     return {"config": asdict(cfg), "n_inputs": len(x), "explainers": names, "rows": table, "weights": weights,
@@ -225,11 +243,12 @@ def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
 
 def markdown_table(summary: dict) -> str:
     """Rows × metrics (mean ± s.e.), each beside Decker et al.'s CIFAR-10 value."""
-    lines = ["| method | INFD ↓ | paper | FCOR ↑ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | INFD ↓ | paper | FCOR ↑ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper | ROAD MoRF ↓ "
+             "| ROAD LeRF ↑ |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for row, v in summary["rows"].items():
-        paper = PAPER_CIFAR10.get(row, (None,) * len(METRICS))
-        cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f} | {'—' if p is None else p}" for m, p in zip(METRICS, paper)]
+        paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 2
+        cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f}" + ("" if p == "" else f" | {'—' if p is None else p}")
+                 for m, p in zip(METRICS, paper)]  # fmt: skip
         lines.append(f"| {row} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
