@@ -304,7 +304,9 @@ def predicted_class(model: nn.Module, x: torch.Tensor, max_batch: int = MAX_BATC
         return torch.cat([model(x[s]).argmax(-1) for s in _chunks(len(x), max(1, max_batch))])
 
 
-def _targets(model: nn.Module, x: torch.Tensor, target, max_batch: int) -> torch.Tensor:
+def image_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int = MAX_BATCH) -> torch.Tensor:
+    """The explained class per image, (N,): the predicted class where ``target`` is None,
+    else an int for all images or a LongTensor of N labels."""
     if target is None:
         return predicted_class(model, x, max_batch)
     if isinstance(target, int) and not isinstance(target, bool):
@@ -336,7 +338,7 @@ def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, m
         if strict:
             torch.use_deterministic_algorithms(True, warn_only=True)
         x = x.detach().to(_device(model, x))
-        target = _targets(model, x, target, max_batch)
+        target = image_targets(model, x, target, max_batch)
         return IMAGE_EXPLAINERS[method](model, x, target, max_batch, **options)
     finally:
         model.train(was_training)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH, predicted_class
+from evaluators.maps.image_explainers import MAX_BATCH, image_targets
 from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
 
 OUTPUTS = ("logit", "probability")
@@ -70,14 +70,7 @@ def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int = 
             raise InputError(f"option target={target!r}: a tabular model explains its positive class "
                              f"({POSITIVE_CLASS})")  # fmt: skip
         return None
-    if target is None:
-        return predicted_class(model, x, max_batch)
-    if isinstance(target, int) and not isinstance(target, bool):
-        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
-    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
-        return target.to(x.device, torch.long)
-    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
-                     f"of {len(x)} labels")  # fmt: skip
+    return image_targets(model, x, target, max_batch)
 
 
 def _one_per_row(scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
