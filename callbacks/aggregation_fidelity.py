@@ -28,6 +28,7 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError
+from evaluators.map_grid import plot_map_grid
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS
@@ -36,7 +37,6 @@ from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimis
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
-from evaluators.protocols.explanation_grid import plot_grid
 from evaluators.run_inputs import spread_images
 from lightning_modules.interface import is_tabular
 
@@ -169,8 +169,10 @@ class AggregationFidelity(pl.Callback):
         folder.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
             predicted = predicted_class(pl_module, x)
-        path = plot_grid(x.cpu(), y.cpu(), predicted.cpu(), {k: v.cpu() for k, v in maps.items()}, trainer.datamodule,
-                         folder / f"epoch-{trainer.current_epoch}-step-{trainer.global_step}.png")  # fmt: skip
+        classes = trainer.datamodule.classes
+        titles = [f"{classes[int(a)]} → {classes[int(b)]}" for a, b in zip(y, predicted)]
+        path = folder / f"epoch-{trainer.current_epoch}-step-{trainer.global_step}.png"
+        plot_map_grid(x, maps, trainer.datamodule.normalization, path, titles)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_image(key="aggregation/grid", images=[str(path)], step=trainer.global_step)

@@ -41,13 +41,13 @@ import yaml
 
 from datamodules.errors import InputError
 from evaluators.config import resolve_device
+from evaluators.map_grid import plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators.run_inputs import load_run
-from evaluators.run_inputs import Inputs, cached, explainer_options, load_inputs
+from evaluators.run_inputs import Inputs, cached, explainer_options, load_inputs, load_run
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
 # (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).
@@ -382,32 +382,8 @@ def plot_grid(summary: dict, path: Path) -> Path | None:
     grid = summary["_grid"]
     if grid["tabular"] or not grid["maps"]:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = grid["x"]
-    mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in grid["normalization"])
-    shown = (x * std + mean).clamp(0, 1)
-    n, cols = len(x), 1 + len(grid["maps"])
-    fig, axes = plt.subplots(n, cols, figsize=(1.25 * cols, 1.3 * n), dpi=110, squeeze=False)
-    for i in range(n):
-        image = shown[i].permute(1, 2, 0).numpy()
-        gray = image.shape[-1] == 1
-        axes[i, 0].imshow(image[..., 0] if gray else image, cmap="gray" if gray else None)
-        for j, (row, m) in enumerate(grid["maps"].items(), start=1):
-            v = m[i]
-            axes[i, j].imshow(((v - v.min()) / (v.max() - v.min()).clamp_min(1e-12)).numpy(), cmap="inferno")
-            if i == 0:
-                axes[i, j].set_title(row.split("/", 1)[1], fontsize=6)
-    for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    maps = {row.split("/", 1)[1]: m for row, m in grid["maps"].items()}
+    return plot_map_grid(grid["x"], maps, grid["normalization"], path, cell=1.3)
 
 
 def write_aggregation_report(summary: dict, out_dir: Path) -> None:

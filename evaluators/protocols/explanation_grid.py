@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from evaluators.map_grid import plot_map_grid
 from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
 from evaluators.run_inputs import load_run, spread_images
 
@@ -75,31 +76,6 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
 
 
 def plot_grid(x, y, predicted, maps: dict[str, torch.Tensor], data, path: Path) -> Path:
-    """Images (un-normalised) in the first column, each method's map in the next."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in data.normalization)
-    shown = (x.cpu() * std + mean).clamp(0, 1)
-    n, cols = len(x), 1 + len(maps)
-    fig, axes = plt.subplots(n, cols, figsize=(1.6 * cols, 1.6 * n), dpi=110, squeeze=False)
-    for i in range(n):
-        image = shown[i].permute(1, 2, 0).numpy()
-        gray = image.shape[-1] == 1
-        axes[i, 0].imshow(image[..., 0] if gray else image, cmap="gray" if gray else None)
-        axes[i, 0].set_title(f"{data.classes[int(y[i])]} → {data.classes[int(predicted[i])]}", fontsize=6)
-        for j, (method, m) in enumerate(maps.items(), start=1):
-            values = m[i].cpu()
-            scaled = (values - values.min()) / (values.max() - values.min()).clamp_min(1e-12)
-            axes[i, j].imshow(scaled.numpy(), cmap="inferno", vmin=0, vmax=1)
-            if i == 0:
-                axes[i, j].set_title(method, fontsize=7)
-    for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    """Images (un-normalised, titled label → prediction) in the first column, each method's map in the next."""
+    titles = [f"{data.classes[int(a)]} → {data.classes[int(b)]}" for a, b in zip(y, predicted)]
+    return plot_map_grid(x, maps, data.normalization, path, titles)

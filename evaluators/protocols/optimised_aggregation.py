@@ -48,8 +48,7 @@ from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.perturbations import uniform_noise
 from evaluators.metrics.road import road_curves
-from evaluators.run_inputs import load_run
-from evaluators.run_inputs import cached, explainer_options, load_inputs
+from evaluators.run_inputs import cached, explainer_options, load_inputs, load_run
 
 METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf")
 LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True, "road_morf": True,
