@@ -113,7 +113,7 @@ class AggregationFidelity(pl.Callback):
     # --- one evaluation -------------------------------------------------------------
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, when: str) -> dict[str, float]:
         """Base and aggregated maps of the probe and their insertion/deletion AUCs."""
-        with torch.inference_mode(False), torch.enable_grad():
+        with torch.enable_grad():  # explainers differentiate, whatever mode the hook runs in
             if self._probe is None:
                 self._probe = self._load_probe(trainer, pl_module)
             x, y = (t.to(pl_module.device) for t in self._probe[:2])

@@ -191,9 +191,19 @@ def faith_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, 
     return columns.transpose(1, 2) @ columns / columns.shape[1]
 
 
-def frobenius_normalised(gamma: torch.Tensor) -> torch.Tensor:
+def _frobenius_normalised(gamma: torch.Tensor) -> torch.Tensor:
     norm = torch.linalg.matrix_norm(gamma)[:, None, None]
     return torch.where(norm > 0, gamma / torch.where(norm > 0, norm, 1), 0)
+
+
+def opt_gamma(robust: torch.Tensor, faith: torch.Tensor, lam: float = LAMBDA) -> torch.Tensor:
+    """AGG_opt's Γ = λ Γ_robust / ‖Γ_robust‖_F + (1 − λ) Γ_faith / ‖Γ_faith‖_F."""
+    return lam * _frobenius_normalised(robust) + (1 - lam) * _frobenius_normalised(faith)
+
+
+def variance_aggregate(maps: torch.Tensor, map_dims: int, eps: float = VAR_EPS) -> torch.Tensor:
+    """AGG_var of maps (N, k, *S): μ / (σ + ε) per feature over the k maps."""
+    return var(maps.movedim(1, 0), map_dims, eps=1.0, delta=eps)
 
 
 # --- the aggregators: (model, x, target, explainers, **options) -> (maps, weights or None) ------------------
@@ -207,7 +217,7 @@ def agg_mean(model, x, target, explainers, **map_options):
 def agg_var(model, x, target, explainers, eps: float = VAR_EPS, **map_options):
     """μ / (σ + ε) per feature; no weights."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
-    return var(maps.movedim(1, 0), 1 if is_tabular(model) else 2, eps=1.0, delta=eps), None
+    return variance_aggregate(maps, 1 if is_tabular(model) else 2, eps), None
 
 
 def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, seed: int = 0,
@@ -239,7 +249,7 @@ def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float 
     robust = robust_gamma(model, x, target, explainers, maps, n_samples, radius, seed, **map_options)
     faith = faith_gamma(model, x, target, maps, n_samples, share, baseline, blur_sigma, n_segments, compactness, seed,
                         map_options.get("max_batch", MAX_BATCH))  # fmt: skip
-    weights = solve_simplex_qp(lam * frobenius_normalised(robust) + (1 - lam) * frobenius_normalised(faith))
+    weights = solve_simplex_qp(opt_gamma(robust, faith, lam))
     return combine(maps, weights), weights
 
 

@@ -65,6 +65,19 @@ def _check(x, maps, target) -> None:
                          f"of {len(x)} labels")  # fmt: skip
 
 
+def map_distances(noisy_maps: torch.Tensor, maps: torch.Tensor, relative: bool = True) -> torch.Tensor:
+    """(N, n) distances ‖e(x + ε_s) − e(x)‖ between the maps (N, *S) and their inputs' n noisy
+    copies' maps (N·n, *S, each input's n consecutive), in ``maps``' dtype; divided by
+    ‖e(x)‖ if ``relative`` (1 where it is 0)."""
+    flat = maps.detach().flatten(1)
+    difference = noisy_maps.detach().to(flat).view(len(flat), -1, flat.shape[1]) - flat[:, None]
+    distances = torch.linalg.vector_norm(difference, dim=2)
+    if not relative:
+        return distances
+    norms = torch.linalg.vector_norm(flat, dim=1)
+    return distances / torch.where(norms > 0, norms, 1)[:, None]
+
+
 def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None, n_samples: int = M_EVAL,
                   radius: float = RADIUS, relative: bool = True, seed: int = 0, stream: str = "evaluation",
                   max_batch: int = MAX_BATCH) -> torch.Tensor:  # fmt: skip
@@ -81,9 +94,6 @@ def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, tar
     """
     _check(x, maps, target)
     n_samples, max_batch = check_count("n_samples", n_samples), check_count("max_batch", max_batch)
-    flat = maps.detach().flatten(1)
-    norms = torch.linalg.vector_norm(flat, dim=1) if relative else torch.ones(len(flat), dtype=flat.dtype)
-    norms = torch.where(norms > 0, norms, 1).to(flat.device)
     per_call = max(1, max_batch // n_samples)
     distances = []
     for start in range(0, len(x), per_call):
@@ -93,8 +103,7 @@ def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, tar
         if not isinstance(explained, torch.Tensor) or explained.shape[1:] != maps.shape[1:]:
             raise InputError(f"explain_fn returned maps of shape {tuple(getattr(explained, 'shape', ()))}; expected "
                              f"({len(noisy)}, {', '.join(map(str, maps.shape[1:]))})")  # fmt: skip
-        difference = explained.detach().to(flat).view(-1, n_samples, flat.shape[1]) - flat[inputs, None]
-        distances.append(torch.linalg.vector_norm(difference, dim=2) / norms[inputs, None])
+        distances.append(map_distances(explained, maps[inputs], relative))
     return torch.cat(distances)
 
 

@@ -48,6 +48,7 @@ from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from evaluators.run_inputs import Inputs, cached, explainer_options, load_inputs, load_run
+from evaluators.wandb_report import check_log_to, log_report
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
 # (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).
@@ -113,10 +114,10 @@ class AggregationConfig:
         resolve_device(self.device)
         for name, value, allowed in (("reduction", self.reduction, REDUCTIONS),
                                      ("normalisation", self.normalisation, NORMALISATIONS),
-                                     ("baseline_stats", self.baseline_stats, ("image", "training")),
-                                     ("log_to", self.log_to, ("wandb_offline", "wandb_online", "none"))):  # fmt: skip
+                                     ("baseline_stats", self.baseline_stats, ("image", "training"))):  # fmt: skip
             if value not in allowed:
                 raise InputError(f"option {name}={value!r}; expected one of {sorted(allowed)}")
+        check_log_to(self.log_to)
         unknown = sorted(set(self.normalisations) - set(NORMALISATIONS))
         unknown += sorted(set(self.aggregators) - set(PIXEL_AGGREGATORS))
         unknown += sorted(set(self.sweeps) - set(PIXEL_AGGREGATORS))
@@ -394,19 +395,9 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
     (out_dir / "aggregation.json").write_text(json.dumps(summary, indent=2))
     write_csv(summary, out_dir / "aggregation.csv")
     (out_dir / "table.md").write_text(markdown_table(summary))
-    log_to = summary["config"]["log_to"]
-    if log_to != "none":
-        import wandb
-
-        from train import WANDB_PROJECT
-
-        mode = "offline" if log_to == "wandb_offline" else "online"
-        run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), job_type="aggregation", mode=mode,
-                         config=summary["config"])  # fmt: skip
-        columns = ["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95"]
-        data = [[r, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"], v["deletion"]["ci95"]]
-                for r, v in summary["rows"].items()]  # fmt: skip
-        run.log({"aggregation": wandb.Table(columns=columns, data=data),
-                 **{p.stem: wandb.Image(str(p)) for p in pngs}})  # fmt: skip
-        run.finish()
+    columns = ["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95"]
+    data = [[r, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"], v["deletion"]["ci95"]]
+            for r, v in summary["rows"].items()]  # fmt: skip
+    log_report(summary["config"]["log_to"], out_dir, "aggregation", summary["config"],
+               {"aggregation": (columns, data)}, {p.stem: p for p in pngs})
     print(yaml.safe_dump(summary["findings"], sort_keys=False))

@@ -24,6 +24,7 @@ from datamodules.errors import InputError
 from evaluators.map_grid import plot_map_grid
 from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
 from evaluators.run_inputs import load_run, spread_images
+from evaluators.wandb_report import check_log_to, log_report
 
 
 def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = 8, n_baselines: int = 16,
@@ -35,8 +36,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
         raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(IMAGE_EXPLAINERS)}")
     if n_images < 1:
         raise InputError(f"option --n_images={n_images}; expected a positive integer")
-    if log_to not in ("wandb_offline", "wandb_online", "none"):
-        raise InputError(f"option --log_to={log_to!r}; expected wandb_offline, wandb_online or none")
+    check_log_to(log_to, "--log_to")
     model, data, _ = load_run(run_dir, checkpoint)
     if not hasattr(data, "normalization"):
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
@@ -62,16 +62,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
               "images": [{"label": classes[int(a)], "predicted": classes[int(b)]} for a, b in zip(y, predicted)],
               "png": str(png)}  # fmt: skip
     (out_dir / "explanations.json").write_text(json.dumps(report, indent=2))
-    if log_to != "none":
-        import wandb
-
-        from train import WANDB_PROJECT  # the project train.py logs to
-
-        mode = "offline" if log_to == "wandb_offline" else "online"
-        run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), mode=mode, job_type="explain",
-                         config={"run_dir": str(run_dir), "methods": methods})  # fmt: skip
-        run.log({"explanations": wandb.Image(str(png))})
-        run.finish()
+    log_report(log_to, out_dir, "explain", {"run_dir": str(run_dir), "methods": methods}, images={"explanations": png})
     return report
 
 

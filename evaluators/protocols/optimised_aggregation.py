@@ -40,15 +40,16 @@ from datamodules.errors import InputError
 from evaluators.config import resolve_device
 from evaluators.maps import explainer_names
 from evaluators.maps.optimised_aggregators import (
-    OPTIMISED_AGGREGATORS, VAR_EPS, frobenius_normalised, combine, explainer_maps, faith_gamma, robust_gamma,
+    OPTIMISED_AGGREGATORS, combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
-from evaluators.maps.pixel_aggregators import var
 from evaluators.maps.simplex_qp import solve_simplex_qp
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.perturbations import uniform_noise
 from evaluators.metrics.road import road_curves
+from evaluators.metrics.sensitivity import map_distances
 from evaluators.run_inputs import cached, explainer_options, load_inputs, load_run
+from evaluators.wandb_report import check_log_to, log_report
 
 METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf")
 LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True, "road_morf": True,
@@ -105,8 +106,7 @@ class OptimisedAggregationConfig:
         if unknown:
             raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
                              f"{list(OPTIMISED_AGGREGATORS)}")  # fmt: skip
-        if self.log_to not in ("wandb_offline", "wandb_online", "none"):
-            raise InputError(f"option log_to={self.log_to!r}; expected wandb_offline, wandb_online or none")
+        check_log_to(self.log_to)
         for name in ("n_inputs", "m_agg", "m_eval", "m_sens"):
             if getattr(self, name) < 2:
                 raise InputError(f"option {name}={getattr(self, name)}; expected at least 2")
@@ -126,7 +126,7 @@ def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, m
     k = maps.shape[1]
     weights = {"agg_mean": torch.full((len(x), k), 1 / k, dtype=torch.float64)}
     gammas = {"agg_robust": robust, "agg_faith": faith,
-              "agg_opt": cfg.lam * frobenius_normalised(robust) + (1 - cfg.lam) * frobenius_normalised(faith)}
+              "agg_opt": opt_gamma(robust, faith, cfg.lam)}
     weights.update({name: solve_simplex_qp(g).cpu() for name, g in gammas.items()})
     return {"gamma_robust": robust.cpu(), "gamma_faith": faith.cpu(), "weights": weights}
 
@@ -138,7 +138,7 @@ def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[
     rows = {name: stack[:, i] for i, name in enumerate(names)}
     for agg in aggregators:
         if agg == "agg_var":
-            rows[agg] = var(stack.movedim(1, 0), map_dims, eps=1.0, delta=VAR_EPS)
+            rows[agg] = variance_aggregate(stack, map_dims)
         else:
             rows[agg] = combine(stack, weights[agg].repeat_interleave(repeat, 0).to(stack.device))
     return rows
@@ -175,8 +175,6 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
                for row, m in rows.items()}  # fmt: skip
         print("  sensitivity (evaluation samples)", flush=True)
         distances = {row: [] for row in rows}
-        norms = {row: torch.linalg.vector_norm(m.flatten(1).double(), dim=1) for row, m in rows.items()}
-        norms = {row: torch.where(n > 0, n, 1) for row, n in norms.items()}  # as ``sensitivities``: 1 where 0
         per_call = max(1, cfg.max_batch // cfg.m_sens)
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
@@ -186,9 +184,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, max_batch=cfg.max_batch)
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, cfg.m_sens).items():
-                clean = rows[row][part].flatten(1).double()
-                diff = m.flatten(1).double().view(-1, cfg.m_sens, clean.shape[1]) - clean[:, None]
-                distances[row].append(torch.linalg.vector_norm(diff, dim=2) / norms[row][part, None])
+                distances[row].append(map_distances(m, rows[row][part].double()))
             print(f"    {part.stop}/{len(x)} inputs", flush=True)
         for row in rows:
             d = torch.cat(distances[row]).cpu()
@@ -282,17 +278,7 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
         writer.writerow(["row"] + [f"{m}{s}" for m in METRICS for s in ("", "_se")])
         for row, v in summary["rows"].items():
             writer.writerow([row] + [v[m][k] for m in METRICS for k in ("mean", "se")])
-    log_to = summary["config"]["log_to"]
-    if log_to != "none":
-        import wandb
-
-        from train import WANDB_PROJECT
-
-        mode = "offline" if log_to == "wandb_offline" else "online"
-        run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), job_type="optimised_aggregation", mode=mode,
-                         config=summary["config"])  # fmt: skip
-        data = [[r] + [v[m]["mean"] for m in METRICS] for r, v in summary["rows"].items()]
-        run.log({"optimised_aggregation": wandb.Table(columns=["row", *METRICS], data=data),
-                 "weights": wandb.Image(str(png))})  # fmt: skip
-        run.finish()
+    data = [[r] + [v[m]["mean"] for m in METRICS] for r, v in summary["rows"].items()]
+    log_report(summary["config"]["log_to"], out_dir, "optimised_aggregation", summary["config"],
+               {"optimised_aggregation": (["row", *METRICS], data)}, {"weights": png})
     print(markdown_table(summary))
