@@ -1,6 +1,6 @@
 """Explaining image models: one image per Captum call vs ``explain_image`` batched.
 
-    python bench/image_explainers.py [--checkpoint <run>/checkpoints/last.ckpt]
+    python bench/image_explainers.py [--checkpoint <run>/checkpoints/last.ckpt] [--device auto]
 
 The seven gradient explainers of Decker et al.'s Table 1 (Saliency, GuidedBP, DeepLift,
 IntGrad, InputxGrad, SmoothGrad, VarGrad) and GradCAM, each explaining the predicted
@@ -19,7 +19,11 @@ class of:
     explains (a loop over images, each ``attribute`` on a batch of one);
 (ii) ``evaluators.maps.image_explainers.explain_image`` on the whole batch (``max_batch``
     rows per forward pass).
-Deterministic methods are checked to agree between (i) and (ii). Without the data
+Both run on ``--device`` (default ``auto``: the GPU where one exists; TF32 off there, so
+both paths compute in float32). Deterministic methods must agree between (i) and (ii) on
+the CPU; on a GPU, which may choose other kernels for other batch sizes, the largest
+difference relative to the largest |map| value is reported (``max_diff_relative``) and
+said when above 1e-3. Without the data
 folder (``RELIABLE_EXPLANATIONS_DATA``, default ../shared/data), random images stand in.
 The last line is one JSON object: ``ratio`` = time (i) / time (ii) summed over the
 methods on CIFAR-10, ``ratio_224`` the same at 224x224, and the times per method.
@@ -39,6 +43,7 @@ from captum import attr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules.images import ImageFolderDataModule  # noqa: E402
+from evaluators.config import resolve_device  # noqa: E402
 from evaluators.maps.image_explainers import explain_image, last_conv_block, predicted_class  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402
 
@@ -88,22 +93,29 @@ def batched(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: in
     return explain_image(model, x, method, target=target, **options)
 
 
+def timed(run, device: torch.device) -> tuple[torch.Tensor, float]:
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    out = run().detach()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return out, time.perf_counter() - start
+
+
 def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str]) -> dict:
     model.eval()
     target = predicted_class(model, x)
     times = {}
     for method in methods:
-        torch.manual_seed(0)
-        start = time.perf_counter()
-        naive = one_per_call(model, x, target, method, steps).detach()
-        t_naive = time.perf_counter() - start
-        torch.manual_seed(0)
-        start = time.perf_counter()
-        ours = batched(model, x, target, method, steps).detach()
-        t_ours = time.perf_counter() - start
-        if method in DETERMINISTIC:
+        naive, t_naive = timed(lambda: one_per_call(model, x, target, method, steps), x.device)
+        ours, t_ours = timed(lambda: batched(model, x, target, method, steps), x.device)
+        rel_diff = ((ours - naive).abs().max() / naive.abs().max().clamp(min=1e-30)).item()
+        if method in DETERMINISTIC and x.device.type == "cpu":
             torch.testing.assert_close(ours, naive, rtol=1e-3, atol=1e-5, msg=f"{label} {method}: (i) and (ii) differ")
+        elif method in DETERMINISTIC and rel_diff > 1e-3:  # a GPU may pick other kernels per batch size
+            print(f"{label} {method}: (i) and (ii) differ by {rel_diff:.1e} of the largest |map| value", flush=True)
         times[method] = {"one_per_call_s": round(t_naive, 3), "batched_s": round(t_ours, 3),
+                         "max_diff_relative": float(f"{rel_diff:.2e}"),
                          "maps_per_s_one_per_call": round(len(x) / t_naive, 1),
                          "maps_per_s_batched": round(len(x) / t_ours, 1)}  # fmt: skip
         print(f"{label:8s} {method:22s} (i) {t_naive:7.2f} s  (ii) {t_ours:7.2f} s  x{t_naive / t_ours:5.1f}",
@@ -114,7 +126,11 @@ def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str]) 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a ResNet-8 ImageClassifier checkpoint (reference model (a))")
+    parser.add_argument("--device", default="auto", help="auto (the GPU where one exists), cpu, cuda, cuda:<i>")
     args = parser.parse_args(argv if argv is not None else [])
+    device = resolve_device(args.device)
+    if device.type == "cuda":  # float32 on both paths, so that (i) and (ii) can be compared
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     if args.checkpoint:
         small = ImageClassifier.load_from_checkpoint(args.checkpoint, weights_only=True).net
@@ -122,17 +138,17 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         small, weights = create_image_model("resnet8", num_classes=10, in_channels=3), "random initialisation"
     x32, source32 = images("cifar10-jpeg.tar.gz", N_CIFAR, None, (3, 32, 32))
-    cifar = compare(small, x32, STEPS, "cifar10", METHODS)
+    cifar = compare(small.to(device), x32.to(device), STEPS, "cifar10", METHODS)
     big = create_image_model("resnet18", num_classes=1000, in_channels=3)
     x224, source224 = images("imagenet-samples-val.tar.gz", N_224, 224, (3, 224, 224))
-    at224 = compare(big, x224, STEPS_224, "224", [m for m in METHODS if m != "deeplift"])
+    at224 = compare(big.to(device), x224.to(device), STEPS_224, "224", [m for m in METHODS if m != "deeplift"])
 
     def ratio(times: dict) -> float:
         return sum(t["one_per_call_s"] for t in times.values()) / sum(t["batched_s"] for t in times.values())
 
     result = {"ratio": round(ratio(cifar), 2), "ratio_224": round(ratio(at224), 2), "resnet8_weights": weights,
               "cifar_images": source32, "images_224": source224, "n_cifar": len(x32), "n_224": len(x224),
-              "steps": STEPS, "steps_224": STEPS_224, "threads": torch.get_num_threads(),
+              "steps": STEPS, "steps_224": STEPS_224, "device": str(device), "threads": torch.get_num_threads(),
               "times_cifar": cifar, "times_224": at224}  # fmt: skip
     print(json.dumps(result))
     return result

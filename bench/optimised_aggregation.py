@@ -46,7 +46,11 @@ deterministic explainers (``DETERMINISTIC``), untimed. Explainers tied on every 
 (``tied_groups``: GuidedBackprop and Saliency, DeepLift and InputxGrad on the ResNet-8,
 whose ReLUs are functions Captum cannot hook) leave the minimiser free along their
 difference (cvxpy's interior point splits the weight, Wolfe's method puts it on one):
-their weights are summed before comparing, and the groups are listed in the JSON.
+their weights are summed before comparing, and the groups are listed in the JSON. Where
+the maps of (a) and (b) differ by float32 rounding (on a GPU, other kernels for other batch
+sizes) a nearly singular Γ can turn that into visible weight changes: weights that differ
+by more than ``TOLERANCE`` pass if their objectives under (a)'s Γ agree to ``TOLERANCE``
+relative (``max_objective_gap``), as the GPU test of the solver checks.
 
 ``gradient_floor_s_per_input``: the model's forward and backward passes alone on as many
 rows as AGG_robust explains per input ((m + 1) times ``rows_per_image``), the floor of
@@ -226,6 +230,18 @@ def tied_groups(gamma: torch.Tensor) -> list[list[int]]:
     return groups
 
 
+def objective_gap(naive: torch.Tensor, batched: torch.Tensor, gammas: torch.Tensor) -> float:
+    """The largest |ω_aᵀΓω_a − ω_bᵀΓω_b| / ω_aᵀΓω_a over the inputs, Γ (a)'s (float64)."""
+    gammas = gammas.double()
+
+    def objective(w: torch.Tensor) -> torch.Tensor:
+        w = w.double()
+        return torch.einsum("bi,bij,bj->b", w, gammas, w)
+
+    reference = objective(naive)
+    return ((objective(batched) - reference).abs() / reference.abs().clamp(min=1e-300)).max().item()
+
+
 def weight_difference(naive: torch.Tensor, batched: torch.Tensor, gammas: torch.Tensor,
                       names: list[str]) -> tuple[float, list[list[str]]]:  # fmt: skip
     """The largest |ω_a − ω_b| over the inputs, the weights of tied explainers (``tied_groups``
@@ -260,14 +276,17 @@ def measure(model, x: torch.Tensor, n_naive: int, explainers: dict, samples: dic
             w_naive, gammas, _ = naive_weights(model, x[:n_naive], checked, method, m, max_batch)
             w_check = torch.cat([batched_weights(model, part, checked, method, m, max_batch)[0] for part in alone])
         difference, tied = weight_difference(w_naive, w_check, gammas, list(checked))
-        if difference > TOLERANCE:
-            raise AssertionError(f"{label} {method}: (a) and (b) weights differ by {difference:.2e} (> {TOLERANCE})")
+        gap = objective_gap(w_naive, w_check, gammas)
+        if difference > TOLERANCE and gap > TOLERANCE:
+            raise AssertionError(f"{label} {method}: (a) and (b) weights differ by {difference:.2e} (> {TOLERANCE}), "
+                                 f"objectives by {gap:.2e} of (a)'s")  # fmt: skip
         per_input = {"naive_s_per_input": t_naive / n_naive, "batched_s_per_input": t_batched / len(x)}
         print(f"{label:8s} {method:10s} (a) {per_input['naive_s_per_input']:8.3f} s/input  "
               f"(b) {per_input['batched_s_per_input']:8.3f} s/input  "
               f"x{per_input['naive_s_per_input'] / per_input['batched_s_per_input']:5.1f}  "
               f"max |w_a - w_b| {difference:.1e}", flush=True)  # fmt: skip
         result[method] = {**{k: round(v, 4) for k, v in per_input.items()}, "max_weight_difference": difference,
+                          "max_objective_gap": gap,
                           "tied_explainers": tied,
                           "mean_weights": dict(zip(explainers, w_batched.mean(0).round(decimals=4).tolist()))}
     rows = (samples["agg_robust"] + 1) * rows_per_image(explainers)

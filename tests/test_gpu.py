@@ -176,7 +176,7 @@ def test_smoothgrad_of_an_ensemble_in_chunks_on_gpu_sees_one_noise(ensembles, mo
 
     ensemble, x = copy.deepcopy(ensembles["combine"]).to(GPU), torch.randn(20, 6, device=GPU)
     torch.manual_seed(5)
-    whole = explainers.EXPLAINERS["smoothgrad"](explainers.ExplainedOutput(ensemble), x)
+    whole = explainers.TABULAR_EXPLAINERS["smoothgrad"](explainers.ExplainedOutput(ensemble), x)
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cuda", 1)  # one member per chunk
     torch.manual_seed(5)
     torch.testing.assert_close(explain(ensemble, x, "smoothgrad"), whole, rtol=1e-4, atol=1e-6)
