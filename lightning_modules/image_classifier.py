@@ -276,6 +276,11 @@ def configure_image_optimizer(groups: list[dict], hp, trainer: pl.Trainer):
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
+def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in float32 for the loss and the metrics (bf16 / fp16 under autocast), float64 kept."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 # --- the LightningModule ---------------------------------------------------------------
 class ImageClassifier(pl.LightningModule):
     """A classifier of images into ``num_classes`` classes; ``forward`` gives the logits.
@@ -355,7 +360,7 @@ class ImageClassifier(pl.LightningModule):
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
-        logits = self(x).float()
+        logits = at_least_float32(self(x))
         smoothing = self.hparams.label_smoothing if stage == "train" else 0.0
         loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
         acc = (logits.argmax(dim=-1) == y).float().mean()

@@ -66,6 +66,7 @@ from lightning_modules.image_classifier import (
     ImageClassifier,
     Optimizer,
     Schedule,
+    at_least_float32,
     configure_image_optimizer,
     parameter_groups,
 )
@@ -138,6 +139,7 @@ class ImagePopulation(pl.LightningModule):
         # ImageClassifier checks the shared options (optimizer, schedule, lr, ...) once per member
         self.nets = nn.ModuleList(ImageClassifier(**self.member_kwargs(i)).net for i in range(len(seeds)))
         self.member_test_acc: torch.Tensor | None = None
+        self._member_batches = None  # per-member data order: each member's batch iterator this epoch
 
     @property
     def size(self) -> int:
@@ -151,10 +153,12 @@ class ImagePopulation(pl.LightningModule):
         return {**{n: self.hparams[n] for n in names}, "seed": self.seeds[i], "lr": self.lrs[i]}
 
     def member(self, i: int) -> ImageClassifier:
-        """Member i as a plain ``ImageClassifier`` (on the CPU) with the same weights and buffers."""
+        """Member i as a plain ``ImageClassifier`` with the same weights and buffers, on the
+        population's device and in its dtype."""
         if not 0 <= i < self.size:
             raise InputError(f"member index {i}: expected 0 <= index < {self.size}")
-        model = ImageClassifier(**self.member_kwargs(i))
+        like = next(self.nets[i].parameters())
+        model = ImageClassifier(**self.member_kwargs(i)).to(device=like.device, dtype=like.dtype)
         model.net.load_state_dict(self.nets[i].state_dict())
         return model
 
@@ -248,22 +252,26 @@ class ImagePopulation(pl.LightningModule):
         loader.sampler.set_epoch(self.current_epoch)  # what Lightning does for the datamodule's own loader
         return loader
 
-    def _batch(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images (N, C, H, W) and labels (K, N), or per member (K, N, C, H, W) and (K, N)."""
-        if self._member_batches is None:
-            x, y = batch
-            return x, y.expand(self.size, -1)
-        # the datamodule's own batch only counts the steps: each member draws its own
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """Training with ``data_order="per_member"``: each member's own batch, stacked as images
+        (K, N, C, H, W) and labels (K, N), instead of the datamodule's (which then only counts
+        the steps). Drawn here, outside the training step, inside which a Trainer's
+        ``precision="64-true"`` makes float64 the default dtype and so changes the draws of
+        the augmentation's flips."""
+        if self._member_batches is None or not self.trainer.training:
+            return batch
         pairs = [next(it) for it in self._member_batches]
-        return (torch.stack([x for x, _ in pairs]).to(self.device), torch.stack([y for _, y in pairs]).to(self.device))
+        x, y = torch.stack([x for x, _ in pairs]), torch.stack([y for _, y in pairs])
+        return self.trainer.precision_plugin.convert_input(x), y  # as Lightning converts its own batches
 
     def _member_losses(self, logits: torch.Tensor, y: torch.Tensor, smoothing: float) -> torch.Tensor:
         """(K,) mean cross-entropy per member, each computed as ``ImageClassifier`` computes it."""
         return torch.stack([F.cross_entropy(lg, t, label_smoothing=smoothing) for lg, t in zip(logits, y)])
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        x, y = self._batch(batch)
-        logits = self(x).float()
+        x, y = batch
+        y = y if y.dim() == 2 else y.expand(self.size, -1)
+        logits = at_least_float32(self(x))
         losses = self._member_losses(logits, y, self.hparams.label_smoothing)
         acc = (logits.argmax(dim=-1) == y).float().mean()
         self.log_dict({"train/loss": losses.mean(), "train/acc": acc}, prog_bar=True, on_step=False, on_epoch=True,
@@ -272,7 +280,7 @@ class ImagePopulation(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx: int) -> None:
         x, y = batch
-        logits = self(x).float()
+        logits = at_least_float32(self(x))
         y = y.expand(self.size, -1)
         loss = self._member_losses(logits, y, 0.0).mean()
         acc = (logits.argmax(dim=-1) == y).float().mean()
