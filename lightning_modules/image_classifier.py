@@ -252,16 +252,18 @@ def lr_factor(step: int, schedule: Schedule, warmup: int, total: int) -> float:
     return 1.0
 
 
-def configure_image_optimizer(groups: list[dict], hp, trainer: pl.Trainer):
-    """The optimiser and schedule of ``ImageClassifier`` (options in ``hp``) over parameter
-    ``groups``; a group's own ``lr`` overrides ``hp.lr`` (``ImagePopulation``'s per-member
-    learning rates). What ``configure_optimizers`` returns."""
+def configure_image_optimizer(groups: list[dict], module: pl.LightningModule):
+    """The optimiser and schedule of ``ImageClassifier`` (the options in ``module.hparams``)
+    over parameter ``groups``; a group's own ``lr`` overrides ``hparams.lr``
+    (``ImagePopulation``'s per-member learning rates). What ``configure_optimizers`` returns."""
+    hp = module.hparams
     if hp.optimizer == "sgd":
         optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=SGD_MOMENTUM, nesterov=True)
     else:
         optimizer = torch.optim.AdamW(groups, lr=hp.lr)
     if hp.schedule == "none":
         return optimizer
+    trainer = module.trainer
     total = trainer.estimated_stepping_batches
     if not math.isfinite(total):
         raise InputError(f"option schedule={hp.schedule!r} needs trainer.max_epochs or trainer.max_steps")
@@ -380,4 +382,4 @@ class ImageClassifier(pl.LightningModule):
 
     def configure_optimizers(self):
         groups = parameter_groups(self.net, self.hparams.weight_decay)
-        return configure_image_optimizer(groups, self.hparams, self.trainer)
+        return configure_image_optimizer(groups, self)
