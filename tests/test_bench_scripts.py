@@ -17,6 +17,7 @@ SHRUNK = {
     "ensembles": {"N_INPUTS": 16, "N_T": 3, "N_PERTURB": 2},
     "image_explainers": {"N_CIFAR": 3, "N_224": 1, "STEPS": 3, "STEPS_224": 2},
     "image_loader": {"WARMUP": 1, "N_BATCHES": 2},
+    "image_population": {"K": 2, "STEPS": 1},
     "insertion_deletion": {"N_IMAGES": 3, "STEPS": 4, "REFERENCE_RUN": ROOT / "no-such-run"},
     "optimised_aggregation": {"N_BATCHED": 2, "M_AGG": 6, "N_BATCHED_224": 2, "M_ROBUST_224": 6, "STEPS_224": 2,
                               "SIZE_224": 32, "REFERENCE_RUN": ROOT / "no-such-run", "DATA_DIR": ROOT / "no-such-data"},
