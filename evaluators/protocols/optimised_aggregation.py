@@ -27,8 +27,9 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
    explainers' maps there (``agg_var``: recomputed there). Fixed, not refitted at x':
    Γ_robust, which AGG_robust and AGG_opt minimise, is the expected change of the weighted
-   sum Σ ω_i φ_i under noise with ω held fixed (Decker et al. Eq. 4), so fixed weights
-   score the map the optimisation made stable, as the sensitivity columns do; refitting at
+   sum Σ ω_i φ_i under noise with ω held fixed (Decker et al. §4: SENS_AVG as a generalised
+   L2 metric, Definition 4.1, γ₂ = φ_ω(x + ε)), so fixed weights score the map the
+   optimisation made stable, as the sensitivity columns do; refitting at
    each of the n copies would cost m_agg more explanations per copy and add the fit's own
    variation to the score;
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
