@@ -99,7 +99,6 @@ def check_stability_columns(summary, model, x, target):
     assert summary["rows"]["agg_robust"]["ris"]["mean"] != summary["rows"]["saliency"]["ris"]["mean"]
 
 
-@pytest.mark.slow
 def test_resume_of_a_report_without_stability_adds_only_those_columns(tiny_run, tmp_path, monkeypatch):
     """A finished report of before the stability columns (its caches without stability.pt,
     its config.yaml without stability_layer and stability_change) resumes into the same
