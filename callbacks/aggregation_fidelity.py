@@ -10,7 +10,16 @@ model's positive class), normalised (``normalisation``) and aggregated by each o
 by the ``metrics`` averaged over the probe: insertion and deletion AUC (``InsertionAUC``,
 ``DeletionAUC``; the normal baseline from each image's own channel statistics, from the
 training set's feature statistics for tabular inputs), infidelity and faithfulness
-correlation (on ``n_samples`` subset perturbations shared by every map).
+correlation (on ``n_samples`` subset perturbations shared by every map), and relative
+input, representation and output stability (``relative_stability``: RIS, RRS, ROS of
+Agarwal et al. by ``evaluators.metrics.relative_stability``, its defaults but for
+``n_samples`` noisy copies per probe input and OpenXAI's relative change of a map
+‖e − e'‖ / ‖e‖, ``change="norm"``: the optimised aggregators' min-max maps have exact
+zeros, which the element-wise change divides by 1e-6; L is the model's output). The maps
+of the noisy copies are made as those of x, for x's explained class, with the optimised
+aggregators' weights fitted at x (not refitted per copy); each score is the mean over the
+probe inputs that kept a sample. Its cost: every explainer on n_probe × n_samples noisy
+inputs per evaluation (800 images with the defaults).
 Logged as ``aggregation/<map>/<metric>`` (``<map>``: ``base_<explainer>`` or an
 aggregator's name), with a PNG grid of the probe inputs and their maps (images) in
 ``<log_dir or default_root_dir>/aggregation/`` sent to W&B when a ``WandbLogger`` is
@@ -21,6 +30,7 @@ evaluation is also kept in ``history`` (with ``epoch`` and ``when``: ``epoch_end
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -33,17 +43,22 @@ from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate_all
-from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
+from evaluators.maps.optimised_aggregators import (
+    OPTIMISED_AGGREGATORS, VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
+)  # fmt: skip
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
+from evaluators.metrics.perturbations import RADIUS, uniform_noise
+from evaluators.metrics.relative_stability import STABILITIES, relative_stability
 from evaluators.run_inputs import spread_images
 from lightning_modules.interface import is_tabular
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
 TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {}, "integrated_gradients": {}, "input_x_gradient": {}}
-METRICS = ("insertion", "deletion", "infidelity", "fcor")
+METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability")
+MAP_OPTIONS = tuple(inspect.signature(explainer_maps).parameters)[4:]  # the optimised aggregators' map options
 
 
 class AggregationFidelity(pl.Callback):
@@ -70,7 +85,8 @@ class AggregationFidelity(pl.Callback):
         aggregators over the same explainers, name -> options of ``optimised_aggregation``
         (e.g. ``{agg_faith: {}, agg_robust: {n_samples: 10}}``); ``metrics``: some of
         ``insertion``, ``deletion``, ``infidelity``, ``fcor`` (the last two on ``n_samples``
-        subset perturbations of the probe, shared by every map)."""
+        subset perturbations of the probe, shared by every map), ``relative_stability``
+        (RIS, RRS, ROS on ``n_samples`` noisy copies of each probe input)."""
         if normalisation not in NORMALISATIONS:
             raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
                              f"{sorted(NORMALISATIONS)}")  # fmt: skip
@@ -123,23 +139,60 @@ class AggregationFidelity(pl.Callback):
             pl_module.eval()
             try:
                 explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
-                base = {}
-                for k, (name, options) in enumerate(explainers.items()):
-                    torch.manual_seed(self.seed + k)
-                    m = explain(pl_module, x, name, **(options or {})).detach()
-                    base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
-                maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
-                for name, options in self.optimised.items():
-                    options = dict(options or {})
-                    if tabular and name in ("agg_faith", "agg_opt"):  # features replaced by the training means
-                        options.setdefault("baseline", stats[0])
-                    maps[name] = optimised_aggregation(pl_module, x, name, explainers, **options)[0]
+                target = None if tabular else predicted_class(pl_module, x)
+                maps, weights = self._maps(pl_module, x, target, explainers, stats)
                 scores = self._scores(pl_module, x, maps, stats)
+                if "relative_stability" in self.metrics:
+                    scores.update(self._stability(pl_module, x, target, explainers, stats, maps, weights))
             finally:
                 pl_module.train(was_training)
         self.history.append({"epoch": trainer.current_epoch, "when": when, **scores})
         if self.log_grid and not tabular and trainer.is_global_zero:
             self._log_grid(trainer, pl_module, x, y, maps)
+        return scores
+
+    def _maps(self, pl_module: pl.LightningModule, x: torch.Tensor, target, explainers: dict, stats,
+              weights: dict | None = None) -> tuple[dict[str, torch.Tensor], dict]:  # fmt: skip
+        """Base, aggregated and optimised maps of x for ``target`` (None: a tabular model's
+        positive class), and the optimised aggregators' weights: fitted on x, or the given
+        ``weights`` (name -> (len(x), k), None for ``agg_var``) applied to the explainers' maps."""
+        tabular = is_tabular(pl_module)
+        base = {}
+        for k, (name, options) in enumerate(explainers.items()):
+            torch.manual_seed(self.seed + k)
+            m = explain(pl_module, x, name, target=target, **(options or {})).detach()
+            base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
+        maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
+        fitted = {}
+        for name, options in self.optimised.items():
+            options = dict(options or {})
+            if weights is None:
+                if tabular and name in ("agg_faith", "agg_opt"):  # features replaced by the training means
+                    options.setdefault("baseline", stats[0])
+                maps[name], fitted[name] = optimised_aggregation(pl_module, x, name, explainers, target, **options)
+                continue
+            map_options = {k: options[k] for k in MAP_OPTIONS if k in options}
+            stack = explainer_maps(pl_module, x, target, explainers, **map_options)
+            maps[name] = (variance_aggregate(stack, 1 if tabular else 2, options.get("eps", VAR_EPS))
+                          if weights[name] is None else combine(stack, weights[name]))  # fmt: skip
+        return maps, fitted
+
+    def _stability(self, pl_module: pl.LightningModule, x: torch.Tensor, target, explainers: dict, stats,
+                   maps: dict[str, torch.Tensor], weights: dict) -> dict[str, float]:  # fmt: skip
+        """``aggregation/<map>/{ris,rrs,ros}``: each map's relative stabilities, averaged over
+        the probe inputs with a score, on ``n_samples`` noisy copies of each."""
+        n = self.n_samples
+        perturbed = uniform_noise(x, n, RADIUS, self.seed, "evaluation")
+        repeated = {name: None if w is None else w.repeat_interleave(n, 0) for name, w in weights.items()}
+        noisy, _ = self._maps(pl_module, perturbed.flatten(0, 1), None if target is None else
+                              target.repeat_interleave(n), explainers, stats, repeated)  # fmt: skip
+        scores = {}
+        for name, m in maps.items():
+            result = relative_stability(pl_module, x, m, lambda v, t, name=name: noisy[name], target,
+                                        change="norm", perturbed=perturbed, seed=self.seed,
+                                        max_batch=len(x) * n)  # fmt: skip
+            for stability in STABILITIES:
+                scores[f"aggregation/{name}/{stability}"] = result[stability].nanmean().item()
         return scores
 
     def _scores(self, pl_module: pl.LightningModule, x: torch.Tensor, maps: dict[str, torch.Tensor],

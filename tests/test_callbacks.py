@@ -125,3 +125,35 @@ def test_aggregation_fidelity_scores_optimised_aggregators_by_infidelity_and_fco
     assert final["aggregation/agg_faith/infidelity"] == pytest.approx(infidelity(maps, samples).mean().item(), rel=1e-6)
     assert final["aggregation/agg_faith/fcor"] == pytest.approx(
         faithfulness_correlation(maps, samples).nanmean().item(), rel=1e-6)
+
+
+def test_aggregation_fidelity_scores_relative_stability_with_weights_fixed_at_the_probe():
+    from evaluators.maps.optimised_aggregators import combine, explainer_maps, optimised_aggregation
+    from evaluators.metrics.relative_stability import relative_stability
+    from lightning_modules import MLPClassifier
+
+    data = FinancialDataModule(dataset="german")
+    explainers = {"saliency": {}, "input_x_gradient": {}}
+    callback = AggregationFidelity(explainers=explainers, n_probe=20, aggregators={"mean": {}},
+                                   optimised={"agg_robust": {"n_samples": 4}, "agg_var": {}},
+                                   metrics=("relative_stability",), n_samples=8)  # fmt: skip
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
+    model = MLPClassifier(in_features=data.num_features, seed=0)
+    trainer.fit(model, datamodule=data)
+    final = callback.history[-1]
+    assert {f"aggregation/{m}/{s}" for m in ("base_saliency", "mean", "agg_robust", "agg_var")
+            for s in ("ris", "rrs", "ros")} <= set(final)  # fmt: skip
+    assert not any(k.endswith(("/insertion", "/infidelity")) for k in final)
+    x = data.test_tensors[0][:20]
+    maps, weights = optimised_aggregation(model, x, "agg_robust", explainers, n_samples=4)
+    expected = {
+        "base_saliency": (explain(model, x, "saliency"), lambda v, t: explain(model, v, "saliency")),
+        "agg_robust": (maps, lambda v, t: combine(explainer_maps(model, v, None, explainers),
+                                                  weights.repeat_interleave(8, 0))),
+    }  # fmt: skip
+    for name, (m, explain_fn) in expected.items():
+        scores = relative_stability(model, x, m, explain_fn, n_samples=8, change="norm")
+        for stability in ("ris", "rrs", "ros"):
+            assert final[f"aggregation/{name}/{stability}"] == pytest.approx(scores[stability].nanmean().item(),
+                                                                             rel=1e-5), (name, stability)  # fmt: skip

@@ -4,25 +4,31 @@ equals the public functions called directly."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
+import yaml
 
 import evaluate
 from evaluators.maps.image_explainers import predicted_class
-from evaluators.maps.optimised_aggregators import explainer_maps, optimised_aggregation
+from evaluators.maps.optimised_aggregators import combine, explainer_maps, optimised_aggregation
+from evaluators.protocols import optimised_aggregation as protocol
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
+from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
 from evaluators.run_inputs import load_run, spread_images
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
+STABILITY = {"stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc"}
+CACHES = ("maps.pt", "weights.pt", "scores.pt", "road.pt", "stability.pt")
 
 
 def config(tmp_path, run) -> str:
     cfg = {"run": str(run), "n_inputs": 3, "explainers": EXPLAINERS, "m_agg": 4, "m_eval": 6, "m_sens": 3,
-           "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out")}  # fmt: skip
+           "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out"), **STABILITY}  # fmt: skip
     path = tmp_path / "optimised.yaml"
     path.write_text(json.dumps(cfg))
     return str(path)
@@ -31,8 +37,7 @@ def config(tmp_path, run) -> str:
 def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_path):
     summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run)])
     (folder,) = (tmp_path / "out").iterdir()
-    for name in ("optimised_aggregation.json", "optimised_aggregation.csv", "table.md", "weights.png",
-                 "maps.pt", "weights.pt", "scores.pt", "road.pt"):  # fmt: skip
+    for name in ("optimised_aggregation.json", "optimised_aggregation.csv", "table.md", "weights.png", *CACHES):
         assert (folder / name).is_file(), name
     assert list(summary["rows"]) == [*EXPLAINERS, "agg_mean", "agg_var", "agg_robust", "agg_faith", "agg_opt"]
     model, data, _ = load_run(tiny_run)
@@ -59,4 +64,70 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     fcor = faithfulness_correlation(maps, samples).double()
     assert row["fcor"]["mean"] == pytest.approx(fcor[~fcor.isnan()].mean().item(), rel=1e-6)
     # Decker's Theorem 4.2 on the fitting samples does not bind fresh samples; the report says which row is best
-    assert set(summary["findings"]["best"]) == {"infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf"}
+    assert set(summary["findings"]["best"]) == {"infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf",
+                                                "ris", "rrs", "ros"}  # fmt: skip
+    header = (folder / "optimised_aggregation.csv").read_text().splitlines()[0].split(",")
+    assert header[-6:] == ["ris", "ris_se", "rrs", "rrs_se", "ros", "ros_se"]
+    assert "| RIS ↓ | RRS ↓ | ROS ↓ |" in (folder / "table.md").read_text()
+    check_stability_columns(summary, model, x, target)
+
+
+def stability_options() -> dict:
+    return {"n_samples": STABILITY["stability_samples"], "radius": STABILITY["stability_radius"],
+            "layer": STABILITY["stability_layer"], "change": "norm"}  # fmt: skip
+
+
+def check_stability_columns(summary, model, x, target):
+    """RIS, RRS, ROS of an explainer's row and of an optimised aggregator's row (its weights
+    fitted at x, applied to the explainers' maps at each noisy copy) are the metric's own
+    values on the same maps, its noise drawn by itself for all inputs in one call."""
+    stack = explainer_maps(model, x, target, EXPLAINERS)
+    weights = torch.tensor(summary["weights"]["agg_robust"], dtype=torch.float64)
+    n = STABILITY["stability_samples"]
+    rows = {
+        "saliency": (stack[:, 0], lambda v, t: explainer_maps(model, v, t, {"saliency": {}})[:, 0]),
+        "agg_robust": (combine(stack, weights),
+                       lambda v, t: combine(explainer_maps(model, v, t, EXPLAINERS), weights.repeat_interleave(n, 0))),
+    }  # fmt: skip
+    for row, (maps, explain_fn) in rows.items():
+        expected = relative_stability(model, x, maps, explain_fn, target, **stability_options())
+        assert (expected["kept"] > 0).all()
+        for name in ("ris", "rrs", "ros"):
+            values = expected[name].double()
+            assert summary["rows"][row][name]["mean"] == pytest.approx(values.mean().item(), rel=1e-6), (row, name)
+            assert summary["rows"][row][name]["se"] == pytest.approx(values.std().item() / 3**0.5, rel=1e-5)
+    assert summary["rows"]["agg_robust"]["ris"]["mean"] != summary["rows"]["saliency"]["ris"]["mean"]
+
+
+def test_resume_of_a_report_without_stability_adds_only_those_columns(tiny_run, tmp_path, monkeypatch):
+    """A finished report of before the stability columns (its caches without stability.pt,
+    its config.yaml without stability_layer and stability_change) resumes into the same
+    numbers plus RIS, RRS, ROS, with no weight, infidelity, sensitivity or ROAD computed
+    again and its caches untouched."""
+    first = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run)])
+    (folder,) = (tmp_path / "out").iterdir()
+    old = tmp_path / "old"
+    old.mkdir()
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    for key in ("stability_layer", "stability_change"):  # an old folder has none; samples and radius keep it short
+        del cfg[key]
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    for name in CACHES[:-1]:
+        (old / name).write_bytes((folder / name).read_bytes())
+        os.utime(old / name, (0, 0))
+
+    def recomputed(*args, **kwargs):
+        raise AssertionError("a cached column group was computed again")
+
+    for name in ("subset_perturbations", "road_curves", "fit_weights", "map_distances"):
+        monkeypatch.setattr(protocol, name, recomputed)
+    resumed = evaluate.main(["optimised", "--resume", str(old)])
+    assert all((old / name).stat().st_mtime == 0 for name in CACHES[:-1])
+    assert (old / "stability.pt").is_file()
+    for row, values in first["rows"].items():
+        for metric in ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf"):
+            assert resumed["rows"][row][metric] == values[metric], (row, metric)
+    # the resumed folder's layer is the default (the logits), so RRS differs from the first run's net.fc
+    for name in ("ris", "ros"):
+        assert resumed["rows"]["agg_opt"][name]["mean"] == pytest.approx(first["rows"]["agg_opt"][name]["mean"])
+    assert resumed["config"]["stability_layer"] is None

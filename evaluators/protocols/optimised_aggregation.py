@@ -16,14 +16,37 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    subset perturbations, faithfulness correlation on the same perturbations (as Decker et
    al.), average and maximum sensitivity on ``m_sens`` noisy copies, and ROAD (Rong et al.:
    noisy linear imputation of the 10-90 % most (MoRF) or least (LeRF) relevant pixels; the
-   change in the target's probability, averaged over the nine percentages),
+   change in the target's probability, averaged over the nine percentages), and relative
+   input, representation and output stability (RIS, RRS, ROS; Agarwal et al. 2022, as
+   Decker et al.'s Table 3; ``evaluators.metrics.relative_stability``) on
+   ``stability_samples`` noisy copies U[−r, r], r = ``stability_radius``, the
+   representation L the input of module ``stability_layer`` (Decker et al.: the last layer
+   before the classification, ``net.fc`` of the framework's ResNets, ``net.6`` of the
+   tabular MLPs; None: the logits), the explanation's relative change taken as
+   ``stability_change`` (a name of ``RELATIVE_CHANGES``);
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
-   explainers' maps there (``agg_var``: recomputed there);
+   explainers' maps there (``agg_var``: recomputed there). Fixed, not refitted at x':
+   Γ_robust, which AGG_robust and AGG_opt minimise, is the expected change of the weighted
+   sum Σ ω_i φ_i under noise with ω held fixed (Decker et al. §4: SENS_AVG as a generalised
+   L2 metric, Definition 4.1, γ₂ = φ_ω(x + ε)), so fixed weights score the map the
+   optimisation made stable, as the sensitivity columns do; refitting at
+   each of the n copies would cost m_agg more explanations per copy and add the fit's own
+   variation to the score;
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
    over inputs), the per-input weights (Figure 4 box plots), CSV/JSON/PNG and W&B.
 
-Γ, maps and per-row scores are cached in the report folder, so an interrupted run
-continues with ``--resume``.
+Γ, maps and per-row scores are cached in the report folder (``maps.pt``, ``weights.pt``,
+``scores.pt``: infidelity, FCOR, sensitivities; ``road.pt``; ``stability.pt``: RIS, RRS,
+ROS), so an interrupted run continues with ``--resume``, and a report folder made before a
+group of columns existed gains only that group (copy its cache files and ``config.yaml``
+into a new folder and resume it).
+
+**Cost of the stability columns**: the explainers' maps of N × ``stability_samples`` noisy
+copies (the sensitivity pass's cost with m_sens = ``stability_samples``; with the
+defaults, 200, ten times the CIFAR-10 config's m_sens = 20), plus one forward pass of
+those copies per row (each explainer and aggregator). The copies are the "evaluation"
+stream's, so with ``stability_samples = m_sens`` and ``stability_radius = radius`` they
+are the sensitivity's copies, explained again (a separate cache).
 """
 
 from __future__ import annotations
@@ -44,16 +67,17 @@ from evaluators.maps.optimised_aggregators import (
 )  # fmt: skip
 from evaluators.maps.simplex_qp import solve_simplex_qp
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
-from evaluators.metrics.infidelity import infidelity, subset_perturbations
-from evaluators.metrics.perturbations import uniform_noise
+from evaluators.metrics.infidelity import M_EVAL, infidelity, subset_perturbations
+from evaluators.metrics.perturbations import RADIUS, uniform_noise
+from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES, relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import map_distances
 from evaluators.run_inputs import cached, explainer_options, load_inputs, load_run
 from evaluators.wandb_report import check_log_to, log_report
 
-METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf")
+METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", *STABILITIES)
 LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True, "road_morf": True,
-                   "road_lerf": False}  # fmt: skip
+                   "road_lerf": False, **{name: True for name in STABILITIES}}  # fmt: skip
 # Decker et al.'s CIFAR-10 column of Tables 5 (INFD, FCOR) and 6 (SENS_AVG, SENS_MAX): a
 # pre-trained ResNet-18, 500 images; None where the paper prints no value.
 PAPER_CIFAR10 = {
@@ -95,6 +119,12 @@ class OptimisedAggregationConfig:
     radius: float = 0.1
     share: float = 0.2
     lam: float = 0.5
+    stability_samples: int = M_EVAL
+    stability_radius: float = RADIUS
+    stability_layer: str | None = None
+    # OpenXAI's ‖e − e'‖ / ‖e‖ (Decker et al. used OpenXAI): every min-max map has an exact zero, where
+    # "elementwise" divides by ε_min = 1e-6, so that one pixel would make the whole score
+    stability_change: str = "norm"
     seed: int = 0
     max_batch: int = 256
     log_to: str = "wandb_offline"
@@ -107,9 +137,14 @@ class OptimisedAggregationConfig:
             raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
                              f"{list(OPTIMISED_AGGREGATORS)}")  # fmt: skip
         check_log_to(self.log_to)
-        for name in ("n_inputs", "m_agg", "m_eval", "m_sens"):
+        for name in ("n_inputs", "m_agg", "m_eval", "m_sens", "stability_samples"):
             if getattr(self, name) < 2:
                 raise InputError(f"option {name}={getattr(self, name)}; expected at least 2")
+        if not self.stability_radius > 0:
+            raise InputError(f"option stability_radius={self.stability_radius}; expected a positive number")
+        if self.stability_change not in RELATIVE_CHANGES:
+            raise InputError(f"option stability_change={self.stability_change!r}; expected one of "
+                             f"{list(RELATIVE_CHANGES)}")  # fmt: skip
         if not self.explainers:
             raise InputError("option explainers is empty; expected explainer name: {options}")
 
@@ -151,6 +186,10 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:
         raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
+    modules = [name for name, _ in model.named_modules() if name]
+    if cfg.stability_layer is not None and cfg.stability_layer not in modules:
+        raise InputError(f"option stability_layer={cfg.stability_layer!r}; expected None (the logits) or a module "
+                         f"name of the model, e.g. one of {modules[-3:]}")  # fmt: skip
     inputs = load_inputs(model, data, cfg.n_inputs, 64, cfg.seed, cfg.max_batch, device)
     x, target, map_dims = inputs.x, inputs.target, 1 if inputs.tabular else 2
     explainers = {name: explainer_options(options or {}, inputs) for name, options in cfg.explainers.items()}
@@ -202,9 +241,34 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
                 out[row][f"road_{order}"] = curves.mean(1).cpu()
         return out
 
+    def stability() -> dict:
+        print("  relative stability (RIS, RRS, ROS)", flush=True)
+        n = cfg.stability_samples
+        parts = {row: {name: [] for name in STABILITIES} for row in rows}
+        per_call = max(1, cfg.max_batch // n)
+        for start in range(0, len(x), per_call):
+            part = slice(start, min(start + per_call, len(x)))
+            perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation", offset=start)
+            part_target = None if target is None else target[part]
+            torch.manual_seed(cfg.seed + 1 + start)
+            noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), None if target is None else
+                                         part_target.repeat_interleave(n), explainers, max_batch=cfg.max_batch)
+            weights = {a: w[part] for a, w in fitted["weights"].items()}
+            for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():
+                result = relative_stability(
+                    model, x[part], rows[row][part], lambda v, t, m=m: m, part_target, radius=cfg.stability_radius,
+                    change=cfg.stability_change, layer=cfg.stability_layer, perturbed=perturbed, seed=cfg.seed,
+                    max_batch=max(cfg.max_batch, len(m)),
+                )  # fmt: skip
+                for name in STABILITIES:
+                    parts[row][name].append(result[name].cpu())
+            print(f"    {part.stop}/{len(x)} inputs", flush=True)
+        return {row: {name: torch.cat(v) for name, v in values.items()} for row, values in parts.items()}
+
     per_input = cached(run_dir / "scores.pt", scores)
-    for row, values in cached(run_dir / "road.pt", road).items():
-        per_input[row].update(values)
+    for extra in (cached(run_dir / "road.pt", road), cached(run_dir / "stability.pt", stability)):
+        for row, values in extra.items():
+            per_input[row].update(values)
     table = {row: {m: mean_and_error(v[m]) for m in METRICS} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in fitted["weights"].items() if a in cfg.aggregators}
     return {"config": asdict(cfg), "n_inputs": len(x), "explainers": names, "rows": table, "weights": weights,
@@ -213,7 +277,8 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
 
 def mean_and_error(values: torch.Tensor) -> dict[str, float]:
     """Mean and its standard error over inputs (Decker et al. report mean ± s.e.), leaving
-    out inputs where the metric is undefined (NaN: FCOR of a constant map or response)."""
+    out inputs where the metric is undefined (NaN: FCOR of a constant map or response;
+    relative stability of an input whose every noisy copy changed the prediction)."""
     v = values.double()
     v = v[~v.isnan()]
     return {"mean": v.mean().item(), "se": v.std().item() / math.sqrt(len(v)), "n": len(v)}
@@ -237,11 +302,12 @@ def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
 
 
 def markdown_table(summary: dict) -> str:
-    """Rows × metrics (mean ± s.e.), each beside Decker et al.'s CIFAR-10 value."""
+    """Rows × metrics (mean ± s.e.), INFD, FCOR and the sensitivities beside Decker et al.'s
+    CIFAR-10 value (the paper has no CIFAR-10 ROAD or relative stability)."""
     lines = ["| method | INFD ↓ | paper | FCOR ↑ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper | ROAD MoRF ↓ "
-             "| ROAD LeRF ↑ |", "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| ROAD LeRF ↑ | RIS ↓ | RRS ↓ | ROS ↓ |", "|---" * 14 + "|"]  # fmt: skip
     for row, v in summary["rows"].items():
-        paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 2
+        paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5
         cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f}" + ("" if p == "" else f" | {'—' if p is None else p}")
                  for m, p in zip(METRICS, paper)]  # fmt: skip
         lines.append(f"| {row} | {' | '.join(cells)} |")
