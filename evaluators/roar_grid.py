@@ -139,7 +139,7 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
         for xs, ys in zip(x.split(batch), y.split(batch)):
             scores = class_probabilities(model, xs.to(device))
             correct = correct + (scores.argmax(-1) == ys.to(device)).sum(-1)
-    return (correct / len(y)).double().cpu()
+    return (correct.double() / len(y)).cpu()
 
 
 def fresh_models(clean: pl.LightningModule, seeds: list[int]) -> list[pl.LightningModule]:

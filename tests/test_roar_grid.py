@@ -1,0 +1,159 @@
+"""The ROAR grid runner (evaluators/roar_grid.py, protocols/roar.py, callbacks/roar.py):
+shards cover every cell once, a killed grid resumes to the uninterrupted results, a tabular
+cell's K-population equals K MLPs trained alone, a cell retrains under two-process DDP, the
+callback runs the grid on a finished run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+import evaluators.roar_grid as roar_grid
+from callbacks import ROAR
+from datamodules.errors import InputError
+from datamodules.roar import RemoveAndRetrainDataModule
+from datamodules.tabular import TwoMoonsDataModule
+from evaluators.roar_grid import Cell, RoarGrid, grid_cells, parse_shard, run_grid, shard_cells
+from evaluators.roar_maps import dataset_maps
+from evaluators.roar_report import collect
+from lightning_modules.mlp import MLPClassifier
+
+QUICK = {"accelerator": "cpu", "max_epochs": 1}
+
+
+def tiny_grid(**options) -> RoarGrid:
+    return RoarGrid(**{"estimators": {"saliency": {}, "random": {}}, "fractions": [0.0, 0.5], "retrainings": 2,
+                       "trainer": QUICK, **options})  # fmt: skip
+
+
+def moons() -> TwoMoonsDataModule:
+    return TwoMoonsDataModule(n_samples=400, batch_size=32)
+
+
+def records(out: Path) -> dict:
+    """Every cell file's content without its timing."""
+    cells = {}
+    for path in sorted((out / "cells").glob("*.json")):
+        record = json.loads(path.read_text())
+        record.pop("seconds")
+        cells[path.name] = record
+    return cells
+
+
+def test_cells_order_and_shards_cover_every_cell_once():
+    grid = RoarGrid(estimators={"saliency": {}, "vargrad": {}, "random": {}}, fractions=[0.9, 0.0, 0.1, 0.5])
+    cells = grid_cells(grid)
+    assert [c.name for c in cells[:4]] == ["clean-t00", "saliency-t10", "saliency-t50", "saliency-t90"]
+    assert len(cells) == 1 + 3 * 3 and len(set(cells)) == len(cells)
+    for k in (1, 2, 3, 4, 11, 20):
+        parts = [shard_cells(cells, (i, k)) for i in range(k)]
+        flat = [c for part in parts for c in part]
+        assert sorted(flat, key=cells.index) == cells and len(flat) == len(cells)
+    assert shard_cells(cells, (1, 4)) == [cells[1], cells[5], cells[9]]
+    assert parse_shard("3/8") == (3, 8)
+    for bad in ("8/8", "-1/2", "1", "a/b"):
+        with pytest.raises(InputError, match="--shard"):
+            parse_shard(bad)
+
+
+def test_bad_grid_options_name_themselves():
+    with pytest.raises(InputError, match="fractions"):
+        tiny_grid(fractions=[0.0, 1.0])
+    with pytest.raises(InputError, match="unit"):
+        tiny_grid(unit="channel")
+    with pytest.raises(InputError, match="retrainings"):
+        tiny_grid(retrainings=0)
+    with pytest.raises(InputError, match="clean"):
+        tiny_grid(estimators={"clean": {}})
+
+
+def test_killed_grid_resumes_to_the_uninterrupted_results(tmp_path, monkeypatch):
+    """A grid killed after two cells, then re-run; and the same grid in two shards: both end
+    with cell files equal to one uninterrupted run's, and the same report."""
+    clean, grid = MLPClassifier(in_features=2, seed=7), tiny_grid()
+    run_grid(clean, moons(), grid, tmp_path / "whole")
+    whole = records(tmp_path / "whole")
+    assert list(whole) == ["clean-t00.json", "random-t50.json", "saliency-t50.json"]
+
+    real_run_cell, calls = roar_grid.run_cell, []
+
+    def dies_at_the_third(*args, **kwargs):
+        calls.append(args[3])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_run_cell(*args, **kwargs)
+
+    grid4 = tiny_grid(fractions=[0.0, 0.5, 0.7])  # 5 cells
+    monkeypatch.setattr(roar_grid, "run_cell", dies_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(clean, moons(), grid4, tmp_path / "killed")
+    assert len(records(tmp_path / "killed")) == 2
+    calls.clear()
+    monkeypatch.setattr(roar_grid, "run_cell", real_run_cell)
+    run_grid(clean, moons(), grid4, tmp_path / "killed")
+    run_grid(clean, moons(), grid4, tmp_path / "whole4")
+    assert records(tmp_path / "killed") == records(tmp_path / "whole4")
+
+    missing = run_grid(clean, moons(), grid, tmp_path / "shards", shard=(1, 2))
+    assert [c.name for c in missing] == ["clean-t00", "random-t50"]
+    assert run_grid(clean, moons(), grid, tmp_path / "shards", shard=(0, 2)) == []
+    assert records(tmp_path / "shards") == whole
+    a = collect(tmp_path / "whole", grid, {}, "none")
+    b = collect(tmp_path / "shards", grid, {}, "none")
+    assert [(r["retrain_mean"], r["no_retrain_acc"]) for r in a["rows"]] == \
+        [(r["retrain_mean"], r["no_retrain_acc"]) for r in b["rows"]]
+    for name in ("roar.json", "roar.csv", "roar.png", "retrain_vs_no_retrain.png"):
+        assert (tmp_path / "shards" / name).is_file()
+
+
+def test_tabular_cell_population_equals_k_mlps_trained_alone(tmp_path):
+    """The K retrainings of a cell (one PopulationMLP) score what K MLPClassifier fits on the
+    modified data score, and the no-retrain variant is the clean model on modified test rows."""
+    clean, data, grid = MLPClassifier(in_features=2, seed=3), moons(), tiny_grid(retrainings=3)
+    record = roar_grid.run_cell(clean.eval(), data, grid, Cell("saliency", 0.5), tmp_path / "maps", None, tmp_path)
+    maps = {s: dataset_maps(clean, data, "saliency", s, tmp_path / "maps") for s in ("train", "test")}
+    modified = RemoveAndRetrainDataModule(data, maps["train"], maps["test"], 0.5)
+    x, y = modified.modified_split("test")
+    assert (x == data.test_tensors[0]).all(1).sum() == 0  # one of the two features replaced in every row
+    alone = []
+    for seed in (0, 1, 2):
+        model = MLPClassifier(in_features=2, seed=seed)
+        pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                   **QUICK).fit(model, datamodule=modified)  # fmt: skip
+        with torch.no_grad():
+            alone.append((model(x).argmax(1) == y).double().mean().item())
+    assert record["retrain_acc"] == pytest.approx(alone, abs=1e-12)
+    with torch.no_grad():
+        assert record["no_retrain_acc"] == pytest.approx((clean(x).argmax(1) == y).double().mean().item())
+    assert record["retrain_std"] == pytest.approx(torch.tensor(alone).std().item())
+
+
+class ROARDoneCheck(pl.Callback):
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.found = (Path(trainer.default_root_dir) / "roar" / "roar.json").is_file()
+
+
+def test_roar_callback_runs_the_grid_after_training(tmp_path):
+    callback = ROAR(estimators={"saliency": {}, "random": {}}, fractions=[0.0, 0.5], retrainings=2)
+    model = MLPClassifier(in_features=2, seed=0)
+    trainer = pl.Trainer(default_root_dir=str(tmp_path), max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, callbacks=[callback], accelerator="cpu")  # fmt: skip
+    trainer.fit(model, datamodule=moons())
+    rows = callback.summary["rows"]
+    assert [(r["estimator"], r["fraction"]) for r in rows] == [("saliency", 0.0), ("saliency", 0.5),
+                                                               ("random", 0.0), ("random", 0.5)]  # fmt: skip
+    assert all(r["k"] == 2 and 0.0 <= r["retrain_mean"] <= 1.0 for r in rows)
+    assert (tmp_path / "roar" / "roar.png").is_file() and len(list((tmp_path / "roar" / "cells").iterdir())) == 3
+    with torch.no_grad():  # t = 0, no retraining: the trained model on the clean test rows
+        x, y = moons().test_tensors
+        assert rows[0]["no_retrain_acc"] == pytest.approx((model(x).argmax(1) == y).double().mean().item())
+
+
+def test_tabular_grid_refuses_ddp():
+    with pytest.raises(InputError, match="one device"):
+        run_grid(MLPClassifier(in_features=2), moons(), tiny_grid(trainer={"devices": 2, "max_epochs": 1}),
+                 Path("unused"))  # fmt: skip
