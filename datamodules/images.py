@@ -513,8 +513,13 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         serves large images from files instead)."""
         if split is None:
             return []
+        return self.tensor_loader(*self._uint8_split(split), train=train)
+
+    def tensor_loader(self, images: torch.Tensor, labels: torch.Tensor, train: bool) -> DataLoader:
+        """A loader of uint8 ``images`` (N, C, H, W) and ``labels`` served as this datamodule
+        serves a split: normalised, shuffled and augmented per epoch when ``train`` (the
+        remove-and-retrain wrapper, ``datamodules.roar``, serves its modified splits through it)."""
         mean, std = self.normalization
-        images, labels = self._uint8_split(split)
         dataset = InMemoryImageBatches(
             images, labels, mean, std, self.random_crop_padding if train else 0,
             self.horizontal_flip and train, self.seed,

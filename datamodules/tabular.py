@@ -166,7 +166,19 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         log.info("data %s", self.describe())
 
     def train_dataloader(self) -> DataLoader:
-        dataset = BatchIndexedTensors(*self.train_tensors)
+        return self.tensor_loader(*self.train_tensors, train=True)
+
+    def test_dataloader(self) -> DataLoader:
+        return self.tensor_loader(*self.test_tensors, train=False)
+
+    def tensor_loader(self, x: torch.Tensor, y: torch.Tensor, train: bool) -> DataLoader:
+        """A loader of rows ``x`` and labels ``y`` served as this datamodule serves a split:
+        in training order (``shuffle``, ``data_order_seed``) and ``batch_size`` when ``train``,
+        else in order and ``eval_batch_size`` (``datamodules.roar`` serves its modified splits
+        through it)."""
+        dataset = BatchIndexedTensors(x, y)
+        if not train:
+            return batch_loader(dataset, SequentialSampler(dataset), self.eval_batch_size)
         # The generator goes to the sampler alone, so epoch e's order is the e-th
         # randperm(n) of Generator().manual_seed(data_order_seed) and nothing else
         # draws from it; PopulationMLP(data_order="per_member") reproduces it per member.
@@ -176,10 +188,6 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
             else SequentialSampler(dataset)
         )
         return batch_loader(dataset, sampler, self.batch_size)
-
-    def test_dataloader(self) -> DataLoader:
-        dataset = BatchIndexedTensors(*self.test_tensors)
-        return batch_loader(dataset, SequentialSampler(dataset), self.eval_batch_size)
 
 
 class FinancialDataModule(TabularDataModule):

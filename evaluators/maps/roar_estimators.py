@@ -1,0 +1,193 @@
+"""The importance estimates ROAR ranks by (Hooker et al. 2019, §4.1): explainers, controls
+and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps shaped like x.
+
+``name`` is one of:
+
+* any registry name of ``evaluators.maps.explain`` (``explainer_names(model)``): the map e
+  of the explained output — for images the logit of the clean model's predicted class
+  (``predicted_class``, computed once per chunk), for tabular models their positive class.
+  :data:`ROAR_DEFAULTS` sets the paper's settings where a registry default differs:
+  SmoothGrad (SG), SmoothGrad² (SG-SQ) and VarGrad (VAR) average J = 15 noisy estimates
+  (``nt_samples=15``), e = (1/J) Σ_j g(x + η_j), (1/J) Σ_j g(x + η_j)² and Var_j g(x + η_j);
+  Integrated Gradients uses k = 25 steps (``n_steps=25``) from the registry's reference
+  (zeros in the model's input space: for images normalised by the training mean, the
+  mean image; the paper's black image is ``baselines=<black in normalised units>``).
+  Explicit options override these defaults.
+* a control of :data:`ROAR_CONTROLS`, independent of the model:
+
+  - ``random``: i.i.d. uniform scores in [0, 1) per input element, a pure function of
+    (``seed``, example index, element) (``datamodules.roar.uniform_hash``): independent of
+    the model, of the input's values and of the chunking. (The paper's random estimator
+    draws a Bernoulli(1 − t) mask per t; ranking by uniform scores and keeping the top t
+    is the same in distribution, with exactly ⌊t·n + ½⌋ units removed and nested masks
+    across t.)
+  - ``sobel`` (images only): the Sobel edge magnitude of every channel, as scikit-image's
+    ``filters.sobel`` of the 2-D channel (tested equal): with the edge kernel [1, 0, −1]
+    along one axis and the smoothing kernel [1, 2, 1]/4 along the other, G_r and G_c,
+    e = √((G_r² + G_c²) / 2), borders by edge replication (scipy's ``reflect``); as a
+    batched convolution on x's device.
+* ``agg:<aggregator>``, an aggregated explanation over ``explainers`` (option: a list of
+  registry names, or a dict name -> options; default :data:`AGG_EXPLAINERS`, the paper's
+  base estimators GRAD, IG, GB):
+
+  - ``<aggregator>`` of ``pixel_aggregators.PIXEL_AGGREGATORS`` (``mean``, ``ucb``, ``var``
+    …, Mahlau & Nolde): each base map is taken in absolute value (``absolute=True``: the
+    importance is the magnitude, and opposite signs of two explainers would otherwise
+    cancel), normalised per map over all its elements (``normalisation``, default ``z``,
+    their Table 1's) and the k maps merged element by element by ``aggregate``; further
+    options (``aggregator_options``) go to the aggregator;
+  - ``<aggregator>`` of ``optimised_aggregators.OPTIMISED_AGGREGATORS`` (``agg_mean``,
+    ``agg_var``, ``agg_robust``, ``agg_faith``, ``agg_opt``, Decker et al.), through
+    ``optimised_aggregation`` with its own post-processing and options; its image maps are
+    per pixel (H, W) and are repeated over the C channels.
+
+Batching and seeds: the examples go through in chunks of ``chunk`` (a memory bound on
+top of the explainers' own ``max_batch``); before each chunk the global torch generator
+(of x's device) and NumPy's are seeded from (``seed``, the chunk's first example index),
+and restored after, so noise estimators are reproducible for a given ``seed`` and
+``chunk`` (their noise, not its distribution, depends on ``chunk``) and leave the caller's
+generators untouched. ``index`` gives the examples' indices in their split (default
+0 … N-1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from datamodules.errors import InputError
+from datamodules.roar import RANDOM_STREAM, uniform_hash
+from evaluators.maps import explain, explainer_names
+from evaluators.maps.image_explainers import predicted_class
+from evaluators.maps.normalisations import normalise
+from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
+from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from lightning_modules.interface import is_tabular
+
+CHUNK = 1024
+AGG_PREFIX = "agg:"
+AGG_EXPLAINERS = ("saliency", "integrated_gradients", "guided_backprop")
+ROAR_DEFAULTS: dict[str, dict] = {
+    "smoothgrad": {"nt_samples": 15},
+    "smoothgrad_sq": {"nt_samples": 15},
+    "vargrad": {"nt_samples": 15},
+    "integrated_gradients": {"n_steps": 25},
+}
+SOBEL_EDGE, SOBEL_SMOOTH = (1.0, 0.0, -1.0), (0.25, 0.5, 0.25)
+
+
+def random_scores(x: torch.Tensor, index: torch.Tensor, seed: int) -> torch.Tensor:
+    """The ``random`` control: uniform [0, 1) scores shaped like x from (seed, index, element)."""
+    return uniform_hash(seed, index.to(x.device), x[0].numel(), RANDOM_STREAM).to(torch.float32).view(x.shape)
+
+
+def sobel_scores(x: torch.Tensor, index: torch.Tensor, seed: int) -> torch.Tensor:
+    """The ``sobel`` control: the Sobel edge magnitude of each channel of images (N, C, H, W)."""
+    if x.dim() != 4:
+        raise InputError(f"control 'sobel' needs images (N, C, H, W); got inputs of shape {tuple(x.shape)}")
+    edge = torch.tensor(SOBEL_EDGE, dtype=x.dtype, device=x.device)
+    smooth = torch.tensor(SOBEL_SMOOTH, dtype=x.dtype, device=x.device)
+    kernels = torch.stack([torch.outer(edge, smooth), torch.outer(smooth, edge)])[:, None]  # rows, columns
+    planes = F.pad(x.reshape(-1, 1, *x.shape[2:]), (1, 1, 1, 1), mode="replicate")
+    grads = F.conv2d(planes, kernels)
+    return grads.pow(2).mean(1).sqrt().view(x.shape)
+
+
+ROAR_CONTROLS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
+    "random": random_scores,
+    "sobel": sobel_scores,
+}
+
+
+def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
+    return next((p.device for p in model.parameters()), x.device)
+
+
+def _explainers(explainers, model: nn.Module) -> dict[str, dict]:
+    if isinstance(explainers, (list, tuple)):
+        explainers = {name: {} for name in explainers}
+    names = explainer_names(model)
+    if not isinstance(explainers, dict) or not explainers or any(name not in names for name in explainers):
+        raise InputError(f"option explainers={explainers!r}; expected a non-empty list of explainer names (some of "
+                         f"{names}) or a dict of them to their options")  # fmt: skip
+    return {name: {**ROAR_DEFAULTS.get(name, {}), **(o or {})} for name, o in explainers.items()}
+
+
+def _aggregated(model, x, target, aggregator: str, explainers=AGG_EXPLAINERS, normalisation: str = "z",
+                absolute: bool = True, **options) -> torch.Tensor:  # fmt: skip
+    explainers = _explainers(explainers, model)
+    if aggregator in OPTIMISED_AGGREGATORS:
+        maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target, **options)
+        return maps if maps.shape == x.shape else maps[:, None].expand_as(x)
+    target_option = {} if is_tabular(model) else {"target": target}
+    maps = [explain(model, x, name, **target_option, **o) for name, o in explainers.items()]
+    map_dims = x.dim() - 1  # every element of an example: (C, H, W) or (d,)
+    stack = torch.stack([normalise(m.abs() if absolute else m, normalisation, map_dims) for m in maps])
+    return aggregate(stack, aggregator, map_dims, **options)
+
+
+def estimator_names(model: nn.Module) -> list[str]:
+    """The names ``estimator_maps`` takes for ``model``: explainers, controls, ``agg:`` aggregates."""
+    controls = ["random"] if is_tabular(model) else list(ROAR_CONTROLS)
+    aggregates = [AGG_PREFIX + a for a in [*PIXEL_AGGREGATORS, *OPTIMISED_AGGREGATORS]]
+    return explainer_names(model) + controls + aggregates
+
+
+def _check_name(model: nn.Module, name: str) -> None:
+    if name not in estimator_names(model):
+        raise InputError(f"unknown ROAR estimator {name!r}; expected one of {estimator_names(model)}")
+
+
+def _estimate(model, x, name, target, index, seed, options) -> torch.Tensor:
+    """One chunk's maps, with the generators seeded from (seed, its first index)."""
+    if name in ROAR_CONTROLS:
+        return ROAR_CONTROLS[name](x, index, seed)
+    if target is None and not is_tabular(model):
+        target = predicted_class(model, x)
+    devices = [x.device] if x.device.type == "cuda" else []
+    chunk_seed = int(np.random.SeedSequence([seed, int(index[0])]).generate_state(1)[0])
+    numpy_state = np.random.get_state()
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(chunk_seed)
+        np.random.seed(chunk_seed)
+        try:
+            if name.startswith(AGG_PREFIX):
+                return _aggregated(model, x, target, name[len(AGG_PREFIX):], **options)
+            target_option = {} if is_tabular(model) else {"target": target}
+            return explain(model, x, name, **target_option, **{**ROAR_DEFAULTS.get(name, {}), **options})
+        finally:
+            np.random.set_state(numpy_state)
+
+
+def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, chunk: int = CHUNK, seed: int = 0,
+                   index: torch.Tensor | None = None, **options) -> torch.Tensor:  # fmt: skip
+    """Maps of estimator ``name`` (see the module's docstring) for inputs x (images (N, C, H,
+    W) or rows (N, d)), shaped like x, on the model's device, detached. ``target``: images
+    only, None (the predicted class), an int or N labels; ``options`` go to the estimator."""
+    _check_name(model, name)
+    if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+        raise InputError(f"option chunk={chunk!r}; expected a positive integer (examples per chunk)")
+    if is_tabular(model) and target not in (None, 1):
+        raise InputError(f"option target={target!r}: a tabular model's estimates explain its positive class")
+    n = len(x)
+    index = torch.arange(n) if index is None else torch.as_tensor(index)
+    if index.shape != (n,):
+        raise InputError(f"option index of shape {tuple(index.shape)}; expected ({n},), one per example")
+    if isinstance(target, torch.Tensor) and target.shape != (n,):
+        raise InputError(f"option target of shape {tuple(target.shape)}; expected ({n},) labels or an int")
+    device = _device(model, x)
+    was_training = model.training
+    model.eval()
+    try:
+        parts = []
+        for start in range(0, n, chunk):
+            part = slice(start, min(start + chunk, n))
+            t = target[part] if isinstance(target, torch.Tensor) else target
+            parts.append(_estimate(model, x[part].to(device), name, t, index[part], seed, options).detach())
+        return torch.cat(parts)
+    finally:
+        model.train(was_training)
