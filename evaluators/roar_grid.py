@@ -11,18 +11,20 @@ computed once per estimator and cached on disk; the removal is ``datamodules.roa
 * scores the clean model on the same modified test set (the no-retrain variant).
 
 t = 0 is one cell shared by every estimator (``clean-t00``: nothing removed). Tabular cells
-train their K models as one ``PopulationMLP`` (member k equals ``MLPClassifier(seed=seed+k)``
-trained alone: ``tests/test_population.py`` proves it), image cells fit K copies of the clean
-``ImageClassifier`` one after another, each under a ``pl.Trainer`` built from the grid's
-``trainer`` options (``devices``/``strategy``: Lightning DDP over several GPUs; tabular
-populations train on one device, their hand-written stacked backward bypasses DDP's
-gradient hooks).
+train as ONE ``PopulationMLP``: the K retrainings of up to ``cells_per_population`` cells
+(default: every cell the process has to run), member (c, k) reading cell c's modified rows
+(``datamodules.stacked_cells``) and equal to ``MLPClassifier(seed=seed+k)`` trained alone on
+them (``tests/test_roar_grid.py``), so a tabular grid costs about one population's training.
+Image cells fit K copies of the clean ``ImageClassifier`` one after another. Each fit runs under
+a ``pl.Trainer`` built from the grid's ``trainer`` options (``devices``/``strategy``: Lightning
+DDP over several GPUs for images; populations train on one device, their hand-written
+stacked backward bypasses DDP's gradient hooks).
 
 Every finished cell is written atomically to ``<out>/cells/<estimator>-t<pct>.json``; a run
-skips the cells already there, so a grid killed at any moment loses at most the cell in
-flight. ``shard=(i, k)`` runs cells i, i+k, i+2k, ... of the fixed order (``grid_cells``), so
-k processes or SLURM array tasks split a grid; whoever finds every cell done collects the
-results (``evaluators.roar_report``).
+skips the cells already there, so a grid killed at any moment loses at most the cells in
+flight (an image cell; a tabular population's cells). ``shard=(i, k)`` runs cells i, i+k,
+i+2k, ... of the fixed order (``grid_cells``), so k processes or SLURM array tasks split a
+grid; whoever finds every cell done collects the results (``evaluators.roar_report``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import torch
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule
+from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.roar_maps import dataset_maps
 from lightning_modules.interface import class_probabilities, is_tabular
 from lightning_modules.mlp import MLPClassifier
@@ -73,6 +76,7 @@ class RoarGrid:
     square: bool = True
     keep: bool = False
     seed: int = 0
+    cells_per_population: int | None = None
 
     def __post_init__(self) -> None:
         if not self.estimators:
@@ -80,13 +84,16 @@ class RoarGrid:
         if CLEAN in self.estimators:
             raise InputError(f"option estimators: {CLEAN!r} names the shared t = 0 cell; expected another name")
         if not self.fractions or any(not 0.0 <= t < 1.0 for t in self.fractions):
-            raise InputError(f"option fractions={self.fractions}; expected fractions in [0, 1), e.g. {list(FRACTIONS)}")
+            raise InputError(f"option fractions={self.fractions}; expected fractions in [0, 1), "
+                             f"e.g. {list(FRACTIONS)}")  # fmt: skip
         if len({cell_name(CLEAN, t) for t in self.fractions}) != len(self.fractions):
             raise InputError(f"option fractions={self.fractions}: two round to the same percentage")
         if self.retrainings < 1:
             raise InputError(f"option retrainings={self.retrainings}; expected at least 1")
         if self.unit not in UNITS:
             raise InputError(f"option unit={self.unit!r}; expected one of {list(UNITS)}")
+        if self.cells_per_population is not None and self.cells_per_population < 1:
+            raise InputError(f"option cells_per_population={self.cells_per_population}; expected at least 1 or null")
         if not isinstance(self.trainer, dict):
             raise InputError(f"option trainer={self.trainer!r}; expected a mapping of pl.Trainer options")
 
@@ -131,30 +138,41 @@ def cell_path(out_dir: Path, cell: Cell) -> Path:
 
 
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 4096) -> torch.Tensor:
-    """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
-    in batches on the model's device."""
+    """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population,
+    whose ``x`` may hold rows per member, (M, N, d)), in batches on the model's device."""
     device = next(model.parameters()).device
     correct = 0
     with torch.no_grad():
-        for xs, ys in zip(x.split(batch), y.split(batch)):
+        for xs, ys in zip(x.split(batch, dim=1 if x.dim() == 3 else 0), y.split(batch)):
             scores = class_probabilities(model, xs.to(device))
             correct = correct + (scores.argmax(-1) == ys.to(device)).sum(-1)
     return (correct.double() / len(y)).cpu()
 
 
-def fresh_models(clean: pl.LightningModule, seeds: list[int]) -> list[pl.LightningModule]:
-    """Untrained models like ``clean`` initialised with ``seeds``: one ``PopulationMLP`` of
-    them for a tabular ``MLPClassifier`` (its members, alone, are ``MLPClassifier(seed=s)``),
-    else one model of ``clean``'s class per seed (its hyperparameters, no pretrained weights)."""
+def fresh_population(clean: MLPClassifier, seeds: list[int], copies: int) -> PopulationMLP:
+    """An untrained ``PopulationMLP`` like the tabular ``clean``: ``copies`` blocks of members
+    initialised with ``seeds`` (member c·K + k alone is ``MLPClassifier(seed=seeds[k])``)."""
     hp = dict(clean.hparams)
-    if is_tabular(clean):
-        if not isinstance(clean, MLPClassifier):
-            raise InputError(f"ROAR retrains tabular MLPClassifier models; got {type(clean).__name__}")
-        if hp.get("dropout", 0.0):
-            raise InputError(f"ROAR: the clean MLP has dropout={hp['dropout']}; populations train without "
-                             "dropout, expected a model trained with dropout 0")  # fmt: skip
-        keep = ("in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on")
-        return [PopulationMLP(seeds=seeds, **{k: hp[k] for k in keep})]
+    if not isinstance(clean, MLPClassifier):
+        raise InputError(f"ROAR retrains tabular MLPClassifier models; got {type(clean).__name__}")
+    if hp.get("dropout", 0.0):
+        raise InputError(f"ROAR: the clean MLP has dropout={hp['dropout']}; populations train without "
+                         "dropout, expected a model trained with dropout 0")  # fmt: skip
+    keep = ("in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on")
+    first = PopulationMLP(seeds=seeds, **{k: hp[k] for k in keep})
+    # PopulationMLP's seeds must differ: the whole population is labelled 0 .. M-1 (seeds matter
+    # only to a per-member data order, unused here) and every block copies the first's weights
+    whole = PopulationMLP(**first.init_kwargs(), seeds=list(range(copies * len(seeds))), initialise=False)
+    with torch.no_grad():
+        for mine, block in zip(whole.parameters(), first.parameters()):
+            mine.copy_(block.repeat(copies, 1, 1))
+    return whole
+
+
+def fresh_models(clean: pl.LightningModule, seeds: list[int]) -> list[pl.LightningModule]:
+    """Untrained image models like ``clean`` initialised with ``seeds``: its class and
+    hyperparameters, no pretrained weights."""
+    hp = dict(clean.hparams)
     if "seed" not in hp:
         raise InputError(f"ROAR retrains models with a seed option; {type(clean).__name__} has none")
     return [type(clean)(**{**hp, "seed": s, **({"weights_path": None} if "weights_path" in hp else {})})
@@ -173,25 +191,41 @@ def make_trainer(grid: RoarGrid, default_epochs: int | None, root: Path) -> pl.T
     return pl.Trainer(**options)
 
 
-def run_cell(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell, cache_dir: Path,
-             default_epochs: int | None, root: Path) -> dict:  # fmt: skip
-    """One cell: its modified data, the K retrained models' and the clean model's accuracy on
-    the modified test set. Returns the cell's record (what its JSON file holds)."""
-    start = time.perf_counter()
-    roar_data = modified_data(clean, data, grid, cell, cache_dir)
-    x_test, y_test = roar_data.modified_split("test")
-    seeds = [grid.seed + k for k in range(grid.retrainings)]
-    retrained, rank = [], 0
-    for model in fresh_models(clean, seeds):
-        trainer = make_trainer(grid, default_epochs, root)
-        trainer.fit(model, datamodule=roar_data)
-        rank = trainer.global_rank
-        retrained.append(accuracy(model.to(clean.device).eval(), x_test, y_test).reshape(-1))
-    acc = torch.cat(retrained)
+def cell_record(cell: Cell, seeds: list[int], acc: torch.Tensor, no_retrain: torch.Tensor, seconds: float) -> dict:
+    """What a cell's JSON file holds (``seconds``: the cell's share of its fit's time)."""
     return {"estimator": cell.estimator, "fraction": cell.fraction, "seeds": seeds, "retrain_acc": acc.tolist(),
             "retrain_mean": acc.mean().item(), "retrain_std": acc.std().item() if len(acc) > 1 else 0.0,
-            "no_retrain_acc": accuracy(clean, x_test, y_test).item(), "seconds": time.perf_counter() - start,
-            "rank": rank}  # fmt: skip
+            "no_retrain_acc": no_retrain.item(), "seconds": seconds}  # fmt: skip
+
+
+def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell], cache_dir: Path,
+              default_epochs: int | None, root: Path) -> tuple[list[dict], int]:  # fmt: skip
+    """Cells' modified data, their K retrained models' and the clean model's accuracy on the
+    modified test sets: tabular cells as one population, an image cell (one at a time) as K
+    fits. Returns the cells' records and the global rank of this process."""
+    start = time.perf_counter()
+    seeds = [grid.seed + k for k in range(grid.retrainings)]
+    modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
+    tests = [m.modified_split("test") for m in modified]
+    trainer = make_trainer(grid, default_epochs, root)
+    if is_tabular(clean):
+        population = fresh_population(clean, seeds, len(cells))
+        copies = torch.stack([m.modified_split("train")[0] for m in modified])
+        trainer.fit(population, datamodule=StackedCellsDataModule(data, copies, len(seeds)))
+        population = population.to(clean.device).eval()
+        x_test = torch.stack([x for x, _ in tests]).repeat_interleave(len(seeds), 0)
+        acc = accuracy(population, x_test, tests[0][1]).view(len(cells), len(seeds))
+    else:
+        (cell,) = cells
+        acc = []
+        for model in fresh_models(clean, seeds):
+            trainer = make_trainer(grid, default_epochs, root)
+            trainer.fit(model, datamodule=modified[0])
+            acc.append(accuracy(model.to(clean.device).eval(), *tests[0]))
+        acc = torch.stack(acc)[None]
+    seconds = (time.perf_counter() - start) / len(cells)
+    return [cell_record(cell, seeds, a, accuracy(clean, *test), seconds)
+            for cell, a, test in zip(cells, acc, tests)], trainer.global_rank  # fmt: skip
 
 
 def modified_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell,
@@ -210,9 +244,10 @@ def modified_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell,
 
 def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cache_dir: Path | None = None,
              shard: tuple[int, int] | None = None, default_epochs: int | None = None) -> list[Cell]:  # fmt: skip
-    """Run the cells of ``shard`` not yet in ``out_dir/cells``, one after another, each
-    written atomically when finished (by the global rank 0 only under DDP). Returns the
-    grid's cells still missing (other shards', or none)."""
+    """Run the cells of ``shard`` not yet in ``out_dir/cells`` (image cells one after another,
+    tabular ones in populations of ``cells_per_population`` cells), each written atomically
+    when finished (by the global rank 0 only under DDP). Returns the grid's cells still
+    missing (other shards', or none)."""
     cache_dir = cache_dir or out_dir / "maps"
     if is_tabular(clean) and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
         raise InputError(f"option trainer={grid.trainer}: a tabular cell's K retrainings are one population on one "
@@ -220,12 +255,14 @@ def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cac
     clean = clean.eval()
     cells = grid_cells(grid)
     pending = [c for c in shard_cells(cells, shard) if not cell_path(out_dir, c).is_file()]
-    for cell in pending:
-        record = run_cell(clean, data, grid, cell, cache_dir, default_epochs, out_dir / "trainer")
-        if record.pop("rank") == 0:
-            path = cell_path(out_dir, cell)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
+    size = (grid.cells_per_population or max(1, len(pending))) if is_tabular(clean) else 1
+    for group in [pending[i : i + size] for i in range(0, len(pending), size)]:
+        records, rank = run_cells(clean, data, grid, group, cache_dir, default_epochs, out_dir / "trainer")
+        for cell, record in zip(group, records):
+            if rank == 0:
+                path = cell_path(out_dir, cell)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
     return [c for c in cells if not cell_path(out_dir, c).is_file()]
 
 

@@ -79,24 +79,26 @@ def test_killed_grid_resumes_to_the_uninterrupted_results(tmp_path, monkeypatch)
     whole = records(tmp_path / "whole")
     assert list(whole) == ["clean-t00.json", "random-t50.json", "saliency-t50.json"]
 
-    real_run_cell, calls = roar_grid.run_cell, []
+    real_run_cells, calls = roar_grid.run_cells, []
 
     def dies_at_the_third(*args, **kwargs):
         calls.append(args[3])
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_run_cell(*args, **kwargs)
+        return real_run_cells(*args, **kwargs)
 
-    grid4 = tiny_grid(fractions=[0.0, 0.5, 0.7])  # 5 cells
-    monkeypatch.setattr(roar_grid, "run_cell", dies_at_the_third)
+    grid4 = tiny_grid(fractions=[0.0, 0.5, 0.7], cells_per_population=2)  # 5 cells: 2 + 2 + 1
+    monkeypatch.setattr(roar_grid, "run_cells", dies_at_the_third)
     with pytest.raises(KeyboardInterrupt):
         run_grid(clean, moons(), grid4, tmp_path / "killed")
-    assert len(records(tmp_path / "killed")) == 2
+    assert len(records(tmp_path / "killed")) == 4
     calls.clear()
-    monkeypatch.setattr(roar_grid, "run_cell", real_run_cell)
     run_grid(clean, moons(), grid4, tmp_path / "killed")
+    assert calls == [[Cell("random", 0.7)]]  # the re-run ran what the kill lost, alone
+    monkeypatch.setattr(roar_grid, "run_cells", real_run_cells)
     run_grid(clean, moons(), grid4, tmp_path / "whole4")
     assert records(tmp_path / "killed") == records(tmp_path / "whole4")
+    assert records(tmp_path / "whole4") != records(tmp_path / "whole")
 
     missing = run_grid(clean, moons(), grid, tmp_path / "shards", shard=(1, 2))
     assert [c.name for c in missing] == ["clean-t00", "random-t50"]
@@ -110,26 +112,32 @@ def test_killed_grid_resumes_to_the_uninterrupted_results(tmp_path, monkeypatch)
         assert (tmp_path / "shards" / name).is_file()
 
 
-def test_tabular_cell_population_equals_k_mlps_trained_alone(tmp_path):
-    """The K retrainings of a cell (one PopulationMLP) score what K MLPClassifier fits on the
-    modified data score, and the no-retrain variant is the clean model on modified test rows."""
-    clean, data, grid = MLPClassifier(in_features=2, seed=3), moons(), tiny_grid(retrainings=3)
-    record = roar_grid.run_cell(clean.eval(), data, grid, Cell("saliency", 0.5), tmp_path / "maps", None, tmp_path)
-    maps = {s: dataset_maps(clean, data, "saliency", s, tmp_path / "maps") for s in ("train", "test")}
-    modified = RemoveAndRetrainDataModule(data, maps["train"], maps["test"], 0.5)
-    x, y = modified.modified_split("test")
-    assert (x == data.test_tensors[0]).all(1).sum() == 0  # one of the two features replaced in every row
-    alone = []
-    for seed in (0, 1, 2):
-        model = MLPClassifier(in_features=2, seed=seed)
-        pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                   **QUICK).fit(model, datamodule=modified)  # fmt: skip
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_tabular_cells_population_equals_k_mlps_trained_alone(tmp_path, shuffle):
+    """The grid's three cells x K = 3 retrainings, trained as one 9-member PopulationMLP, score
+    what 9 MLPClassifier fits alone on each cell's modified data (RemoveAndRetrainDataModule)
+    score; the no-retrain variant is the clean model on the modified test rows."""
+    clean, grid = MLPClassifier(in_features=2, seed=3), tiny_grid(retrainings=3)
+    data = TwoMoonsDataModule(n_samples=400, batch_size=32, shuffle=shuffle, data_order_seed=5)
+    run_grid(clean, data, grid, tmp_path)
+    for name, estimator, fraction in [("clean-t00", "random", 0.0), ("saliency-t50", "saliency", 0.5),
+                                      ("random-t50", "random", 0.5)]:  # fmt: skip
+        record = json.loads((tmp_path / "cells" / f"{name}.json").read_text())
+        maps = {s: dataset_maps(clean, data, estimator, s, tmp_path / "maps") for s in ("train", "test")}
+        modified = RemoveAndRetrainDataModule(data, maps["train"], maps["test"], fraction)
+        x, y = modified.modified_split("test")
+        assert (x == data.test_tensors[0]).all(1).sum() == (len(y) if fraction == 0 else 0)  # 1 of 2 features
+        alone = []
+        for seed in (0, 1, 2):
+            model = MLPClassifier(in_features=2, seed=seed)
+            pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                       **QUICK).fit(model, datamodule=modified)  # fmt: skip
+            with torch.no_grad():
+                alone.append((model(x).argmax(1) == y).double().mean().item())
+        assert record["retrain_acc"] == pytest.approx(alone, abs=1e-12)
         with torch.no_grad():
-            alone.append((model(x).argmax(1) == y).double().mean().item())
-    assert record["retrain_acc"] == pytest.approx(alone, abs=1e-12)
-    with torch.no_grad():
-        assert record["no_retrain_acc"] == pytest.approx((clean(x).argmax(1) == y).double().mean().item())
-    assert record["retrain_std"] == pytest.approx(torch.tensor(alone).std().item())
+            assert record["no_retrain_acc"] == pytest.approx((clean(x).argmax(1) == y).double().mean().item())
+        assert record["retrain_std"] == pytest.approx(torch.tensor(alone).std().item())
 
 
 class ROARDoneCheck(pl.Callback):

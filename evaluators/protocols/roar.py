@@ -31,8 +31,9 @@ from evaluators.roar_report import collect
 from evaluators.run_inputs import load_run
 from evaluators.wandb_report import check_log_to
 
-# Options that only say where things are or where results go: they do not name another grid.
-LOCATION_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to")
+# Options that say where things are, where results go or how cells are grouped: they change
+# no number, so they do not name another grid.
+UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_population")
 
 
 @dataclass(kw_only=True)
@@ -63,7 +64,7 @@ class RoarConfig(RoarGrid):
 def grid_report_dir(cfg: RoarConfig) -> Path:
     """``<output_dir>/<dataset>-<12 hex digits>``, named by the options that change the grid's
     numbers, holding its ``config.yaml`` (made now if new)."""
-    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in LOCATION_OPTIONS}
+    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in UNNAMED_OPTIONS}
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
     run_dir = Path(cfg.output_dir) / f"{cfg.report_name()}-{digest}"
     run_dir.mkdir(parents=True, exist_ok=True)
