@@ -165,3 +165,28 @@ def test_tabular_grid_refuses_ddp():
     with pytest.raises(InputError, match="one device"):
         run_grid(MLPClassifier(in_features=2), moons(), tiny_grid(trainer={"devices": 2, "max_epochs": 1}),
                  Path("unused"))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
+    """``evaluate.py roar --shard i/k`` on a train.py run: both shards land in the grid's one
+    folder (named by its config), the second writes the report, a third call only collects
+    (about 15 s on a busy machine)."""
+    import evaluate
+    import train
+
+    train.main(["--trainer.max_epochs", "1", "--log_to", "none", "--output_dir", str(tmp_path / "runs"),
+                "--run_name", "r", "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    config = tmp_path / "roar.yaml"
+    config.write_text(f"run: {tmp_path / 'runs' / 'german' / 'r'}\nestimators: {{saliency: {{}}, random: {{}}}}\n"
+                      "fractions: [0.0, 0.5]\nretrainings: 2\ntrainer: {max_epochs: 1, accelerator: cpu}\n"
+                      f"log_to: none\ndevice: cpu\noutput_dir: {tmp_path / 'roar'}\n")  # fmt: skip
+    assert evaluate.main(["roar", "--config", str(config), "--shard", "1/2"]) == {}
+    summary = evaluate.main(["roar", "--config", str(config), "--shard", "0/2"])
+    (grid,) = (tmp_path / "roar").iterdir()
+    assert grid.name.startswith("german-") and (grid / "roar.json").is_file()
+    cells = sorted(p.name for p in (grid / "cells").iterdir())
+    assert cells == ["clean-t00.json", "random-t50.json", "saliency-t50.json"]
+    assert len(summary["rows"]) == 4 and summary["rows"][0]["k"] == 2
+    again = evaluate.main(["roar", "--config", str(config), "--set", "cells_per_population=1"])
+    assert again["rows"] == summary["rows"] and len(list((tmp_path / "roar").iterdir())) == 1
