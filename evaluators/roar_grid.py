@@ -138,12 +138,12 @@ def cell_path(out_dir: Path, cell: Cell) -> Path:
 
 
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 4096) -> torch.Tensor:
-    """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population,
-    whose ``x`` may hold rows per member, (M, N, d)), in batches on the model's device."""
+    """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
+    in batches on the model's device."""
     device = next(model.parameters()).device
     correct = 0
     with torch.no_grad():
-        for xs, ys in zip(x.split(batch, dim=1 if x.dim() == 3 else 0), y.split(batch)):
+        for xs, ys in zip(x.split(batch), y.split(batch)):
             scores = class_probabilities(model, xs.to(device))
             correct = correct + (scores.argmax(-1) == ys.to(device)).sum(-1)
     return (correct.double() / len(y)).cpu()
@@ -207,16 +207,15 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
     seeds = [grid.seed + k for k in range(grid.retrainings)]
     modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
     tests = [m.modified_split("test") for m in modified]
-    trainer = make_trainer(grid, default_epochs, root)
     if is_tabular(clean):
+        trainer = make_trainer(grid, default_epochs, root)
         population = fresh_population(clean, seeds, len(cells))
         copies = torch.stack([m.modified_split("train")[0] for m in modified])
         trainer.fit(population, datamodule=StackedCellsDataModule(data, copies, len(seeds)))
-        population = population.to(clean.device).eval()
-        x_test = torch.stack([x for x, _ in tests]).repeat_interleave(len(seeds), 0)
-        acc = accuracy(population, x_test, tests[0][1]).view(len(cells), len(seeds))
-    else:
-        (cell,) = cells
+        k = len(seeds)  # cell c's members: c·K .. c·K + K - 1
+        acc = torch.stack([accuracy(population.subset(list(range(c * k, c * k + k))).to(clean.device).eval(), *test)
+                           for c, test in enumerate(tests)])  # fmt: skip
+    else:  # one image cell at a time
         acc = []
         for model in fresh_models(clean, seeds):
             trainer = make_trainer(grid, default_epochs, root)
