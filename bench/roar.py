@@ -77,15 +77,13 @@ def naive_grid(clean, data, grid: RoarGrid, tabular: bool) -> list[list[float]]:
     for cell in grid_cells(grid):
         modified = {}
         for s, (x, y) in split.items():
+            # images: removal in the stored uint8 space, as the framework, then normalised per image below
+            stored = x if tabular else data._uint8_split(data.eval_split if s == "test" else s)[0]
             if cell.estimator == CLEAN:
-                modified[s] = x
+                modified[s] = stored
                 continue
             scores = estimator_maps(clean, x, cell.estimator, seed=grid.seed, **grid.estimators[cell.estimator])
-            if tabular:
-                modified[s] = remove_top(x, scores, cell.fraction, fill, seed=grid.seed)
-            else:  # removal in the stored uint8 space, as the framework, then normalised per image below
-                raw = data._uint8_split(data.eval_split if s == "test" else s)[0]
-                modified[s] = remove_top(raw, scores, cell.fraction, fill, seed=grid.seed)
+            modified[s] = remove_top(stored, scores, cell.fraction, fill, seed=grid.seed)
         y_train, y_test = split["train"][1], split["test"][1]
         if tabular:
             train_set = TensorDataset(modified["train"], y_train)
