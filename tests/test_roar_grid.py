@@ -167,11 +167,9 @@ def test_tabular_grid_refuses_ddp():
                  Path("unused"))  # fmt: skip
 
 
-@pytest.mark.slow
 def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
     """``evaluate.py roar --shard i/k`` on a train.py run: both shards land in the grid's one
-    folder (named by its config), the second writes the report, a third call only collects
-    (about 15 s on a busy machine)."""
+    folder (named by its config), the second writes the report, a third call only collects."""
     import evaluate
     import train
 
