@@ -9,6 +9,7 @@
     python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
     python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
+    python evaluate.py roar --config configs/roar/heloc.yaml [--shard i/k]    # Hooker et al.'s ROAR grid
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it (``--data_dir``:
@@ -20,7 +21,9 @@ draws an image model's explanations of its first test images
 (``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
 (``evaluators/protocols/consistency.py``), ``aggregation`` pixel-level aggregation of
 explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``),
-``optimised`` Decker et al.'s optimised aggregation (``evaluators/protocols/optimised_aggregation.py``).
+``optimised`` Decker et al.'s optimised aggregation (``evaluators/protocols/optimised_aggregation.py``),
+``roar`` Hooker et al.'s remove-and-retrain grid (``evaluators/protocols/roar.py``: its folder is
+named by its config, so a re-run or a ``--shard`` process continues the same grid).
 Each makes a new folder
 ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end. ``consistency`` keeps every finished ensemble there too, so
@@ -47,11 +50,13 @@ from evaluators.config import load_config
 from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
 from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.protocols.explanation_grid import explanation_grid
+from evaluators.roar_grid import parse_shard
 from evaluators.run_inputs import load_run
 from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.protocols.optimised_aggregation import (
     OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
 )  # fmt: skip
+from evaluators.protocols.roar import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from train import unique_folder
 
@@ -95,6 +100,8 @@ EVALUATORS = {
     "optimised": Evaluator("optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
                            OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
                            "optimised_aggregation.json", False, True, "run"),
+    "roar": Evaluator("remove and retrain: accuracy of models retrained without each estimator's top pixels "
+                      "(Hooker et al.)", RoarConfig, evaluate_roar, write_roar_report, "roar.json", False, True, "run"),
 }  # fmt: skip
 
 
@@ -157,6 +164,9 @@ def main(argv: list[str] | None = None) -> dict:
         sub.add_argument("--output_dir", default=None)
         if spec.has_sets:
             sub.add_argument("--n_sets", type=int, default=None)
+        if name == "roar":
+            sub.add_argument("--shard", type=parse_shard, default=None, metavar="i/k",
+                             help="run cells i, i+k, ... only (SLURM arrays); the last shard writes the report")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                          help="override any option of the config; VALUE is read as YAML")  # fmt: skip
     args = parser.parse_args(argv)
@@ -189,9 +199,14 @@ def main(argv: list[str] | None = None) -> dict:
         cfg, run_dir = resumed_config(resume, spec, overrides), resume
     else:
         cfg = load_config(args.config, spec.config, overrides)
-        run_dir = new_report_dir(cfg)
+        run_dir = grid_report_dir(cfg) if args.command == "roar" else new_report_dir(cfg)
     try:
-        summary = spec.evaluate(cfg, run_dir) if spec.resumable else spec.evaluate(cfg)
+        if args.command == "roar":
+            summary = evaluate_roar(cfg, run_dir, args.shard)
+            if summary is None:  # cells left to other shards
+                return {}
+        else:
+            summary = spec.evaluate(cfg, run_dir) if spec.resumable else spec.evaluate(cfg)
     except BaseException as err:
         if spec.resumable and isinstance(err, KeyboardInterrupt) and not holds_config_only(run_dir):
             print(f"interrupted; continue with: python evaluate.py {args.command} --resume {run_dir}", file=sys.stderr)

