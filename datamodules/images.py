@@ -393,6 +393,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         eval_batch_size: int = 1024,
         num_workers: int = 0,
         seed: int = 0,
+        subset: dict[str, int] | None = None,
     ) -> None:
         super().__init__()
         for option, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
@@ -406,6 +407,11 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
             raise InputError("options mean and std: give both (one value per channel) or neither")
         if std is not None and any(s <= 0 for s in std):
             raise InputError(f"option std={list(std)}; expected positive numbers")
+        for split, size in (subset or {}).items():
+            if split not in SPLITS or not isinstance(size, int) or size < 1:
+                raise InputError(f"option subset={subset!r}; expected split names of {list(SPLITS)} mapped to "
+                                 "positive numbers of images")  # fmt: skip
+        self.subset = dict(subset or {})
         self.mean_option = None if mean is None else [float(m) for m in mean]
         self.std_option = None if std is None else [float(s) for s in std]
         self.random_crop_padding = random_crop_padding
@@ -462,6 +468,18 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     def _computed_stats(self) -> tuple[list[float], list[float]]:
         return channel_stats(self._uint8_split(self.stats_split)[0])
 
+    def split_images(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A split's uint8 images and labels as served: all of them, or with option ``subset``
+        (e.g. ``{"train": 10000, "test": 2000}``, for quick runs) at most that many, a random
+        choice seeded by ``seed`` kept in split order. The normalisation statistics stay those
+        of the whole training split, so a model trained on all of it sees the same inputs."""
+        images, labels = self._uint8_split(split)
+        if split in self.subset and self.subset[split] < len(labels):
+            generator = torch.Generator().manual_seed(self.seed)
+            chosen = torch.randperm(len(labels), generator=generator)[: self.subset[split]].sort().values
+            images, labels = images[chosen], labels[chosen]
+        return images, labels
+
     @cached_property
     def normalization(self) -> tuple[list[float], list[float]]:
         """(mean, std) per channel: the options, or computed from :attr:`stats_split`."""
@@ -513,7 +531,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         serves large images from files instead)."""
         if split is None:
             return []
-        return self.tensor_loader(*self._uint8_split(split), train=train)
+        return self.tensor_loader(*self.split_images(split), train=train)
 
     def tensor_loader(self, images: torch.Tensor, labels: torch.Tensor, train: bool) -> DataLoader:
         """A loader of uint8 ``images`` (N, C, H, W) and ``labels`` served as this datamodule

@@ -169,7 +169,7 @@ def _raw_split(datamodule, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     if split not in ("train", "test"):
         raise InputError(f"option split={split!r}; expected 'train' or 'test'")
     if isinstance(datamodule, ImageDataModule):
-        return datamodule._uint8_split("train" if split == "train" else eval_split_name(datamodule))
+        return datamodule.split_images("train" if split == "train" else eval_split_name(datamodule))
     return datamodule.train_tensors if split == "train" else datamodule.test_tensors
 
 

@@ -363,6 +363,22 @@ def test_mnist5k():
     ).tolist()  # the same fixed split
 
 
+def test_subset_is_a_seeded_choice_in_split_order_with_the_whole_split_statistics():
+    whole = MNIST5kDataModule()
+    images, labels = whole._uint8_split("train")
+    dm = MNIST5kDataModule(subset={"train": 300}, seed=3, eval_batch_size=2000)
+    x, y = dm.split_images("train")
+    chosen = torch.randperm(4000, generator=torch.Generator().manual_seed(3))[:300].sort().values
+    assert torch.equal(x, images[chosen]) and torch.equal(y, labels[chosen])
+    assert torch.equal(dm.split_images("train")[0], MNIST5kDataModule(subset={"train": 300}, seed=3).split_images(
+        "train")[0]) and not torch.equal(x, MNIST5kDataModule(subset={"train": 300}).split_images("train")[0])
+    assert dm.normalization == whole.normalization  # statistics of all 4,000 training images
+    assert sum(len(b[1]) for b in dm.train_dataloader()) == 300
+    assert len(next(iter(dm.test_dataloader()))[1]) == 1000  # no subset named for test: all of it
+    with pytest.raises(InputError, match="option subset"):
+        MNIST5kDataModule(subset={"train": 0})
+
+
 @pytest.mark.skipif(not Path("/usr/share/datasets/fashion-mnist").is_dir(), reason="dataset-fashion-mnist absent")
 def test_fashion_mnist():
     dm = FashionMNISTDataModule(eval_batch_size=64)

@@ -39,7 +39,8 @@ UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_p
 @dataclass(kw_only=True)
 class RoarConfig(RoarGrid):
     """Options of the ROAR protocol (configs/roar/<name>.yaml): the clean ``run`` (a ``train.py``
-    folder) and its ``checkpoint``, ``data_dir`` (where its data lies now, if it moved), the
+    folder) and its ``checkpoint``, ``data_dir`` (where its data lies now, if it moved), ``data``
+    (options overriding the run's datamodule, e.g. an image ``subset``), the
     ``device`` the maps are computed on, the maps' ``cache_dir`` (default ``<grid>/maps``; a
     shared folder lets grids of the same model reuse maps), and the grid's options
     (``RoarGrid``)."""
@@ -47,6 +48,7 @@ class RoarConfig(RoarGrid):
     run: str
     checkpoint: str = "last.ckpt"
     data_dir: str | None = None
+    data: dict = dataclasses.field(default_factory=dict)
     device: str = "auto"
     cache_dir: str | None = None
     log_to: str = "wandb_offline"
@@ -65,6 +67,8 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
     """``<output_dir>/<dataset>-<12 hex digits>``, named by the options that change the grid's
     numbers, holding its ``config.yaml`` (made now if new)."""
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in UNNAMED_OPTIONS}
+    if not options["data"]:  # no datamodule override: the name grids had before the option existed
+        del options["data"]
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
     run_dir = Path(cfg.output_dir) / f"{cfg.report_name()}-{digest}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +81,7 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
 
 def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None = None) -> dict | None:
     """Run the cells of ``shard`` not yet done; the report once every cell is (None before)."""
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options=cfg.data, data_location=cfg.data_dir)
     model = model.to(resolve_device(cfg.device))
     epochs = yaml.safe_load((Path(cfg.run) / "config.yaml").read_text()).get("trainer", {}).get("max_epochs")
     cache = Path(cfg.cache_dir) if cfg.cache_dir else None
