@@ -9,8 +9,8 @@
 
 Each run writes to ``<output_dir>/<dataset>/<run_name>/``: the composed
 ``config.yaml``, checkpoints, the logger's files (W&B offline by default) and,
-only once training and testing finished, ``metrics.json`` (and for a population
-``population.pt``, ``members.csv`` and ``accuracy_histogram.png``).
+only once training and testing finished, ``metrics.json`` (and for a population, tabular or
+image, ``population.pt``, ``members.csv`` and ``accuracy_histogram.png``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
 from evaluators.config import read_yaml
+from lightning_modules.image_population import ImagePopulation
+from lightning_modules.image_population_io import save_image_population
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
 from lightning_modules.population_io import save_population
@@ -306,6 +308,29 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
     return metrics
 
 
+def fit_image_population_run(cli: TrainCLI) -> dict:
+    """Train an ``ImagePopulation`` like one model, test every member, and save the population file."""
+    trainer, population, data, run_dir = cli.trainer, cli.model, cli.datamodule, cli.run_dir
+    last = run_dir / "checkpoints" / "last.ckpt"
+    started = time.perf_counter()
+    trainer.fit(population, datamodule=data, ckpt_path=last if last.exists() else None, weights_only=True)
+    trainer.test(population, datamodule=data, verbose=False)
+    accuracy, info = population.member_test_acc, data.describe()
+    metadata = {"dataset": info, "datamodule": cli.config.data.as_dict(), "max_epochs": cli.config.trainer.max_epochs}
+    save_image_population(run_dir / "population.pt", population, accuracy.tolist(), metadata)
+    write_reports(run_dir, population.seeds, accuracy, torch.ones_like(accuracy, dtype=torch.bool),
+                  f"{info['dataset']}: {population.size} members")  # fmt: skip
+    metrics = {
+        "members": population.size, "member_test_acc": accuracy.tolist(), "test_acc_mean": accuracy.mean().item(),
+        "test_acc_std": accuracy.std(unbiased=False).item(), "train_seconds": round(time.perf_counter() - started, 1),
+        "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
+    }  # fmt: skip
+    write_json(run_dir / "metrics.json", metrics)
+    print(f"image population: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
+          f"± {100 * metrics['test_acc_std']:.2f}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
+    return metrics
+
+
 def main(args: list[str] | None = None) -> dict | None:
     """Train, test on the held-out split and return the test metrics (None if interrupted)."""
     args = resume_args(list(sys.argv[1:] if args is None else args))
@@ -324,6 +349,8 @@ def main(args: list[str] | None = None) -> dict | None:
         raise InputError(short_parse_error(str(err))) from None
     if isinstance(cli.model, PopulationMLP):
         return fit_population_run(cli)
+    if isinstance(cli.model, ImagePopulation):
+        return fit_image_population_run(cli)
     return fit_single(cli)
 
 

@@ -1,17 +1,24 @@
-"""LightningModules: the tabular MLP, a population of them trained at once, and the image classifier."""
+"""LightningModules: the tabular MLP, a population of them trained at once, the image classifier and a
+population of image classifiers."""
 
 from lightning_modules.image_classifier import ImageClassifier, create_image_model
+from lightning_modules.image_population import ImagePopulation
+from lightning_modules.image_population_io import load_image_member, load_image_population, save_image_population
 from lightning_modules.mlp import MLPClassifier, build_mlp
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_member, load_population, save_population
 
 __all__ = [
     "ImageClassifier",
+    "ImagePopulation",
     "MLPClassifier",
     "PopulationMLP",
     "build_mlp",
     "create_image_model",
+    "load_image_member",
+    "load_image_population",
     "load_member",
     "load_population",
+    "save_image_population",
     "save_population",
 ]

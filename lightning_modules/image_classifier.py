@@ -262,6 +262,30 @@ def lr_factor(step: int, schedule: Schedule, warmup: int, total: int) -> float:
     return 1.0
 
 
+def configure_image_optimizer(groups: list[dict], hp, trainer: pl.Trainer):
+    """The optimiser and schedule of ``ImageClassifier`` (options in ``hp``) over parameter
+    ``groups``; a group's own ``lr`` overrides ``hp.lr`` (``ImagePopulation``'s per-member
+    learning rates). What ``configure_optimizers`` returns."""
+    if hp.optimizer == "sgd":
+        optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=SGD_MOMENTUM, nesterov=True)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=hp.lr)
+    if hp.schedule == "none":
+        return optimizer
+    total = trainer.estimated_stepping_batches
+    if not math.isfinite(total):
+        raise InputError(f"option schedule={hp.schedule!r} needs trainer.max_epochs or trainer.max_steps")
+    total = int(total)
+    per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
+    warmup = round(hp.warmup_epochs * per_epoch)
+    if warmup >= total:  # e.g. a short trial run (limit_train_batches, fast_dev_run) of a full config
+        rank_zero_warn(f"warmup_epochs={hp.warmup_epochs} is {warmup} steps of a {total}-step run; "
+                       f"warming up for {total - 1} steps instead")  # fmt: skip
+        warmup = total - 1
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, hp.schedule, warmup, total))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
 # --- the LightningModule ---------------------------------------------------------------
 class ImageClassifier(pl.LightningModule):
     """A classifier of images into ``num_classes`` classes; ``forward`` gives the logits.
@@ -360,25 +384,5 @@ class ImageClassifier(pl.LightningModule):
         self._step(batch, "test")
 
     def configure_optimizers(self):
-        hp = self.hparams
-        groups = parameter_groups(self.net, hp.weight_decay)
-        if hp.optimizer == "sgd":
-            optimizer = torch.optim.SGD(groups, lr=hp.lr, momentum=SGD_MOMENTUM, nesterov=True)
-        else:
-            optimizer = torch.optim.AdamW(groups, lr=hp.lr)
-        if hp.schedule == "none":
-            return optimizer
-        total = self.trainer.estimated_stepping_batches
-        if not math.isfinite(total):
-            raise InputError(f"option schedule={hp.schedule!r} needs trainer.max_epochs or trainer.max_steps")
-        total = int(total)
-        per_epoch = math.ceil(self.trainer.num_training_batches / self.trainer.accumulate_grad_batches)
-        warmup = round(hp.warmup_epochs * per_epoch)
-        if warmup >= total:  # e.g. a short trial run (limit_train_batches, fast_dev_run) of a full config
-            rank_zero_warn(f"warmup_epochs={hp.warmup_epochs} is {warmup} steps of a {total}-step run; "
-                           f"warming up for {total - 1} steps instead")  # fmt: skip
-            warmup = total - 1
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_factor(step, hp.schedule, warmup, total)
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        groups = parameter_groups(self.net, self.hparams.weight_decay)
+        return configure_image_optimizer(groups, self.hparams, self.trainer)

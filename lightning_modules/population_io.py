@@ -40,9 +40,9 @@ def save_population(path: Path, population: PopulationMLP, member_test_acc: list
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
-def read_population_file(path: str | Path, mmap: bool = False) -> dict:
-    """A population file's dictionary, checked to be one; ``mmap=True`` maps its tensors
-    instead of reading them (for a look at the metadata alone)."""
+def read_population_file(path: str | Path, mmap: bool = False, file_format: str = FORMAT) -> dict:
+    """A population file's dictionary, checked to be one of ``file_format``; ``mmap=True``
+    maps its tensors instead of reading them (for a look at the metadata alone)."""
     path = Path(path)
     if not path.is_file():
         dataset = path.parent.parent.name
@@ -52,8 +52,8 @@ def read_population_file(path: str | Path, mmap: bool = False) -> dict:
         payload = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
     except Exception as err:  # torch.load's failures on a foreign file differ by format (zip, pickle, mmap)
         raise InputError(f"{path}: not a population file written by train.py ({type(err).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise InputError(f"{path}: not a population file (expected format {FORMAT!r})")
+    if not isinstance(payload, dict) or payload.get("format") != file_format:
+        raise InputError(f"{path}: not a population file (expected format {file_format!r})")
     return payload
 
 
