@@ -38,7 +38,7 @@ class PopulationSource:
     """The population to evaluate, optionally another folder holding its raw data, and the
     device the evaluation runs on (perturbation noise is drawn there, so the same seed
     gives the same numbers on the same kind of device). ``population``: a population file
-    written by train.py (tabular), or a folder of image runs (``evaluators.image_members``)."""
+    written by train.py (tabular or image), or a folder of image runs (``evaluators.image_members``)."""
 
     population: str
     data_dir: str | None = None
@@ -49,8 +49,10 @@ class PopulationSource:
 
     @property
     def images(self) -> bool:
-        """Whether ``population`` is a folder of image runs."""
-        return Path(self.population).is_dir()
+        """Whether ``population`` is an image population (a file or a folder of runs)."""
+        from evaluators.image_members import is_image_source
+
+        return is_image_source(self.population)
 
     def report_name(self) -> str:
         """The report folder's prefix: the population's dataset."""

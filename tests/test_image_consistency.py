@@ -86,3 +86,24 @@ def test_image_options_are_checked(image_population):
         ConsistencyConfig(population=str(image_population), map_reduction="mean")
     with pytest.raises(evaluate.InputError, match="1 train.py run"):
         load_image_members(image_population / "tiny" / "seed0", torch.device("cpu"))
+
+
+def test_an_image_population_file_reads_as_its_members(image_population, tmp_path):
+    import yaml
+
+    from evaluators.protocols.consistency import ConsistencyConfig
+    from lightning_modules.image_population import ImagePopulation
+    from lightning_modules.image_population_io import save_image_population
+
+    runs, payload, data = load_image_members(image_population, torch.device("cpu"))
+    data_cfg = yaml.safe_load((runs.folders[0] / "config.yaml").read_text())["data"]
+    metadata = {**payload["metadata"], "datamodule": data_cfg}
+    path = tmp_path / "population.pt"
+    save_image_population(path, ImagePopulation.from_classifiers(runs.members), [0.0] * 4, metadata)
+    assert ConsistencyConfig(population=str(path)).images
+    assert not ConsistencyConfig(population=str(tmp_path / "nothing.pt"), device="cpu").images
+    loaded, loaded_payload, loaded_data = load_image_members(path, torch.device("cpu"))
+    assert loaded.size == 4 and loaded_payload["metadata"]["max_epochs"] == payload["metadata"]["max_epochs"]
+    x = spread_images(loaded_data, 5, "test")[0]
+    for member, run in zip(loaded.members, runs.members):
+        torch.testing.assert_close(member(x), run(x), rtol=0, atol=0)
