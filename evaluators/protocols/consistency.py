@@ -29,6 +29,12 @@ as Captum's NoiseTunnel) start each explanation of set s's ensemble from a seed 
 strategies ran before it, and the strategies' ensembles of one set see the same
 noise, so strategies are compared on paired draws.
 
+An image population (a folder of image runs or an ``ImagePopulation`` file; see
+``image_task``) goes through the same loop: ensembles from ``IMAGE_ENSEMBLES``, test
+images explained for their labels, maps reduced per pixel and flattened, SA/SSA/CDC over
+the top-k pixels plus the angular difference and Watson et al.'s C
+(docs/image_consistency.md).
+
 Given a run folder, each ensemble's test accuracy and explanations are kept in
 ``<run>/sets/n<n>/<strategy>/set-<s>.pt``. A run started again on that folder loads
 the finished ensembles and computes only the missing ones, so it ends with the
