@@ -6,7 +6,8 @@
 ``watson``: one group of bars per method, a bar per report (e.g. ``cnn=runs/.../watson_cnn/<run>``):
 Watson et al.'s C = 1 - mean over pairs of S(a, b), with the std of 1 - S over pairs.
 ``models``: the rows of several reports of one population merged (e.g. vanilla ensembles of
-n = 1..6 members and the strategies at n = 4) and drawn by ``plot_agreement`` (SA@k against the
+n = 1..6 members and the strategies at n = 4; a strategy and n already in an earlier report are
+taken from that one) and drawn by ``plot_agreement`` (SA@k against the
 number of pre-trained models, a line per strategy).
 """
 
@@ -49,8 +50,12 @@ def watson_figure(out: Path, labelled: list[str]) -> None:
 
 
 def models_figure(out: Path, reports: list[str]) -> None:
-    summaries = [read(r) for r in reports]
-    merged = {**summaries[0], "rows": [r for s in summaries for r in s["rows"] if r["metric"] != "watson_c"]}
+    summaries, rows, seen = [read(r) for r in reports], [], set()
+    for summary in summaries:  # a (strategy, n) already drawn from an earlier report is not drawn again
+        new = [r for r in summary["rows"] if (r["strategy"], r["n_models"]) not in seen and r["metric"] != "watson_c"]
+        seen |= {(r["strategy"], r["n_models"]) for r in new}
+        rows += new
+    merged = {**summaries[0], "rows": rows}
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copy(plot_agreement(merged, Path(tmp)), out)
 
