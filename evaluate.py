@@ -7,6 +7,7 @@
     python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
     python evaluate.py consistency --config configs/consistency/heloc.yaml --set n_points_smoothgrad=100
     python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
+    python evaluate.py consistency --config configs/consistency/fashion_mnist.yaml  # an image population
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
     python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
     python evaluate.py roar --config configs/roar/heloc.yaml [--shard i/k]    # Hooker et al.'s ROAR grid

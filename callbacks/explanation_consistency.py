@@ -1,9 +1,15 @@
 """Explanation consistency of a population's members, logged during training.
 
-Every ``every_n_epochs`` epochs the members explain a fixed probe set (the first
-``probe_size`` test rows) in one batched call, and the mean pairwise agreement
-between members (SA, SSA, CDC at top-k, angular difference; Ley et al. §4) goes
-to the logger as ``consistency/<metric>``.
+Every ``every_n_epochs`` epochs the members explain a fixed probe set and the mean
+pairwise agreement between members (SA, SSA, CDC at top-k, angular difference; Ley et
+al. §4) goes to the logger as ``consistency/<metric>``:
+
+* a tabular population (``PopulationMLP``): the first ``probe_size`` test rows,
+  explained in one batched call;
+* an image population (any LightningModule with ``size`` and ``member(i)`` returning an
+  image classifier, as a stacked image population): ``probe_size`` test images spread
+  through the test split, each member explaining the image's label; maps reduced per
+  pixel (``map_reduction``, ``reduce_map``) and flattened, so the top-k are pixels.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import torch
 from datamodules.errors import InputError
 from evaluators.metrics.agreement import METRICS, PairwiseAgreement
 from evaluators.maps import explain
+from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from lightning_modules.population import PopulationMLP
 
 
@@ -25,21 +32,40 @@ class ExplanationConsistency(pl.Callback):
         method: str = "saliency",
         k: int = 5,
         metrics: tuple[str, ...] = ("sa", "ssa", "cdc", "angular"),
+        map_reduction: str = "sum",
     ) -> None:
         unknown = [m for m in metrics if m not in METRICS]
         if unknown:
             raise InputError(f"ExplanationConsistency: unknown metric(s) {unknown}; expected some of {list(METRICS)}")
+        if map_reduction not in REDUCTIONS:
+            raise InputError(f"ExplanationConsistency: option map_reduction={map_reduction!r}; expected one of "
+                             f"{list(REDUCTIONS)}")  # fmt: skip
         self.every_n_epochs, self.probe_size, self.method, self.k = every_n_epochs, probe_size, method, k
         self.metrics = tuple(metrics)
+        self.map_reduction = map_reduction
+        self._probe: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def explanations(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.Tensor:
+        """(M, N, d) maps of the members on the probe."""
+        if isinstance(pl_module, PopulationMLP):
+            x = trainer.datamodule.test_tensors[0][: self.probe_size].to(pl_module.device)
+            return explain(pl_module, x, self.method).detach()
+        from evaluators.run_inputs import spread_images
+
+        if self._probe is None:
+            self._probe = spread_images(trainer.datamodule, self.probe_size, "test")
+        x, y = (t.to(pl_module.device) for t in self._probe)
+        maps = [explain(pl_module.member(i).to(pl_module.device), x, self.method, target=y).detach()
+                for i in range(pl_module.size)]  # fmt: skip
+        return torch.stack([reduce_map(m, self.map_reduction).flatten(1) for m in maps])
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not isinstance(pl_module, PopulationMLP) or pl_module.size < 2:
+        if not callable(getattr(pl_module, "member", None)) or pl_module.size < 2:
             return
         if (trainer.current_epoch + 1) % self.every_n_epochs:
             return
-        x = trainer.datamodule.test_tensors[0][: self.probe_size].to(pl_module.device)
         with torch.enable_grad():
-            explanations = explain(pl_module, x, self.method).detach()
+            explanations = self.explanations(trainer, pl_module)
         for name in self.metrics:
             metric = PairwiseAgreement(name, k=self.k).to(pl_module.device)
             metric.update(explanations)

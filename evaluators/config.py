@@ -35,9 +35,10 @@ def resolve_device(name: str) -> torch.device:
 
 @dataclass
 class PopulationSource:
-    """The population file to evaluate, optionally another folder holding its raw data,
-    and the device the evaluation runs on (perturbation noise is drawn there, so the
-    same seed gives the same numbers on the same kind of device)."""
+    """The population to evaluate, optionally another folder holding its raw data, and the
+    device the evaluation runs on (perturbation noise is drawn there, so the same seed
+    gives the same numbers on the same kind of device). ``population``: a population file
+    written by train.py (tabular or image), or a folder of image runs (``evaluators.image_members``)."""
 
     population: str
     data_dir: str | None = None
@@ -46,13 +47,29 @@ class PopulationSource:
     def __post_init__(self) -> None:
         resolve_device(self.device)  # a bad value is named before any work starts
 
+    @property
+    def images(self) -> bool:
+        """Whether ``population`` is an image population (a file or a folder of runs)."""
+        from evaluators.image_members import is_image_source
+
+        return is_image_source(self.population)
+
     def report_name(self) -> str:
         """The report folder's prefix: the population's dataset."""
+        if self.images:
+            from evaluators.image_members import image_source_name
+
+            return image_source_name(self.population)
         return read_population_file(self.population, mmap=True)["metadata"]["dataset"]["dataset"]
 
     def load(self) -> tuple[PopulationMLP, dict, TabularDataModule]:
-        """The population (on ``device``), the rest of its file, and its datamodule."""
+        """The population (on ``device``), the rest of its file, and its datamodule (for a
+        folder of image runs: ``ImageMembers``, a payload holding its metadata, its datamodule)."""
         device = resolve_device(self.device)
+        if self.images:
+            from evaluators.image_members import load_image_members
+
+            return load_image_members(self.population, device, self.data_dir)
         population, payload = load_population(self.population)
         return population.to(device), payload, population_datamodule(payload, self.data_dir)
 

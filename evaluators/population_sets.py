@@ -9,7 +9,8 @@ import torch
 
 from datamodules.errors import InputError
 from lightning_modules.curve_population import curves_between
-from lightning_modules.curves import MLPCurve
+from lightning_modules.curves import CurveModel, MLPCurve
+from lightning_modules.image_ensembles import network
 
 
 def member_pairs(members: list[int]) -> list[tuple[int, int]]:
@@ -38,6 +39,19 @@ def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, ki
     stacked = curves_between(population, pairs, kind, mode)
     quiet_trainer(epochs, population.device).fit(stacked, datamodule=data)
     return [stacked.curve(i).to(population.device) for i in range(len(pairs))]
+
+
+def train_image_curves(members: list, pairs: list[tuple[int, int]], data, epochs: int, kind: str) -> list[CurveModel]:
+    """Curves between image members (a, b) for every pair, one after another: the trained
+    members are the fixed end points, the bend is trained (Garipov et al.) on ``data``
+    for ``epochs`` epochs (Adam, lr 1e-3, t ~ U(0, 1) per batch)."""
+    device = next(members[0].parameters()).device
+    curves = []
+    for a, b in pairs:
+        curve = CurveModel(network(members[a]), network(members[b]), kind, "fixed")
+        quiet_trainer(epochs, device).fit(curve, datamodule=data)
+        curves.append(curve.to(device).eval())
+    return curves
 
 
 def quiet_trainer(epochs: int, device: torch.device) -> pl.Trainer:

@@ -223,6 +223,24 @@ class CurveModel(pl.LightningModule):
         return model
 
     @torch.no_grad()
+    def network_at(self, t: float, template: nn.Module, loader=None) -> nn.Module:
+        """``model_at(t, template)`` in eval mode, its BatchNorm running statistics
+        recomputed at t with a pass over ``loader`` (``update_bn``): the statistics the
+        end points were trained with do not hold between them. Needed only where the
+        network has BatchNorm."""
+        model = self.model_at(t, template).eval()
+        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not bns:
+            return model
+        if loader is None:
+            raise InputError("the network has BatchNorm: its statistics at t need a loader of training data")
+        self.update_bn(loader, t)
+        for bn, curve_bn in zip(bns, [m for m in self.net.modules() if isinstance(m, CurveBatchNorm)]):
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                getattr(bn, name).copy_(getattr(curve_bn, name))
+        return model
+
+    @torch.no_grad()
     def update_bn(self, loader, t: float) -> None:
         """Recompute BatchNorm running statistics at t with a pass over ``loader``."""
         bns = [m for m in self.net.modules() if isinstance(m, CurveBatchNorm)]

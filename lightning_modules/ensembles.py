@@ -181,13 +181,18 @@ def combine(
     return MLPEnsemble(*stacked, "average", curves[0].explain_output)
 
 
-def _curve_samples(curves: Sequence, n_t: int, t_seed: int | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def curve_ts(n_t: int, t_seed: int | None) -> torch.Tensor:
+    """The ``n_t`` values of t sampled on every curve: evenly spaced on [0, 1], or drawn
+    from U(0, 1) with ``t_seed`` when it is given."""
     if n_t < 1:
         raise InputError(f"option n_t={n_t}; expected at least one point per curve")
     if t_seed is None:
-        ts = torch.linspace(0.0, 1.0, n_t)
-    else:
-        ts = torch.rand(n_t, generator=torch.Generator().manual_seed(t_seed))
+        return torch.linspace(0.0, 1.0, n_t)
+    return torch.rand(n_t, generator=torch.Generator().manual_seed(t_seed))
+
+
+def _curve_samples(curves: Sequence, n_t: int, t_seed: int | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    ts = curve_ts(n_t, t_seed)
     per_curve = [curve.stacked_at(ts) for curve in curves]
     weights = [torch.cat([w[k] for w, _ in per_curve]) for k in range(len(per_curve[0][0]))]
     biases = [torch.cat([b[k] for _, b in per_curve]) for k in range(len(per_curve[0][1]))]

@@ -13,6 +13,8 @@ random weights (never a download):
 * ``small_cnn``: two 3x3 convolutions (32 and 64 channels, each followed by ReLU and
   2x2 max-pooling), an adaptive average pool to 7x7 (skipped for 28x28 inputs, see
   :class:`AvgPoolTo`) and a linear layer: for quick MNIST / Fashion-MNIST runs.
+* ``mlp``: a multilayer perceptron on the flattened pixels (hidden layers of 256 and 128
+  ReLU units, inputs pooled to 28x28 by :class:`AvgPoolTo`): Watson et al.'s MNIST MLPs.
 * ``resnet18``, ``resnet34``, ``resnet50``: torchvision's ImageNet ResNets
   (``weights=None``). ``small_input_stem`` makes the first convolution 3x3 with stride 1
   and drops the max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a
@@ -127,6 +129,13 @@ def small_cnn(num_classes: int, in_channels: int) -> nn.Sequential:
     )  # fmt: skip
 
 
+def image_mlp(num_classes: int, in_channels: int) -> nn.Sequential:
+    return nn.Sequential(
+        AvgPoolTo(28), nn.Flatten(), nn.Linear(in_channels * 28 * 28, 256), nn.ReLU(),
+        nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, num_classes),
+    )  # fmt: skip
+
+
 def torchvision_resnet(depth: int) -> Callable[[int, int, bool], nn.Module]:
     def build(num_classes: int, in_channels: int, small_input_stem: bool) -> nn.Module:
         from torchvision import models
@@ -148,6 +157,7 @@ ARCHITECTURES: dict[str, Callable[[int, int, bool], nn.Module]] = {
     "resnet8": lambda num_classes, in_channels, _: CifarResNet(1, num_classes, in_channels),
     "resnet20": lambda num_classes, in_channels, _: CifarResNet(3, num_classes, in_channels),
     "small_cnn": lambda num_classes, in_channels, _: small_cnn(num_classes, in_channels),
+    "mlp": lambda num_classes, in_channels, _: image_mlp(num_classes, in_channels),
     "resnet18": torchvision_resnet(18),
     "resnet34": torchvision_resnet(34),
     "resnet50": torchvision_resnet(50),

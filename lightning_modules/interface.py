@@ -3,7 +3,8 @@
 A classifier here is an ``nn.Module`` whose ``forward`` maps a batch of inputs (N, ...)
 to class scores (N, K): logits for a single model (``MLPClassifier``,
 ``ImageClassifier``, any torchvision or timm network), the members' mean probability
-for an ``MLPEnsemble`` (vote shares for ``majority``). A ``PopulationMLP`` maps to
+for an ``MLPEnsemble`` (vote shares for ``majority``), the members' mean logit for an
+``ImageEnsemble`` (whose predictions come from its ``probabilities``). A ``PopulationMLP`` maps to
 (M, N, K), one block per member.
 
 Tabular models (``MLPClassifier``, ``PopulationMLP``, ``MLPEnsemble``) also have
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from lightning_modules.ensembles import MLPEnsemble
+from lightning_modules.image_ensembles import ImageEnsemble
 
 POSITIVE_CLASS = 1  # the class a tabular model explains (Ley et al.: label 1)
 
@@ -30,5 +32,7 @@ def is_tabular(model: nn.Module) -> bool:
 def class_probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Class probabilities (N, K) of any classifier ((M, N, K) for a population): the
     softmax of its logits, or an ensemble's own mean probabilities (vote shares)."""
+    if isinstance(model, ImageEnsemble):
+        return model.probabilities(x)
     scores = model(x)
     return scores if isinstance(model, MLPEnsemble) else scores.softmax(-1)

@@ -69,6 +69,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from lightning_modules.interface import class_probabilities
 
 MAX_BATCH = 256
 NOISE_TUNNEL_BASES = ("saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift")
@@ -299,9 +300,11 @@ def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
 
 
 def predicted_class(model: nn.Module, x: torch.Tensor, max_batch: int = MAX_BATCH) -> torch.Tensor:
-    """The argmax of the logits, (N,), in chunks of ``max_batch`` images without gradients."""
+    """The argmax of the class probabilities (``class_probabilities``: the logits' for one
+    model, an ensemble's mean probabilities), (N,), in chunks of ``max_batch`` images
+    without gradients."""
     with torch.no_grad():
-        return torch.cat([model(x[s]).argmax(-1) for s in _chunks(len(x), max(1, max_batch))])
+        return torch.cat([class_probabilities(model, x[s]).argmax(-1) for s in _chunks(len(x), max(1, max_batch))])
 
 
 def image_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int = MAX_BATCH) -> torch.Tensor:

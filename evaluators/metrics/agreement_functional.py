@@ -196,8 +196,15 @@ def watson_consistency(
     """C = 1 - Σ_{pairs} S(a, b) / α with S(a, b) = 2 |M(a, b) - 0.5| and α the number of
     pairs: 1 when no pair's explanations can be told apart, 0 when every pair's can.
     M is ``separability`` (split by individual) with these options."""
+    scores = pair_separations(e, seed, test_fraction, classifier)
+    return 1.0 - sum(scores) / len(scores)
+
+
+def pair_separations(
+    e: torch.Tensor, seed: int = 0, test_fraction: float = 0.5, classifier: dict | None = None
+) -> list[float]:
+    """S(a, b) = 2 |M(a, b) - 0.5| for every pair of models a < b (``pairs`` order)."""
     i, j = pairs(e.shape[0])
-    scores = [
+    return [
         2 * abs(separability(e[a], e[b], seed, test_fraction, classifier) - 0.5) for a, b in zip(i.tolist(), j.tolist())
     ]
-    return 1.0 - sum(scores) / len(scores)

@@ -29,6 +29,12 @@ as Captum's NoiseTunnel) start each explanation of set s's ensemble from a seed 
 strategies ran before it, and the strategies' ensembles of one set see the same
 noise, so strategies are compared on paired draws.
 
+An image population (a folder of image runs or an ``ImagePopulation`` file; see
+``image_task``) goes through the same loop: ensembles from ``IMAGE_ENSEMBLES``, test
+images explained for their labels, maps reduced per pixel and flattened, SA/SSA/CDC over
+the top-k pixels plus the angular difference and Watson et al.'s C
+(docs/image_consistency.md).
+
 Given a run folder, each ensemble's test accuracy and explanations are kept in
 ``<run>/sets/n<n>/<strategy>/set-<s>.pt``. A run started again on that folder loads
 the finished ensembles and computes only the missing ones, so it ends with the
@@ -38,8 +44,10 @@ numbers an uninterrupted run gives.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,14 +55,20 @@ from rich.progress import Progress
 
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
-from evaluators.metrics.agreement_functional import ley_agreements
+from evaluators.metrics.agreement_functional import angular_difference, ley_agreements, pair_separations
 from evaluators.config import PopulationSource
-from evaluators.maps import TABULAR_EXPLAINERS, explain
-from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves
+from evaluators.image_members import ImageMembers
+from evaluators.maps import IMAGE_EXPLAINERS, TABULAR_EXPLAINERS, explain
+from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves
+from evaluators.run_inputs import spread_images
 from lightning_modules.ensembles import ENSEMBLES
+from lightning_modules.image_ensembles import IMAGE_ENSEMBLES
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
+IMAGE_METRICS = [*METRICS, "angular", "watson_c"]
+MODEL_ROWS = 4096  # images x ensemble members one forward pass of an image ensemble sees
 CURVE_MODES = ["fixed", "trained"]
 T_SAMPLINGS = ["uniform", "even"]
 
@@ -82,6 +96,9 @@ class ConsistencyConfig(PopulationSource):
     curve_mode: str = "fixed"
     t_sampling: str = "uniform"
     explain_output: str | None = None  # logit | probability; None: the population's own (logit by default)
+    curve_epochs: int | None = None  # epochs of curve training; None: the members' own
+    map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (reduce_map)
+    n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
     seed: int = 0
     output_dir: str = "runs/consistency"
 
@@ -90,11 +107,16 @@ class ConsistencyConfig(PopulationSource):
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
-        unknown = [m for m in self.methods if m not in TABULAR_EXPLAINERS]
+        registry = IMAGE_EXPLAINERS if self.images else TABULAR_EXPLAINERS
+        unknown = [m for m in self.methods if m not in registry]
         if unknown:
-            raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(TABULAR_EXPLAINERS)}")
+            raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(registry)}")
+        if self.images and self.curve_mode != "fixed":
+            raise InputError(f"option curve_mode={self.curve_mode!r}; image populations take 'fixed' (curves "
+                             "between the trained members)")  # fmt: skip
         for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS),
-                                ("explain_output", [None, "logit", "probability"])):  # fmt: skip
+                                ("explain_output", [None, "logit", "probability"]),
+                                ("map_reduction", list(REDUCTIONS))):  # fmt: skip
             if getattr(self, option) not in allowed:
                 raise InputError(f"option {option}={getattr(self, option)!r}; expected one of {allowed}")
 
@@ -108,18 +130,38 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
 
 def build_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
     """Set s's ensemble of a strategy (built one at a time: a ``combine`` ensemble holds
-    2,500-5,000 MLPs, and 50 of them at once outgrow a 24 GB machine)."""
+    2,500-5,000 MLPs, and 50 of them at once outgrow a 24 GB machine): from
+    ``lightning_modules.ensembles.ENSEMBLES`` for a tabular population,
+    ``lightning_modules.image_ensembles.IMAGE_ENSEMBLES`` for ``ImageMembers`` (whose
+    curve samples take their start members as templates and recompute BatchNorm
+    statistics over the training images)."""
     noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part}
     t_seed = cfg.seed + s if cfg.t_sampling == "uniform" else None
+    if isinstance(population, ImageMembers):
+        registry, extra = IMAGE_ENSEMBLES, {"loader": population.bn_loader()}
+
+        def of(indices):
+            return ([population.members[i] for i in indices],)
+
+        def along():
+            return curves[s], [population.members[a] for a, _ in member_pairs(members)]
+    else:
+        registry, extra = ENSEMBLES, {}
+
+        def of(indices):
+            return population, indices
+
+        def along():
+            return (curves[s],)
     if strategy == "single":
-        return ENSEMBLES["average"](population, members[:1])
+        return registry["average"](*of(members[:1]))
     if strategy in ("average", "majority"):
-        return ENSEMBLES[strategy](population, members)
+        return registry[strategy](*of(members))
     if strategy == "perturb":
-        return ENSEMBLES["perturb"](population, members, **noise, seed=cfg.seed + s)
+        return registry["perturb"](*of(members), **noise, seed=cfg.seed + s)
     if strategy == "connect":
-        return ENSEMBLES["connect"](curves[s], n_t=cfg.n_t, t_seed=t_seed)
-    return ENSEMBLES["combine"](curves[s], n_t=cfg.n_t, **noise, seed=cfg.seed + s, t_seed=t_seed)
+        return registry["connect"](*along(), n_t=cfg.n_t, t_seed=t_seed, **extra)
+    return registry["combine"](*along(), n_t=cfg.n_t, **noise, seed=cfg.seed + s, t_seed=t_seed, **extra)
 
 
 def explanation_seed(seed: int, n: int, s: int) -> int:
@@ -162,17 +204,91 @@ def load_set(path: Path, methods: list[str], device: torch.device) -> tuple[floa
     return payload["accuracy"], {m: e.to(device) for m, e in payload["explanations"].items()}
 
 
-def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) -> dict:
-    """The protocol's rows; with ``run_dir``, finished ensembles are kept there and taken
-    from there (see the module's docstring)."""
-    population, payload, data = cfg.load()
+class Task(NamedTuple):
+    """What the protocol's loop needs of a population: its size, the curves between
+    pairs of its members, one ensemble's (accuracy, explanations per method) and the
+    scores of S ensembles' explanations (metric -> values to summarise)."""
+
+    size: int
+    device: torch.device
+    curves: Callable[[list[tuple[int, int]]], list]
+    results: Callable[[str, int, list[int], list, int], tuple[float, dict]]
+    scores: Callable[[torch.Tensor], dict[str, torch.Tensor]]
+
+
+def tabular_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
+    """Ley et al.'s Table 1 on tabular rows: every ensemble explains its positive class on
+    the first test points."""
     if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
         population.hparams.explain_output = cfg.explain_output
-    meta, device = payload["metadata"], population.device
+    device = population.device
     x_train, _ = data.train_tensors
     x_test, y_test = (t.to(device) for t in data.test_tensors)
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
     background = x_train[order[: cfg.n_background]].to(device)  # DeepSHAP's background sample
+    epochs = cfg.curve_epochs or meta["max_epochs"]
+
+    def curves(pairs):
+        return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
+
+    def results(strategy, s, members, set_curves, seed):
+        ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
+        return ensemble_results(ensemble, x_test, y_test, background, cfg, seed)
+
+    def scores(e):
+        agreements = ley_agreements(e, cfg.k)
+        return {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
+
+    return Task(population.size, device, curves, results, scores)
+
+
+def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, data) -> Task:
+    """The protocol on an image population: ``n_points`` test images spread through the
+    test split, each explained for its label; maps reduced per pixel (``map_reduction``)
+    and flattened to (N, H·W). Scores: SA/SSA/CDC over the top-k pixels and the angular
+    difference per image (averaged over pairs of ensembles), and per pair of ensembles
+    Watson et al.'s 1 - S(a, b) (its mean over pairs is their C). Test accuracy on
+    ``n_accuracy_images`` spread test images. Gradient SHAP draws its references from
+    ``n_background`` training images spread through the split."""
+    device = population.device
+    x_test, y_test = (t.to(device) for t in spread_images(data, cfg.n_points, "test"))
+    x_acc, y_acc = (t.to(device) for t in spread_images(data, cfg.n_accuracy_images, "test"))
+    background = spread_images(data, cfg.n_background, "train")[0].to(device)
+    epochs = cfg.curve_epochs or meta["max_epochs"]
+    options = {"gradient_shap": {"baselines": background}, "smoothgrad": {"stdevs": cfg.smoothgrad_sigma}}
+
+    def curves(pairs):
+        return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
+
+    def results(strategy, s, members, set_curves, seed):
+        ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
+        rows = max(1, MODEL_ROWS // ensemble.size)  # images per pass, all members together
+        accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
+        explained = {}
+        for method in cfg.methods:
+            torch.manual_seed(seed)
+            n = cfg.n_points_smoothgrad if method == "smoothgrad" else cfg.n_points
+            explained[method] = explain(ensemble, x_test[:n], method, target=y_test[:n], max_batch=rows,
+                                        **options.get(method, {})).detach()  # fmt: skip
+        return accuracy, explained
+
+    def scores(maps):
+        e = reduce_map(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(0, maps.shape[:2])
+        agreements = ley_agreements(e, cfg.k)
+        values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}
+        values["angular"] = angular_difference(e).mean(0).cpu()
+        values["watson_c"] = 1 - torch.tensor(pair_separations(e, cfg.seed), dtype=torch.float64)
+        return values
+
+    return Task(population.size, device, curves, results, scores)
+
+
+def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) -> dict:
+    """The protocol's rows; with ``run_dir``, finished ensembles are kept there and taken
+    from there (see the module's docstring)."""
+    population, payload, data = cfg.load()
+    meta = payload["metadata"]
+    task = (image_task if isinstance(population, ImageMembers) else tabular_task)(cfg, population, meta, data)
 
     def kept(n: int, strategy: str, s: int) -> bool:
         """Whether this ensemble's results are kept in the run folder from an earlier start."""
@@ -181,57 +297,58 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     rows = []
     with Progress() as progress:  # a bar per strategy, over its sets: a combine pass takes minutes
         for n in cfg.n_models:
-            sets = disjoint_sets(population.size, n, cfg.n_sets, cfg.seed)
+            sets = disjoint_sets(task.size, n, cfg.n_sets, cfg.seed)
             curves = []
             on_curves = [(st, s) for st in {"connect", "combine"} & set(cfg.strategies) for s in range(len(sets))]
             if not all(kept(n, st, s) for st, s in on_curves):
                 set_pairs = [member_pairs(members) for members in sets]
                 all_pairs = [pair for pairs in set_pairs for pair in pairs]
-                trained = train_curves(population, all_pairs, data, meta["max_epochs"], cfg.curve_kind, cfg.curve_mode)
-                curves = split_per_set(trained, set_pairs)
+                curves = split_per_set(task.curves(all_pairs), set_pairs)
             for strategy in cfg.strategies:
-                task = progress.add_task(f"n={n} {strategy}", total=len(sets))
+                bar = progress.add_task(f"n={n} {strategy}", total=len(sets))
                 explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
                 accuracies = []
                 for s, members in enumerate(sets):
                     if kept(n, strategy, s):
-                        accuracy, explained = load_set(set_file(run_dir, n, strategy, s), cfg.methods, device)
+                        accuracy, explained = load_set(set_file(run_dir, n, strategy, s), cfg.methods, task.device)
                     else:
-                        ensemble = build_ensemble(strategy, s, members, population, curves, cfg)
                         seed = explanation_seed(cfg.seed, n, s)
-                        accuracy, explained = ensemble_results(ensemble, x_test, y_test, background, cfg, seed)
-                        del ensemble
+                        accuracy, explained = task.results(strategy, s, members, curves, seed)
                         if run_dir is not None:
                             save_set(set_file(run_dir, n, strategy, s), accuracy, explained)
                     accuracies.append(accuracy)
                     for method in cfg.methods:
                         explanations[method].append(explained[method])
-                    progress.advance(task)
+                    progress.advance(bar)
                 accuracy = float(np.mean(accuracies))
                 for method in cfg.methods:
-                    scores = ley_agreements(torch.stack(explanations[method]), cfg.k)
-                    for metric in METRICS:
-                        per_individual = scores[metric].mean(0).cpu()  # over the pairs of ensembles
+                    scores = task.scores(torch.stack(explanations[method]))
+                    for metric, values in scores.items():
                         rows.append({"n_models": n, "strategy": strategy, "method": method, "metric": metric,
-                                     "test_acc": accuracy, **summarise(per_individual)})  # fmt: skip
-                    scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(METRICS) :])
+                                     "test_acc": accuracy, **summarise(values)})  # fmt: skip
+                    scored = " ".join(f"{r['metric']} {r['mean']:.3f}" for r in rows[-len(scores) :])
                     progress.console.print(f"n={n} {strategy:8s} {method:10s} {scored}  acc {accuracy:.4f}")
     return {"dataset": meta["dataset"]["dataset"], "config": asdict(cfg), "rows": rows}
 
 
+TABLE_COLUMNS = {"sa": "SA", "ssa": "SSA", "cdc_d": "CDC@d", "angular": "angle", "watson_c": "Watson C"}
+
+
 def markdown_table(summary: dict) -> str:
-    """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d), as mean ± std (Table 1's
-    layout)."""
+    """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d; for images also the angular
+    difference and Watson's C), as mean ± std (Table 1's layout)."""
     rows = summary["rows"]
     n = max(r["n_models"] for r in rows)
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    head = "| strategy | " + " | ".join(f"{m} SA | {m} SSA | {m} CDC@d" for m in methods) + " | test acc |"
+    present = {r["metric"] for r in rows}
+    columns = {m: label for m, label in TABLE_COLUMNS.items() if m in present}
+    head = "| strategy | " + " | ".join(f"{m} {label}" for m in methods for label in columns.values()) + " | test acc |"
     lines = [f"{summary['dataset']}, ensembles of {n} pre-trained models", "", head,
-             "|" + "---|" * (3 * len(methods) + 2)]  # fmt: skip
+             "|" + "---|" * (len(columns) * len(methods) + 2)]  # fmt: skip
     for strategy in dict.fromkeys(r["strategy"] for r in rows):
         cells, acc = [], ""
         for method in methods:
-            for metric in ("sa", "ssa", "cdc_d"):
+            for metric in columns:
                 key = (n, strategy, method, metric)
                 (r,) = [r for r in rows if (r["n_models"], r["strategy"], r["method"], r["metric"]) == key]
                 cells.append(f"{r['mean']:.2f} ± {r['std']:.2f}")

@@ -1,0 +1,103 @@
+"""An image population as the protocols read it: K image classifiers of one architecture
+and the datamodule they were trained on.
+
+``load_image_members(source)`` reads either
+
+* an image population file (``population.pt`` of an ``ImagePopulation`` run of train.py,
+  ``lightning_modules.image_population_io``): its members in order; or
+* a folder: every ``train.py`` run under it (any depth: ``<folder>/**/checkpoints/last.ckpt``
+  beside its ``config.yaml``), e.g. K runs of ``configs/images/fashion_mnist_cnn.yaml``
+  that differ only in ``--model.seed``, written with ``--output_dir <folder>``; members
+  ordered by their seed, then by folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from datamodules.errors import InputError
+from evaluators.run_inputs import load_run
+from lightning_modules.image_population_io import IMAGE_FORMAT, load_image_population
+from lightning_modules.population_io import population_datamodule, read_population_file
+
+
+@dataclass
+class ImageMembers:
+    """K image classifiers (eval mode, on one device) and their datamodule."""
+
+    members: list
+    data: object
+    folders: list[Path]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.members[0].parameters()).device
+
+    def bn_loader(self):
+        """The training images in fixed order without augmentation: what BatchNorm statistics
+        of networks sampled on curves are recomputed over."""
+        return self.data.eval_dataloader("train")
+
+
+def is_image_source(source: str | Path) -> bool:
+    """Whether ``source`` is a folder of runs or an image population file."""
+    path = Path(source)
+    if path.is_dir():
+        return True
+    try:
+        payload = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    except Exception:  # not a file, or not one torch reads: the tabular loader names the problem
+        return False
+    return isinstance(payload, dict) and payload.get("format") == IMAGE_FORMAT
+
+
+def member_runs(folder: str | Path) -> list[Path]:
+    runs = sorted(p.parent.parent for p in Path(folder).rglob("checkpoints/last.ckpt"))
+    if len(runs) < 2:
+        raise InputError(f"option population={str(folder)!r}: {len(runs)} train.py run(s) with "
+                         "checkpoints/last.ckpt under it; expected a folder of at least 2 image runs")  # fmt: skip
+    return runs
+
+
+def image_source_name(source: str | Path) -> str:
+    """The dataset name (the report folder's prefix): the file's, or the first run's datamodule's."""
+    from pytorch_lightning.cli import instantiate_class
+
+    if not Path(source).is_dir():
+        return read_population_file(source, mmap=True, file_format=IMAGE_FORMAT)["metadata"]["dataset"]["dataset"]
+    folder = source
+    data_cfg = yaml.safe_load((member_runs(folder)[0] / "config.yaml").read_text())["data"]
+    return instantiate_class((), data_cfg).name
+
+
+def load_image_members(source: str | Path, device: torch.device, data_dir: str | None = None
+                       ) -> tuple[ImageMembers, dict, object]:  # fmt: skip
+    """The members (on ``device``), a payload holding ``{"metadata": {"dataset": {"dataset":
+    name}, "max_epochs": E}}`` (a population file's own), and the datamodule (``data_dir``:
+    where its data lies now). A folder's runs must share one architecture and dataset."""
+    if not Path(source).is_dir():
+        population, payload = load_image_population(source)
+        data = population_datamodule(payload, data_dir)
+        members = [population.member(i).to(device).eval() for i in range(population.size)]
+        return ImageMembers(members, data, [Path(source)] * population.size), payload, data
+    folder = source
+    runs = member_runs(folder)
+    loaded = [load_run(run, data_location=data_dir) for run in runs]
+    configs = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
+    arch = [(c["model"]["init_args"].get("arch"), c["data"]["class_path"]) for c in configs]
+    if len(set(arch)) > 1:
+        raise InputError(f"option population={str(folder)!r}: runs of different architectures or data "
+                         f"{sorted(set(arch))}; expected one architecture on one dataset")  # fmt: skip
+    order = sorted(range(len(runs)), key=lambda i: (loaded[i][0].hparams.seed, str(runs[i])))
+    members = [loaded[i][0].to(device).eval() for i in order]
+    data = loaded[0][1]
+    metadata = {"dataset": {"dataset": data.name}, "max_epochs": configs[0]["trainer"]["max_epochs"]}
+    return ImageMembers(members, data, [runs[i] for i in order]), {"metadata": metadata}, data

@@ -1,0 +1,155 @@
+"""Ensembles of image classifiers of any architecture (Ley et al., §4-5, for images).
+
+The tabular ensembles (``ensembles.py``) stack M MLPs' weight matrices; an image network
+(a CNN, a ResNet with BatchNorm) has no such common shape, so an ``ImageEnsemble`` holds
+its M networks as an ``nn.ModuleList`` and runs them one after another on each batch:
+every explainer of ``IMAGE_EXPLAINERS`` (hook-based ones too: GuidedBackprop and DeepLift
+act on every member's ReLU modules) explains it like one model. With the members g_i
+(logits) and K classes:
+
+* ``average``: predictions from the mean member probability (1/M) Σ_i softmax(g_i(x));
+* ``majority``: predictions from the vote shares (1/M) Σ_i onehot(argmax g_i(x)) (a tie
+  goes to the lower class index);
+* ``perturb``: each member ω_i repeated m times with ε ~ N(0, σ²) added to one layer's
+  weight or bias (``layer``: index into the member's ``nn.Conv2d``/``nn.Linear`` layers in
+  module order, 0 the first, Ley et al.'s choice); the noise is drawn as
+  ``ensembles.perturb_stack`` draws it for MLPs (variants of member i are i·m .. i·m+m-1);
+* ``connect``: models at ``n_t`` values of t on curves (``curves.CurveModel``) joining
+  disjoint pairs of members, each with its BatchNorm statistics recomputed at its t on
+  training data (``CurveModel.network_at``);
+* ``combine``: the curve samples, each perturbed as in ``perturb``.
+
+Outputs: ``forward`` returns the **mean member logit** (1/M) Σ_i g_i(x), shape (N, K).
+Gradient explainers differentiate the target's entry of ``forward``, so the ensemble's
+saliency for class c is (1/M) Σ_i ∇ g_i,c(x), the mean of the members' saliency maps
+(likewise Integrated Gradients, Expected Gradients, SmoothGrad with shared noise:
+they are linear in the explained function), which is what Ley et al.'s reference code
+computes (it averages the members' logit gradients). Predictions instead come from
+``probabilities`` (mean probability, or vote shares), which
+``lightning_modules.interface.class_probabilities`` and ``predict`` read. GradCAM
+explains one layer: on an ensemble it needs an explicit ``layer`` and explains that
+member's layer only.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+import torch
+from torch import nn
+
+from datamodules.errors import InputError
+from lightning_modules.curves import CurveModel
+from lightning_modules.ensembles import Part, Reduction, curve_ts, perturb_stack
+
+
+class ImageEnsemble(nn.Module):
+    """M image networks reduced to one classifier (see the module's docstring)."""
+
+    def __init__(self, nets: Sequence[nn.Module], reduction: Reduction = "average") -> None:
+        super().__init__()
+        if reduction not in ("average", "majority"):
+            raise InputError(f"option reduction={reduction!r}; expected 'average' or 'majority'")
+        if not nets:
+            raise InputError("an ensemble needs at least one network")
+        self.nets = nn.ModuleList(nets).eval()
+        self.reduction = reduction
+
+    @property
+    def size(self) -> int:
+        return len(self.nets)
+
+    def member_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(M, N, K) logits of every member."""
+        return torch.stack([net(x) for net in self.nets])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The mean member logit (N, K): what explainers differentiate."""
+        return self.member_logits(x).mean(0)
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, K) mean member probabilities (vote shares for ``majority``)."""
+        logits = self.member_logits(x)
+        if self.reduction == "majority":
+            return nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype).mean(0)
+        return logits.softmax(-1).mean(0)
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.probabilities(x).argmax(-1)
+
+
+def network(member: nn.Module) -> nn.Module:
+    """The plain network of a member: an ``ImageClassifier``'s ``net``, else the module itself."""
+    return getattr(member, "net", member)
+
+
+def weight_layers(net: nn.Module) -> list[nn.Module]:
+    """The layers ``perturb``'s ``layer`` counts: ``nn.Conv2d`` and ``nn.Linear``, in module order."""
+    return [m for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+
+def perturbed_networks(nets: Sequence[nn.Module], n_perturb: int, sigma: float, layer: int = 0,
+                       part: Part = "weight", seed: int = 0) -> list[nn.Module]:  # fmt: skip
+    """``n_perturb`` copies of each network, N(0, σ²) noise on ``part`` of weight layer
+    ``layer`` (noise drawn by ``perturb_stack``; copy j of network i is item i·m + j)."""
+    layers = [weight_layers(net) for net in nets]
+    if not 0 <= layer < len(layers[0]):
+        raise InputError(f"option layer={layer}; expected 0 <= layer < {len(layers[0])} (Conv2d/Linear layers)")
+    chosen = [found[layer] for found in layers]
+    if part == "bias" and chosen[0].bias is None:
+        raise InputError(f"option part='bias': weight layer {layer} ({chosen[0]}) has no bias")
+    weights = torch.stack([m.weight.detach() for m in chosen])
+    biases = torch.stack([m.bias.detach() if m.bias is not None else m.weight.new_zeros(0) for m in chosen])
+    noisy_w, noisy_b = perturb_stack([weights], [biases], n_perturb, sigma, 0, part, seed)
+    noisy = (noisy_w if part == "weight" else noisy_b)[0]
+    variants = []
+    for i, net in enumerate(nets):
+        for j in range(n_perturb):
+            variant = copy.deepcopy(net).eval()
+            target = weight_layers(variant)[layer]
+            getattr(target, part).data.copy_(noisy[i * n_perturb + j])
+            variants.append(variant)
+    return variants
+
+
+def curve_networks(curves: Sequence[CurveModel], templates: Sequence[nn.Module], n_t: int,
+                   t_seed: int | None = None, loader=None) -> list[nn.Module]:  # fmt: skip
+    """Networks at ``curve_ts(n_t, t_seed)`` on every curve (shaped like that curve's
+    template, its start member), BatchNorm statistics recomputed at each t over ``loader``."""
+    ts = curve_ts(n_t, t_seed).tolist()
+    return [curve.network_at(t, template, loader) for curve, template in zip(curves, templates) for t in ts]
+
+
+def average(members: Sequence[nn.Module]) -> ImageEnsemble:
+    return ImageEnsemble([network(m) for m in members], "average")
+
+
+def majority(members: Sequence[nn.Module]) -> ImageEnsemble:
+    return ImageEnsemble([network(m) for m in members], "majority")
+
+
+def perturb(members: Sequence[nn.Module], n_perturb: int = 10, sigma: float = 0.05, layer: int = 0,
+            part: Part = "weight", seed: int = 0) -> ImageEnsemble:  # fmt: skip
+    return ImageEnsemble(perturbed_networks([network(m) for m in members], n_perturb, sigma, layer, part, seed))
+
+
+def connect(curves: Sequence[CurveModel], templates: Sequence[nn.Module], n_t: int = 5, t_seed: int | None = None,
+            loader=None) -> ImageEnsemble:  # fmt: skip
+    return ImageEnsemble(curve_networks(curves, [network(m) for m in templates], n_t, t_seed, loader))
+
+
+def combine(curves: Sequence[CurveModel], templates: Sequence[nn.Module], n_t: int = 5, n_perturb: int = 10,
+            sigma: float = 0.05, layer: int = 0, part: Part = "weight", seed: int = 0, t_seed: int | None = None,
+            loader=None) -> ImageEnsemble:  # fmt: skip
+    samples = curve_networks(curves, [network(m) for m in templates], n_t, t_seed, loader)
+    return ImageEnsemble(perturbed_networks(samples, n_perturb, sigma, layer, part, seed))
+
+
+IMAGE_ENSEMBLES: dict[str, Callable[..., ImageEnsemble]] = {
+    "average": average,
+    "majority": majority,
+    "perturb": perturb,
+    "connect": connect,
+    "combine": combine,
+}

@@ -1,0 +1,109 @@
+"""The consistency protocol on a tiny image population (4 ResNet-8 runs on a folder of 16x16 PNGs):
+end to end, sigma = 0 ensembles equal to their bases, the single-model row against a naive recomputation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import evaluate
+from evaluators.image_members import load_image_members
+from evaluators.maps import explain
+from evaluators.maps.image_explainers import reduce_map
+from evaluators.metrics.agreement_functional import separability
+from evaluators.population_sets import disjoint_sets
+from evaluators.run_inputs import spread_images
+
+
+@pytest.fixture(scope="module")
+def image_population(tmp_path_factory):
+    """A folder of 4 train.py runs of ResNet-8 (BatchNorm) on 3 classes of 16x16 images, seeds 0-3."""
+    import train
+    from tests.test_images_data import make_folder
+
+    tmp = tmp_path_factory.mktemp("image_population")
+    make_folder(tmp / "tiny", size=16, n=6)
+    for seed in range(4):
+        train.main([
+            "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp / "tiny"),
+            "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "6", "--data.eval_batch_size", "6",
+            "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+            "--model.seed", str(seed), "--model.warmup_epochs", "0", "--log_to", "none",
+            "--output_dir", str(tmp / "runs"), "--run_name", f"seed{seed}", "--trainer.enable_progress_bar", "false",
+        ])  # fmt: skip
+    return tmp / "runs"
+
+
+def naive_sign_agreement(a: np.ndarray, b: np.ndarray, k: int) -> float:
+    """SA@k of two flat maps, by a loop over the top-k pixels (ties to the lower index)."""
+    top_a = sorted(range(len(a)), key=lambda f: (-abs(a[f]), f))[:k]
+    top_b = set(sorted(range(len(b)), key=lambda f: (-abs(b[f]), f))[:k])
+    return sum(1 for f in top_a if f in top_b and np.sign(a[f]) == np.sign(b[f])) / k
+
+
+@pytest.mark.slow
+def test_protocol_on_an_image_population(image_population, tmp_path):
+    config = tmp_path / "consistency.yaml"
+    config.write_text(
+        f"population: {image_population}\nmethods: [saliency]\nn_models: [2]\nn_sets: 2\nn_points: 9\nk: 20\n"
+        f"n_t: 2\nn_perturb: 2\nsigma: 0.0\ncurve_epochs: 1\nn_accuracy_images: 9\nn_background: 4\n"
+        f"device: cpu\noutput_dir: {tmp_path / 'c'}\n"
+    )  # fmt: skip
+    summary = evaluate.main(["consistency", "--config", str(config)])
+    by = {(r["strategy"], r["metric"]): r for r in summary["rows"]}
+    assert {m for _, m in by} == {"sa", "ssa", "cdc_k", "cdc_d", "angular", "watson_c"}
+    for metric in ("sa", "ssa", "cdc_d", "angular", "watson_c"):  # sigma = 0: perturbed ensembles are their bases
+        assert by[("perturb", metric)]["mean"] == pytest.approx(by[("average", metric)]["mean"], abs=1e-6)
+        assert by[("combine", metric)]["mean"] == pytest.approx(by[("connect", metric)]["mean"], abs=1e-6)
+    # the single-model rows, recomputed with a naive loop over the pixels and pairs
+    members, _, data = load_image_members(image_population, torch.device("cpu"))
+    x, y = spread_images(data, 9, "test")
+    sets = disjoint_sets(4, 2, 2, 0)
+    maps = [reduce_map(explain(members.members[s[0]], x, "saliency", target=y), "sum").flatten(1).double()
+            for s in sets]  # fmt: skip
+    sa = np.mean([naive_sign_agreement(maps[0][n].numpy(), maps[1][n].numpy(), 20) for n in range(9)])
+    assert by[("single", "sa")]["mean"] == pytest.approx(sa, abs=1e-6)
+    cos = torch.nn.functional.cosine_similarity(maps[0], maps[1], dim=1)
+    assert by[("single", "angular")]["mean"] == pytest.approx(torch.arccos(cos).mean().item(), abs=1e-5)
+    c = 1 - 2 * abs(separability(maps[0], maps[1]) - 0.5)
+    assert by[("single", "watson_c")]["mean"] == pytest.approx(c, abs=1e-9)
+    accuracy = [(members.members[s[0]](x).argmax(-1) == y).double().mean().item() for s in sets]
+    assert by[("single", "sa")]["test_acc"] == pytest.approx(np.mean(accuracy), abs=1e-9)
+    (report,) = list((tmp_path / "c").iterdir())
+    table = (report / "table1.md").read_text()
+    assert table.count("\n| ") == 7 and "saliency Watson C" in table and "saliency angle" in table
+
+
+def test_image_options_are_checked(image_population):
+    from evaluators.protocols.consistency import ConsistencyConfig
+
+    with pytest.raises(evaluate.InputError, match=r"unknown explainer\(s\) \['deepshap'\]"):
+        ConsistencyConfig(population=str(image_population), methods=["deepshap"])
+    with pytest.raises(evaluate.InputError, match="option curve_mode='trained'; image populations take 'fixed'"):
+        ConsistencyConfig(population=str(image_population), curve_mode="trained")
+    with pytest.raises(evaluate.InputError, match="option map_reduction='mean'; expected one of"):
+        ConsistencyConfig(population=str(image_population), map_reduction="mean")
+    with pytest.raises(evaluate.InputError, match="1 train.py run"):
+        load_image_members(image_population / "tiny" / "seed0", torch.device("cpu"))
+
+
+def test_an_image_population_file_reads_as_its_members(image_population, tmp_path):
+    import yaml
+
+    from evaluators.protocols.consistency import ConsistencyConfig
+    from lightning_modules.image_population import ImagePopulation
+    from lightning_modules.image_population_io import save_image_population
+
+    runs, payload, data = load_image_members(image_population, torch.device("cpu"))
+    data_cfg = yaml.safe_load((runs.folders[0] / "config.yaml").read_text())["data"]
+    metadata = {**payload["metadata"], "datamodule": data_cfg}
+    path = tmp_path / "population.pt"
+    save_image_population(path, ImagePopulation.from_classifiers(runs.members), [0.0] * 4, metadata)
+    assert ConsistencyConfig(population=str(path)).images
+    assert not ConsistencyConfig(population=str(tmp_path / "nothing.pt"), device="cpu").images
+    loaded, loaded_payload, loaded_data = load_image_members(path, torch.device("cpu"))
+    assert loaded.size == 4 and loaded_payload["metadata"]["max_epochs"] == payload["metadata"]["max_epochs"]
+    x = spread_images(loaded_data, 5, "test")[0]
+    for member, run in zip(loaded.members, runs.members):
+        torch.testing.assert_close(member(x), run(x), rtol=0, atol=0)
