@@ -17,7 +17,6 @@ from lightning_modules.image_classifier import ImageClassifier
 from tests.test_images_data import make_folder
 
 
-@pytest.mark.slow
 def test_image_cell_retrains_under_two_process_ddp(tmp_path, monkeypatch):
     """Both retrainings of the cell train in two processes; the cell file holds the accuracy
     of the trained weights (back from rank 0) on the modified test images, scored here image
