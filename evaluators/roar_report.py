@@ -69,6 +69,14 @@ def _panels(n: int):
     return plt, fig, list(axes.flat[:n])
 
 
+def _save(plt, fig, axes, ylabel: str, path: Path) -> Path:
+    axes[0].set_ylabel(ylabel)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def plot_retrained(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
     """Test accuracy after retraining vs t: one panel per estimator (each control alone if
     the grid holds nothing else), with every control of the grid in each panel."""
@@ -83,11 +91,7 @@ def plot_retrained(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
                         color=None if name == estimator else ("grey" if name == "random" else "black"))  # fmt: skip
         ax.set(title=estimator, xlabel="% removed (t)")
         ax.legend(fontsize=7)
-    axes[0].set_ylabel("test accuracy (%), retrained")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, axes, "test accuracy (%), retrained", path)
 
 
 def plot_no_retrain(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
@@ -101,8 +105,4 @@ def plot_no_retrain(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
         ax.plot(t, acc, "s--", ms=3, label="no retraining")
         ax.set(title=estimator, xlabel="% removed (t)")
         ax.legend(fontsize=7)
-    axes[0].set_ylabel("test accuracy (%)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, axes, "test accuracy (%)", path)
