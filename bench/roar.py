@@ -78,7 +78,7 @@ def naive_grid(clean, data, grid: RoarGrid, tabular: bool) -> list[list[float]]:
         modified = {}
         for s, (x, y) in split.items():
             # images: removal in the stored uint8 space, as the framework, then normalised per image below
-            stored = x if tabular else data._uint8_split(data.eval_split if s == "test" else s)[0]
+            stored = x if tabular else data.split_images(data.eval_split if s == "test" else s)[0]
             if cell.estimator == CLEAN:
                 modified[s] = stored
                 continue

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
-from datamodules.files import atomic_write
 from lightning_modules.image_classifier import ImageClassifier
 from lightning_modules.image_population import ImagePopulation
-from lightning_modules.population_io import read_population_file, software_versions
+from lightning_modules.population_io import read_population_file, save_population
 
 IMAGE_FORMAT = "reliable-explanations/image-population-v1"
 
@@ -23,15 +20,7 @@ IMAGE_FORMAT = "reliable-explanations/image-population-v1"
 def save_image_population(path: str | Path, population: ImagePopulation, member_test_acc: list[float],
                           metadata: dict) -> None:  # fmt: skip
     """Write atomically: a reader never sees a half-written file."""
-    payload = {
-        "format": IMAGE_FORMAT,
-        "hparams": population.init_kwargs(),
-        "seeds": list(population.seeds),
-        "state_dict": {k: v.detach().cpu() for k, v in population.state_dict().items()},
-        "member_test_acc": list(member_test_acc),
-        "metadata": {**metadata, "versions": software_versions()},
-    }
-    atomic_write(Path(path), lambda tmp: torch.save(payload, tmp))
+    save_population(path, population, member_test_acc, metadata, file_format=IMAGE_FORMAT)
 
 
 def load_image_population(path: str | Path) -> tuple[ImagePopulation, dict]:

@@ -27,17 +27,20 @@ def software_versions() -> dict[str, str]:
     return {"python": platform.python_version(), **{n: version(n) for n in names}}
 
 
-def save_population(path: Path, population: PopulationMLP, member_test_acc: list[float], metadata: dict) -> None:
-    """Write atomically: a reader never sees a half-written population file."""
+def save_population(path: str | Path, population: PopulationMLP, member_test_acc: list[float], metadata: dict,
+                    file_format: str = FORMAT) -> None:  # fmt: skip
+    """Write atomically: a reader never sees a half-written population file. ``population``:
+    any population with ``init_kwargs()``, ``seeds`` and a state dict (``PopulationMLP``, or an
+    ``ImagePopulation`` under its own ``file_format``)."""
     payload = {
-        "format": FORMAT,
+        "format": file_format,
         "hparams": population.init_kwargs(),
         "seeds": list(population.seeds),
         "state_dict": {k: v.detach().cpu() for k, v in population.state_dict().items()},
         "member_test_acc": list(member_test_acc),
         "metadata": {**metadata, "versions": software_versions()},
     }
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    atomic_write(Path(path), lambda tmp: torch.save(payload, tmp))
 
 
 def read_population_file(path: str | Path, mmap: bool = False, file_format: str = FORMAT) -> dict:
