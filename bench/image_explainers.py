@@ -11,9 +11,7 @@ class of:
            initialisation (same arithmetic, same speed);
 (224)      ``N_224`` images of the ImageNet-style validation folder at 224x224 with a
            randomly initialised ResNet-18, with ``STEPS_224`` IG steps and noise
-           samples (``STEPS`` at 32x32) to keep the bench to minutes on a CPU, and
-           without DeepLift (Captum's DeepLift refuses torchvision's ResNets, which use
-           one ReLU module twice per block).
+           samples (``STEPS`` at 32x32) to keep the bench to minutes on a CPU.
 
 (i) one image per Captum call, as the public reference code of the aggregation papers
     explains (a loop over images, each ``attribute`` on a batch of one);
@@ -141,7 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
     cifar = compare(small.to(device), x32.to(device), STEPS, "cifar10", METHODS)
     big = create_image_model("resnet18", num_classes=1000, in_channels=3)
     x224, source224 = images("imagenet-samples-val.tar.gz", N_224, 224, (3, 224, 224))
-    at224 = compare(big.to(device), x224.to(device), STEPS_224, "224", [m for m in METHODS if m != "deeplift"])
+    at224 = compare(big.to(device), x224.to(device), STEPS_224, "224", METHODS)
 
     def ratio(times: dict) -> float:
         return sum(t["one_per_call_s"] for t in times.values()) / sum(t["batched_s"] for t in times.values())

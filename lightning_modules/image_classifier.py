@@ -16,8 +16,9 @@ random weights (never a download):
 * ``mlp``: a multilayer perceptron on the flattened pixels (hidden layers of 256 and 128
   ReLU units, inputs pooled to 28x28 by :class:`AvgPoolTo`): Watson et al.'s MNIST MLPs.
 * ``resnet18``, ``resnet34``, ``resnet50``: torchvision's ImageNet ResNets
-  (``weights=None``). ``small_input_stem`` makes the first convolution 3x3 with stride 1
-  and drops the max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a
+  (``weights=None``; each ReLU of a block a module of its own, for Captum's DeepLift).
+  ``small_input_stem`` makes the first convolution 3x3 with stride 1 and drops the
+  max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a
   plain mean over the spatial dimensions (the same values as torchvision's
   ``AdaptiveAvgPool2d(1)``) because PyTorch has no deterministic CUDA backward for
   adaptive pooling, and runs use ``trainer.deterministic: true``.
@@ -64,7 +65,9 @@ class GlobalAvgPool(nn.Module):
 class BasicBlock(nn.Module):
     """Two 3x3 conv-BN layers and an option-A shortcut (He et al. 2016, §4.2): the identity,
     or where the block halves the resolution and widens the channels, the input taken at
-    every second pixel and zero-padded to the new width."""
+    every second pixel and zero-padded to the new width. Each ReLU is its own ``nn.ReLU``
+    module, so that Captum's GuidedBackprop and DeepLift, which act through module hooks
+    and refuse a module used twice, apply their rules there."""
 
     def __init__(self, in_channels: int, out_channels: int, stride: int) -> None:
         super().__init__()
@@ -72,15 +75,16 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(out_channels)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(out_channels)
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
         self.stride, self.pad = stride, out_channels - in_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.relu1(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
         shortcut = x[:, :, :: self.stride, :: self.stride] if self.stride > 1 else x
         if self.pad:
             shortcut = F.pad(shortcut, (0, 0, 0, 0, 0, self.pad))
-        return F.relu(out + shortcut)
+        return self.relu2(out + shortcut)
 
 
 class CifarResNet(nn.Module):
@@ -90,6 +94,7 @@ class CifarResNet(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, 16, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU()
         stages, width = [], 16
         for stage, out in enumerate((16, 32, 64)):
             for b in range(blocks):
@@ -102,7 +107,7 @@ class CifarResNet(nn.Module):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(F.relu(self.bn1(self.conv1(x))))
+        x = self.layers(self.relu(self.bn1(self.conv1(x))))
         return self.fc(x.mean(dim=(-2, -1)))
 
 
@@ -136,11 +141,48 @@ def image_mlp(num_classes: int, in_channels: int) -> nn.Sequential:
     )  # fmt: skip
 
 
+def _basic_block(torchvision_block: type) -> type:
+    """torchvision's ``BasicBlock`` with its second ReLU a module of its own (torchvision
+    calls one ``self.relu`` twice, which Captum's DeepLift refuses): the same parameters,
+    the same random draws, the same outputs."""
+
+    class BasicBlock(torchvision_block):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.relu_out = nn.ReLU(inplace=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+            return self.relu_out(out + identity)
+
+    return BasicBlock
+
+
+def _bottleneck(torchvision_block: type) -> type:
+    """torchvision's ``Bottleneck`` with each of its three ReLUs a module of its own (see
+    :func:`_basic_block`)."""
+
+    class Bottleneck(torchvision_block):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.relu_mid, self.relu_out = nn.ReLU(inplace=True), nn.ReLU(inplace=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu_mid(self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+            return self.relu_out(self.bn3(self.conv3(out)) + identity)
+
+    return Bottleneck
+
+
 def torchvision_resnet(depth: int) -> Callable[[int, int, bool], nn.Module]:
     def build(num_classes: int, in_channels: int, small_input_stem: bool) -> nn.Module:
-        from torchvision import models
+        from torchvision.models import resnet
 
-        net = getattr(models, f"resnet{depth}")(weights=None, num_classes=num_classes)
+        block = _bottleneck(resnet.Bottleneck) if depth == 50 else _basic_block(resnet.BasicBlock)
+        layers = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3]}[depth]  # torchvision's resnet<depth>
+        net = resnet.ResNet(block, layers, num_classes=num_classes)
         if small_input_stem or in_channels != 3:
             kernel, stride, padding = (3, 1, 1) if small_input_stem else (7, 2, 3)
             net.conv1 = nn.Conv2d(in_channels, 64, kernel, stride=stride, padding=padding, bias=False)

@@ -278,3 +278,66 @@ def test_deeplift_through_max_pooling_runs_under_deterministic_algorithms():
         assert not torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+class _GuidedReLU(torch.autograd.Function):
+    """ReLU whose backward passes only positive gradients where the input was positive
+    (Springenberg et al.'s guided backpropagation), written without Captum's hooks."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad.clamp(min=0) * (x > 0)
+
+
+class _GuidedReLUModule(nn.Module):
+    def forward(self, x):
+        return _GuidedReLU.apply(x)
+
+
+RESNETS = [("resnet8", False), ("resnet18", True), ("resnet18", False), ("resnet50", True)]
+
+
+def _float64_resnet(arch, small_input_stem):
+    torch.manual_seed(0)
+    net = create_image_model(arch, num_classes=4, in_channels=3, small_input_stem=small_input_stem)
+    for m in net.modules():  # eval-mode BatchNorm with statistics other than the identity
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2), m.running_var.uniform_(0.5, 1.5), m.weight.data.uniform_(0.5, 1.5)
+    return net.double().eval()
+
+
+@pytest.mark.parametrize("arch,small_input_stem", RESNETS)
+def test_deeplift_on_project_resnets_sums_to_the_logit_difference(arch, small_input_stem):
+    """DeepLift's rescale rule keeps summation-to-delta: the attributions of each image add
+    up to f_t(x) - f_t(0). Input x gradient (what a network whose ReLUs Captum cannot hook
+    would get) does not."""
+    net = _float64_resnet(arch, small_input_stem)
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    target = torch.tensor([0, 2, 3])
+    maps = explain_image(net, x, "deeplift", target=target)
+    with torch.no_grad():
+        delta = (net(x) - net(torch.zeros_like(x))).gather(1, target[:, None])[:, 0]
+    torch.testing.assert_close(maps.sum(dim=(1, 2, 3)), delta, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("arch,small_input_stem", RESNETS)
+def test_guided_backprop_on_project_resnets_equals_a_guided_relu_reference(arch, small_input_stem):
+    net = _float64_resnet(arch, small_input_stem)
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    target = torch.tensor([1, 0, 3])
+    reference_net = copy.deepcopy(net)
+    for name, module in list(reference_net.named_modules()):
+        if isinstance(module, nn.ReLU):
+            parent, _, child = name.rpartition(".")
+            setattr(reference_net.get_submodule(parent), child, _GuidedReLUModule())
+    xr = x.clone().requires_grad_(True)
+    reference_net(xr).gather(1, target[:, None]).sum().backward()
+    guided = explain_image(net, x, "guided_backprop", target=target)
+    torch.testing.assert_close(guided, xr.grad, rtol=1e-9, atol=1e-12)
+    assert not torch.allclose(guided, explain_image(net, x, "saliency", target=target))

@@ -33,8 +33,10 @@ Methods (Captum 0.9, called as Captum documents them; options are passed through
   The noise is drawn from the generator of the input's device, chunk by chunk.
 * ``guided_backprop``, ``input_x_gradient``, ``deeplift`` (baselines zeros unless
   given). Captum's GuidedBackprop and DeepLift act through ``nn.ReLU`` modules: a
-  network using ``F.relu`` (``resnet8``/``resnet20`` here) gets plain gradients there, and
-  DeepLift does not support a ReLU module reused within a block (torchvision ResNets).
+  network calling ``F.relu`` gets plain gradients there, and DeepLift refuses a ReLU
+  module used twice. Every network of :mod:`lightning_modules.image_classifier` gives each
+  ReLU a module of its own (tested: DeepLift sums to f(x) - f(0), GuidedBackprop equals a
+  guided-ReLU network's gradient).
 * ``occlusion``: Captum's ``Occlusion`` with ``sliding_window_shapes`` (default
   (C, 8, 8), capped at H, W) and ``strides`` (default half the window), baselines 0.
 * ``gradcam``: Captum's ``LayerGradCam`` (``relu_attributions=True``) on ``layer``
