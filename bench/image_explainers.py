@@ -51,6 +51,10 @@ METHODS = ["saliency", "guided_backprop", "deeplift", "integrated_gradients", "i
            "vargrad", "gradcam"]  # fmt: skip
 DETERMINISTIC = {"saliency", "guided_backprop", "deeplift", "integrated_gradients", "input_x_gradient", "gradcam"}
 N_CIFAR, N_224, STEPS, STEPS_224 = 64, 16, 50, 8
+# rows per forward pass of (ii): explain_image's default on a CPU; on a GPU, where 256 rows
+# of a ResNet-8 leave it idle between launches, every image's steps in one pass at 32x32
+# (the H100 figures of 2026-11-26 used 256 for both; these are not yet measured)
+MAX_BATCH = {"cpu": {"cifar10": 256, "224": 256}, "cuda": {"cifar10": 4096, "224": 256}}
 
 
 def images(archive: str, n: int, image_size: int | None, shape: tuple[int, int, int]) -> tuple[torch.Tensor, str]:
@@ -85,10 +89,10 @@ def one_per_call(model, x: torch.Tensor, target: torch.Tensor, method: str, step
     return torch.cat(maps)
 
 
-def batched(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int) -> torch.Tensor:
+def batched(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int, max_batch: int) -> torch.Tensor:
     options = {"integrated_gradients": {"n_steps": steps}, "smoothgrad": {"nt_samples": steps},
                "vargrad": {"nt_samples": steps}}.get(method, {})  # fmt: skip
-    return explain_image(model, x, method, target=target, **options)
+    return explain_image(model, x, method, target=target, max_batch=max_batch, **options)
 
 
 def timed(run, device: torch.device) -> tuple[torch.Tensor, float]:
@@ -100,13 +104,13 @@ def timed(run, device: torch.device) -> tuple[torch.Tensor, float]:
     return out, time.perf_counter() - start
 
 
-def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str]) -> dict:
+def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str], max_batch: int) -> dict:
     model.eval()
     target = predicted_class(model, x)
     times = {}
     for method in methods:
         naive, t_naive = timed(lambda: one_per_call(model, x, target, method, steps), x.device)
-        ours, t_ours = timed(lambda: batched(model, x, target, method, steps), x.device)
+        ours, t_ours = timed(lambda: batched(model, x, target, method, steps, max_batch), x.device)
         rel_diff = ((ours - naive).abs().max() / naive.abs().max().clamp(min=1e-30)).item()
         if method in DETERMINISTIC and x.device.type == "cpu":
             torch.testing.assert_close(ours, naive, rtol=1e-3, atol=1e-5, msg=f"{label} {method}: (i) and (ii) differ")
@@ -125,8 +129,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", help="a ResNet-8 ImageClassifier checkpoint (reference model (a))")
     parser.add_argument("--device", default="auto", help="auto (the GPU where one exists), cpu, cuda, cuda:<i>")
+    parser.add_argument("--max_batch", type=int, help="rows per forward pass of (ii) (default: MAX_BATCH)")
     args = parser.parse_args(argv if argv is not None else [])
     device = resolve_device(args.device)
+    max_batch = {k: args.max_batch or v for k, v in MAX_BATCH["cpu" if device.type == "cpu" else "cuda"].items()}
     if device.type == "cuda":  # float32 on both paths, so that (i) and (ii) can be compared
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
@@ -136,18 +142,18 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         small, weights = create_image_model("resnet8", num_classes=10, in_channels=3), "random initialisation"
     x32, source32 = images("cifar10-jpeg.tar.gz", N_CIFAR, None, (3, 32, 32))
-    cifar = compare(small.to(device), x32.to(device), STEPS, "cifar10", METHODS)
+    cifar = compare(small.to(device), x32.to(device), STEPS, "cifar10", METHODS, max_batch["cifar10"])
     big = create_image_model("resnet18", num_classes=1000, in_channels=3)
     x224, source224 = images("imagenet-samples-val.tar.gz", N_224, 224, (3, 224, 224))
-    at224 = compare(big.to(device), x224.to(device), STEPS_224, "224", METHODS)
+    at224 = compare(big.to(device), x224.to(device), STEPS_224, "224", METHODS, max_batch["224"])
 
     def ratio(times: dict) -> float:
         return sum(t["one_per_call_s"] for t in times.values()) / sum(t["batched_s"] for t in times.values())
 
     result = {"ratio": round(ratio(cifar), 2), "ratio_224": round(ratio(at224), 2), "resnet8_weights": weights,
               "cifar_images": source32, "images_224": source224, "n_cifar": len(x32), "n_224": len(x224),
-              "steps": STEPS, "steps_224": STEPS_224, "device": str(device), "threads": torch.get_num_threads(),
-              "times_cifar": cifar, "times_224": at224}  # fmt: skip
+              "steps": STEPS, "steps_224": STEPS_224, "max_batch": max_batch, "device": str(device),
+              "threads": torch.get_num_threads(), "times_cifar": cifar, "times_224": at224}  # fmt: skip
     print(json.dumps(result))
     return result
 
