@@ -16,7 +16,7 @@
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it (``--data_dir``:
 where the run's data lies now, if it moved; for an image run its folder or archive); ``explain``
 draws an image model's explanations of its first test images
-(``evaluators/protocols/explanation_grid.py``).
+(``evaluators/protocols/explanation_grid.py``; ``--data_dir`` as for ``run``).
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
 (``evaluators/protocols/landscape.py``), ``sigma`` the σ ablation of perturbed models
 (``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
@@ -150,6 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
                       help="comma-separated explainers of evaluators.maps.image_explainers")  # fmt: skip
     grid.add_argument("--n_images", type=int, default=8)
     grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
+    grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
     grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")
     for name, spec in EVALUATORS.items():
         sub = commands.add_parser(name, help=spec.help)
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         out_dir = unique_folder(args.run_dir / f"explanations-{stamp}")
         report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
-                                  log_to=args.log_to)  # fmt: skip
+                                  log_to=args.log_to, data_location=args.data_dir)  # fmt: skip
         print(f"grid: {report['png']}")
         return report
     spec = EVALUATORS[args.command]

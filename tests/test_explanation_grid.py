@@ -50,3 +50,15 @@ def test_grid_logs_to_wandb_offline(tiny_run):
 def test_bad_options_name_the_option(tiny_run, args, message):
     with pytest.raises(InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         evaluate.main(["explain", str(tiny_run), "--log_to", "none", *args])
+
+
+def test_data_dir_points_the_grid_at_the_run_images_new_place(tiny_run, tmp_path):
+    import shutil
+
+    shutil.copytree(tiny_run.parents[2] / "tiny", tmp_path / "moved")
+    with pytest.raises(InputError, match=r"image root '.*nowhere' does not exist"):
+        evaluate.main(["explain", str(tiny_run), "--data_dir", str(tmp_path / "nowhere"), "--log_to", "none"])
+    here = evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "2", "--log_to", "none"])
+    moved = evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "2", "--log_to", "none",
+                           "--data_dir", str(tmp_path / "moved")])  # fmt: skip
+    assert moved["images"] == here["images"]
