@@ -26,19 +26,12 @@ from evaluators.metrics.relative_stability import (
     relative_stability,
 )
 from evaluators.metrics.road import PERCENTAGES, ROADLeRF, ROADMoRF, linear_imputation, road_curves
-from lightning_modules import MLPClassifier
+from tests.tiny_models import tiny_conv_net, tiny_mlp
 
 
-def tiny_cnn(channels: int = 2, classes: int = 4, h: int = 5, w: int = 6, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    net = nn.Sequential(nn.Conv2d(channels, 3, 3, padding=1), nn.Softplus(), nn.Flatten(),
-                        nn.Linear(3 * h * w, classes))  # fmt: skip
-    return net.double().eval()
-
-
-def tiny_mlp(d: int = 6) -> nn.Module:
-    torch.manual_seed(0)
-    return MLPClassifier(in_features=d, hidden=(8,)).double().eval()
+def tiny_cnn(**options) -> nn.Module:
+    """:func:`tiny_conv_net` with Softplus, so that the model is smooth."""
+    return tiny_conv_net(activation=nn.Softplus, **options)
 
 
 def data(shape, seed: int, maps_shape=None):

@@ -20,19 +20,8 @@ from evaluators.metrics.insertion_deletion import (
     insertion_deletion_curves,
     rise_blur_kernel,
 )
-from lightning_modules import MLPClassifier
 from lightning_modules.ensembles import MLPEnsemble
-
-
-def tiny_cnn(channels: int = 2, classes: int = 4, h: int = 5, w: int = 6, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    net = nn.Sequential(nn.Conv2d(channels, 3, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(3 * h * w, classes))
-    return net.double().eval()
-
-
-def tiny_mlp(d: int = 6) -> nn.Module:
-    torch.manual_seed(0)
-    return MLPClassifier(in_features=d, hidden=(8,)).double().eval()
+from tests.tiny_models import tiny_conv_net as tiny_cnn, tiny_mlp
 
 
 def reference_curves(model, x, maps, mode, target, steps, baseline, seed=0, stats=None, softmax=True) -> np.ndarray:

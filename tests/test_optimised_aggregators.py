@@ -28,7 +28,7 @@ from evaluators.maps.optimised_aggregators import (
 from evaluators.metrics.infidelity import infidelity, least_squares_scale, subset_perturbations
 from evaluators.metrics.perturbations import gaussian_blur, subset_choices, superpixels, uniform_noise
 from evaluators.metrics.sensitivity import sensitivities
-from lightning_modules import MLPClassifier
+from tests.tiny_models import tiny_mlp
 
 EXPLAINERS = {"saliency": {}, "input_x_gradient": {}, "integrated_gradients": {"n_steps": 8}}
 SIZE = 10
@@ -40,11 +40,6 @@ def tiny_cnn(classes: int = 4, seed: int = 0) -> nn.Module:
     return net.double().eval()
 
 
-def tiny_mlp(d: int = 7) -> nn.Module:
-    torch.manual_seed(0)
-    return MLPClassifier(in_features=d, hidden=(8,)).double().eval()
-
-
 def setting(kind: str):
     """(model, inputs, resolved target, options of the faith samples)."""
     gen = torch.Generator().manual_seed(3)
@@ -52,7 +47,7 @@ def setting(kind: str):
         x = torch.randn(2, 3, SIZE, SIZE, generator=gen, dtype=torch.float64)
         return tiny_cnn(), x, torch.tensor([1, 3]), {"n_segments": 12, "blur_sigma": 3.0}
     means = torch.linspace(-0.3, 0.3, 7, dtype=torch.float64)
-    return tiny_mlp(), torch.randn(3, 7, generator=gen, dtype=torch.float64), None, {"baseline": means}
+    return tiny_mlp(7), torch.randn(3, 7, generator=gen, dtype=torch.float64), None, {"baseline": means}
 
 
 def numpy_map(model, row, name, target) -> np.ndarray:
