@@ -42,6 +42,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torchvision.models import resnet as tv_resnet
 
 from datamodules.errors import InputError
 
@@ -141,48 +142,40 @@ def image_mlp(num_classes: int, in_channels: int) -> nn.Sequential:
     )  # fmt: skip
 
 
-def _basic_block(torchvision_block: type) -> type:
+class SeparateReluBasicBlock(tv_resnet.BasicBlock):
     """torchvision's ``BasicBlock`` with its second ReLU a module of its own (torchvision
     calls one ``self.relu`` twice, which Captum's DeepLift refuses): the same parameters,
     the same random draws, the same outputs."""
 
-    class BasicBlock(torchvision_block):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.relu_out = nn.ReLU(inplace=True)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.relu_out = nn.ReLU(inplace=True)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            identity = x if self.downsample is None else self.downsample(x)
-            out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
-            return self.relu_out(out + identity)
-
-    return BasicBlock
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+        return self.relu_out(out + identity)
 
 
-def _bottleneck(torchvision_block: type) -> type:
+class SeparateReluBottleneck(tv_resnet.Bottleneck):
     """torchvision's ``Bottleneck`` with each of its three ReLUs a module of its own (see
-    :func:`_basic_block`)."""
+    :class:`SeparateReluBasicBlock`)."""
 
-    class Bottleneck(torchvision_block):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
-            self.relu_mid, self.relu_out = nn.ReLU(inplace=True), nn.ReLU(inplace=True)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.relu_mid, self.relu_out = nn.ReLU(inplace=True), nn.ReLU(inplace=True)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            identity = x if self.downsample is None else self.downsample(x)
-            out = self.relu_mid(self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
-            return self.relu_out(self.bn3(self.conv3(out)) + identity)
-
-    return Bottleneck
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu_mid(self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+        return self.relu_out(self.bn3(self.conv3(out)) + identity)
 
 
 def torchvision_resnet(depth: int) -> Callable[[int, int, bool], nn.Module]:
     def build(num_classes: int, in_channels: int, small_input_stem: bool) -> nn.Module:
-        from torchvision.models import resnet
-
-        block = _bottleneck(resnet.Bottleneck) if depth == 50 else _basic_block(resnet.BasicBlock)
+        block = SeparateReluBottleneck if depth == 50 else SeparateReluBasicBlock
         layers = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3]}[depth]  # torchvision's resnet<depth>
-        net = resnet.ResNet(block, layers, num_classes=num_classes)
+        net = tv_resnet.ResNet(block, layers, num_classes=num_classes)
         if small_input_stem or in_channels != 3:
             kernel, stride, padding = (3, 1, 1) if small_input_stem else (7, 2, 3)
             net.conv1 = nn.Conv2d(in_channels, 64, kernel, stride=stride, padding=padding, bias=False)

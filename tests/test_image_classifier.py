@@ -412,3 +412,26 @@ def test_train_py_bad_image_option_names_it_and_leaves_no_run_folder(tmp_path):
                     "--log_to", "none", "--output_dir", str(tmp_path / "out")])  # fmt: skip
     assert "option arch='no_such_net'; expected one of ['resnet8', 'resnet20'" in str(input_error_in(raised.value))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("depth", [18, 50])
+def test_torchvision_resnets_equal_torchvisions_own_with_their_relus_as_modules(depth):
+    """Each ReLU of a block is its own module (for Captum's DeepLift), yet the network
+    draws the same weights as torchvision's ``resnet<depth>`` and computes the same
+    logits; it pickles (no class made per call)."""
+    import pickle
+
+    import torchvision
+
+    torch.manual_seed(0)
+    ours = create_image_model(f"resnet{depth}", num_classes=10).eval()
+    torch.manual_seed(0)
+    theirs = getattr(torchvision.models, f"resnet{depth}")(weights=None, num_classes=10).eval()
+    theirs.avgpool = ours.avgpool  # the deterministic mean (module docstring)
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), theirs.state_dict().values()))
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
+    blocks, per_block = (16, 3) if depth == 50 else (8, 2)
+    assert sum(isinstance(m, nn.ReLU) for m in ours.modules()) == 1 + blocks * per_block  # the stem's, then each use
+    pickle.loads(pickle.dumps(ours))
