@@ -35,7 +35,9 @@ from evaluators.config import load_config  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.metrics.agreement_functional import ley_agreements  # noqa: E402
 from evaluators.population_sets import disjoint_sets  # noqa: E402
-from evaluators.protocols.consistency import ConsistencyConfig, build_ensemble, explanation_seed  # noqa: E402
+from evaluators.protocols.consistency import (  # noqa: E402
+    ConsistencyConfig, build_ensemble, deepshap_background, explanation_seed,
+)  # fmt: skip
 
 STRATEGIES = ("single", "average", "perturb")
 
@@ -85,8 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
     population, _, data = cfg.load()
     x_train, _ = data.train_tensors
     x_test, _ = data.test_tensors
-    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
-    background = x_train[order[: cfg.n_background]]  # as the protocol draws it
+    background = deepshap_background(x_train, cfg)  # as the protocol draws it
     x = x_test[: cfg.n_points_deepshap]
     maps: dict[str, list[torch.Tensor]] = {"captum_logit": [], "shap_softmax": []}
     started = time.perf_counter()

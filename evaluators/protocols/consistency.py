@@ -216,6 +216,12 @@ class Task(NamedTuple):
     scores: Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
+def deepshap_background(x_train: torch.Tensor, cfg: ConsistencyConfig) -> torch.Tensor:
+    """DeepSHAP's background sample: ``n_background`` training rows drawn with ``seed``."""
+    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
+    return x_train[order[: cfg.n_background]]
+
+
 def tabular_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
     """Ley et al.'s Table 1 on tabular rows: every ensemble explains its positive class on
     the first test points."""
@@ -224,8 +230,7 @@ def tabular_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
     device = population.device
     x_train, _ = data.train_tensors
     x_test, y_test = (t.to(device) for t in data.test_tensors)
-    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
-    background = x_train[order[: cfg.n_background]].to(device)  # DeepSHAP's background sample
+    background = deepshap_background(x_train, cfg).to(device)
     epochs = cfg.curve_epochs or meta["max_epochs"]
 
     def curves(pairs):
