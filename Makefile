@@ -83,7 +83,7 @@ test-all: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: install
-	@for b in $(wildcard bench/*.py); do echo ">> $$b"; $(PY) $$b || exit 1; done
+	@for b in $(filter-out bench/_%.py,$(wildcard bench/*.py)); do echo ">> $$b"; $(PY) $$b || exit 1; done
 
 lint: install
 	$(PY) -m flake8

@@ -16,7 +16,14 @@ class of:
 (i) one image per Captum call, as the public reference code of the aggregation papers
     explains (a loop over images, each ``attribute`` on a batch of one);
 (ii) ``evaluators.maps.image_explainers.explain_image`` on the whole batch (``max_batch``
-    rows per forward pass).
+    rows per forward pass: on a CPU its default, ``resolve_max_batch``: 256 rows at 32x32,
+    5 at 224x224);
+(floor) the model's forward and backward passes alone on as many rows as each method's
+    maps take (``bench/_gradient_floor.py``: one per image, two for DeepLift, the steps or
+    noise samples for IG and the noise tunnels), in passes of (ii)'s size: no way that
+    computes those rows is faster, so ``ratio_bound`` = time (i) / floor caps any batched
+    way's ``ratio`` on this device (GradCAM's backward pass stops at the last block, so
+    its one row per image overstates its floor; it is 1 of about 160 rows per image).
 Both run on ``--device`` (default ``auto``: the GPU where one exists; TF32 off there, so
 both paths compute in float32). Deterministic methods must agree between (i) and (ii) on
 the CPU; on a GPU, which may choose other kernels for other batch sizes, the largest
@@ -24,7 +31,8 @@ difference relative to the largest |map| value is reported (``max_diff_relative`
 said when above 1e-3. Without the data
 folder (``RELIABLE_EXPLANATIONS_DATA``, default ../shared/data), random images stand in.
 The last line is one JSON object: ``ratio`` = time (i) / time (ii) summed over the
-methods on CIFAR-10, ``ratio_224`` the same at 224x224, and the times per method.
+methods on CIFAR-10, ``ratio_224`` the same at 224x224, ``ratio_bound`` and
+``ratio_bound_224`` (time (i) / floor), and the times per method.
 """
 
 from __future__ import annotations
@@ -40,9 +48,12 @@ import torch
 from captum import attr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.config import resolve_device  # noqa: E402
-from evaluators.maps.image_explainers import explain_image, last_conv_block, predicted_class  # noqa: E402
+from evaluators.maps.image_explainers import (  # noqa: E402
+    explain_image, last_conv_block, predicted_class, resolve_max_batch,
+)  # fmt: skip
 from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,10 +62,10 @@ METHODS = ["saliency", "guided_backprop", "deeplift", "integrated_gradients", "i
            "vargrad", "gradcam"]  # fmt: skip
 DETERMINISTIC = {"saliency", "guided_backprop", "deeplift", "integrated_gradients", "input_x_gradient", "gradcam"}
 N_CIFAR, N_224, STEPS, STEPS_224 = 64, 16, 50, 8
-# rows per forward pass of (ii): explain_image's default on a CPU; on a GPU, where 256 rows
-# of a ResNet-8 leave it idle between launches, every image's steps in one pass at 32x32
+# rows per forward pass of (ii): explain_image's default (None) on a CPU; on a GPU, where 256
+# rows of a ResNet-8 leave it idle between launches, every image's steps in one pass at 32x32
 # (the H100 figures of 2026-11-26 used 256 for both; these are not yet measured)
-MAX_BATCH = {"cpu": {"cifar10": 256, "224": 256}, "cuda": {"cifar10": 4096, "224": 256}}
+MAX_BATCH = {"cpu": {"cifar10": None, "224": None}, "cuda": {"cifar10": 4096, "224": 256}}
 
 
 def images(archive: str, n: int, image_size: int | None, shape: tuple[int, int, int]) -> tuple[torch.Tensor, str]:
@@ -89,10 +100,13 @@ def one_per_call(model, x: torch.Tensor, target: torch.Tensor, method: str, step
     return torch.cat(maps)
 
 
+def method_options(method: str, steps: int) -> dict:
+    return {"integrated_gradients": {"n_steps": steps}, "smoothgrad": {"nt_samples": steps},
+            "vargrad": {"nt_samples": steps}}.get(method, {})  # fmt: skip
+
+
 def batched(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int, max_batch: int) -> torch.Tensor:
-    options = {"integrated_gradients": {"n_steps": steps}, "smoothgrad": {"nt_samples": steps},
-               "vargrad": {"nt_samples": steps}}.get(method, {})  # fmt: skip
-    return explain_image(model, x, method, target=target, max_batch=max_batch, **options)
+    return explain_image(model, x, method, target=target, max_batch=max_batch, **method_options(method, steps))
 
 
 def timed(run, device: torch.device) -> tuple[torch.Tensor, float]:
@@ -107,6 +121,7 @@ def timed(run, device: torch.device) -> tuple[torch.Tensor, float]:
 def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str], max_batch: int) -> dict:
     model.eval()
     target = predicted_class(model, x)
+    per_row = seconds_per_row(model, x, max_batch)
     times = {}
     for method in methods:
         naive, t_naive = timed(lambda: one_per_call(model, x, target, method, steps), x.device)
@@ -116,12 +131,13 @@ def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str], 
             torch.testing.assert_close(ours, naive, rtol=1e-3, atol=1e-5, msg=f"{label} {method}: (i) and (ii) differ")
         elif method in DETERMINISTIC and rel_diff > 1e-3:  # a GPU may pick other kernels per batch size
             print(f"{label} {method}: (i) and (ii) differ by {rel_diff:.1e} of the largest |map| value", flush=True)
-        times[method] = {"one_per_call_s": round(t_naive, 3), "batched_s": round(t_ours, 3),
+        floor = len(x) * rows_per_image({method: method_options(method, steps)}) * per_row
+        times[method] = {"one_per_call_s": round(t_naive, 3), "batched_s": round(t_ours, 3), "floor_s": round(floor, 3),
                          "max_diff_relative": float(f"{rel_diff:.2e}"),
                          "maps_per_s_one_per_call": round(len(x) / t_naive, 1),
                          "maps_per_s_batched": round(len(x) / t_ours, 1)}  # fmt: skip
-        print(f"{label:8s} {method:22s} (i) {t_naive:7.2f} s  (ii) {t_ours:7.2f} s  x{t_naive / t_ours:5.1f}",
-              flush=True)  # fmt: skip
+        print(f"{label:8s} {method:22s} (i) {t_naive:7.2f} s  (ii) {t_ours:7.2f} s  x{t_naive / t_ours:5.1f}  "
+              f"floor {floor:7.2f} s", flush=True)  # fmt: skip
     return times
 
 
@@ -142,15 +158,21 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         small, weights = create_image_model("resnet8", num_classes=10, in_channels=3), "random initialisation"
     x32, source32 = images("cifar10-jpeg.tar.gz", N_CIFAR, None, (3, 32, 32))
-    cifar = compare(small.to(device), x32.to(device), STEPS, "cifar10", METHODS, max_batch["cifar10"])
+    x32 = x32.to(device)
+    max_batch["cifar10"] = resolve_max_batch(max_batch["cifar10"], x32)
+    cifar = compare(small.to(device), x32, STEPS, "cifar10", METHODS, max_batch["cifar10"])
     big = create_image_model("resnet18", num_classes=1000, in_channels=3)
     x224, source224 = images("imagenet-samples-val.tar.gz", N_224, 224, (3, 224, 224))
-    at224 = compare(big.to(device), x224.to(device), STEPS_224, "224", METHODS, max_batch["224"])
+    x224 = x224.to(device)
+    max_batch["224"] = resolve_max_batch(max_batch["224"], x224)
+    at224 = compare(big.to(device), x224, STEPS_224, "224", METHODS, max_batch["224"])
 
-    def ratio(times: dict) -> float:
-        return sum(t["one_per_call_s"] for t in times.values()) / sum(t["batched_s"] for t in times.values())
+    def ratio(times: dict, key: str = "batched_s") -> float:
+        return sum(t["one_per_call_s"] for t in times.values()) / sum(t[key] for t in times.values())
 
-    result = {"ratio": round(ratio(cifar), 2), "ratio_224": round(ratio(at224), 2), "resnet8_weights": weights,
+    result = {"ratio": round(ratio(cifar), 2), "ratio_224": round(ratio(at224), 2),
+              "ratio_bound": round(ratio(cifar, "floor_s"), 2), "ratio_bound_224": round(ratio(at224, "floor_s"), 2),
+              "resnet8_weights": weights,
               "cifar_images": source32, "images_224": source224, "n_cifar": len(x32), "n_224": len(x224),
               "steps": STEPS, "steps_224": STEPS_224, "max_batch": max_batch, "device": str(device),
               "threads": torch.get_num_threads(), "times_cifar": cifar, "times_224": at224}  # fmt: skip

@@ -80,6 +80,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.config import resolve_device  # noqa: E402
 from evaluators.maps.image_explainers import predicted_class  # noqa: E402
@@ -292,31 +293,10 @@ def measure(model, x: torch.Tensor, n_naive: int, explainers: dict, samples: dic
                           "tied_explainers": tied,
                           "mean_weights": dict(zip(explainers, w_batched.mean(0).round(decimals=4).tolist()))}
     rows = (samples["agg_robust"] + 1) * rows_per_image(explainers)
-    floor = rows * seconds_per_row(model, x, max_batch)
+    floor = rows * seconds_per_row(model, x, max_batch, FLOOR_PASSES)
     print(f"{label:8s} agg_robust's {rows} gradient rows per input, the model alone: {floor:.3f} s/input", flush=True)
     result["agg_robust"].update({"gradient_rows_per_input": rows, "gradient_floor_s_per_input": round(floor, 4)})
     return result
-
-
-def rows_per_image(explainers: dict) -> int:
-    """Rows of forward and backward passes that one image's maps take: one per gradient, two
-    for DeepLift (input and baseline in one pass), ``n_steps`` for IG, ``nt_samples`` for the
-    noise tunnels (all given in ``EXPLAINERS``)."""
-    return sum(2 if name == "deeplift" else options.get("n_steps", options.get("nt_samples", 1))
-               for name, options in explainers.items())  # fmt: skip
-
-
-def seconds_per_row(model, x: torch.Tensor, max_batch: int) -> float:
-    """The model's forward and backward pass alone (the gradient of one logit), per row, timed
-    on ``FLOOR_PASSES`` batches of ``max_batch`` copies of x[0]: the floor of any way that
-    explains the same number of rows."""
-    rows = x[:1].expand(max_batch, *x.shape[1:]).clone().requires_grad_(True)
-    start = time.perf_counter()
-    for _ in range(FLOOR_PASSES):
-        torch.autograd.grad(model(rows)[:, 0].sum(), rows)
-    if x.device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) / (FLOOR_PASSES * max_batch)
 
 
 def ratios(result: dict, suffix: str = "") -> dict:

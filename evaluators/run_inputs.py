@@ -81,7 +81,7 @@ class Inputs:
     tabular: bool
 
 
-def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_batch: int,
+def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_batch: int | None,
                 device: torch.device) -> Inputs:  # fmt: skip
     """``n_inputs`` test inputs (images evenly spaced through the test split; the first rows of
     a tabular test split), their explained class, ``n_baselines`` training inputs (images

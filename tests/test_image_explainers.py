@@ -13,7 +13,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from evaluators.maps.image_explainers import (
-    IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, rise_masks, upsample_masks,
+    IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, resolve_max_batch, rise_masks, upsample_masks,
 )  # fmt: skip
 from lightning_modules.image_classifier import create_image_model
 
@@ -159,6 +159,32 @@ def test_unknown_method_and_bad_options_are_named(model, images):
         explain_image(model, images, "saliency", target=torch.tensor([0.5, 1.0, 0.0, 2.0]))
     with pytest.raises(InputError, match="option max_batch=0"):
         explain_image(model, images, "saliency", max_batch=0)
+
+
+def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
+    cpu = {(3, 32, 32): 256, (1, 28, 28): 256, (23,): 256, (3, 64, 64): 64, (3, 224, 224): 5, (3, 1024, 1024): 1}
+    for shape, rows in cpu.items():  # at most 256 rows of at most 2^18 pixels on a CPU
+        assert resolve_max_batch(None, torch.zeros(2, *shape)) == rows, shape
+    accelerator = {(3, 32, 32): 256, (3, 128, 128): 256, (3, 224, 224): 83}  # 2^22 pixels elsewhere
+    for shape, rows in accelerator.items():
+        assert resolve_max_batch(None, torch.zeros(2, *shape, device="meta")) == rows, shape
+    assert resolve_max_batch(7, torch.zeros(2, 3, 224, 224)) == 7
+    for bad in (0, -1, 2.5, True, "256"):
+        with pytest.raises(InputError, match="option max_batch="):
+            resolve_max_batch(bad, torch.zeros(2, 3, 32, 32))
+
+
+def test_explain_image_passes_at_most_the_default_rows_at_a_time(model):
+    x = torch.randn(20, 3, 128, 128, generator=torch.Generator().manual_seed(0))  # 2^18 / 128^2 = 16 rows
+    seen = []
+    hook = model.register_forward_hook(lambda module, inputs, output: seen.append(len(inputs[0])))
+    try:
+        default = explain_image(model, x, "integrated_gradients", target=0, n_steps=5)
+    finally:
+        hook.remove()
+    assert max(seen) == 15 and sum(seen) == 20 * 5  # 3 images x 5 steps a pass (16 // 5 = 3)
+    torch.testing.assert_close(default, explain_image(model, x, "integrated_gradients", target=0, n_steps=5,
+                                                      max_batch=1000), **TOL)  # fmt: skip
 
 
 def naive_rise(model, x, target, n_masks, s, p, seed):

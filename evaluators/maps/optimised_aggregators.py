@@ -88,7 +88,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import MAX_BATCH, reduce_map
+from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.pixel_aggregators import var
 from evaluators.maps.simplex_qp import solve_simplex_qp
@@ -132,7 +132,7 @@ def postprocess(maps: torch.Tensor, tabular: bool, absolute: bool = True, normal
 
 def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, explainers: dict[str, dict],
                    reduce: str = "sum", absolute: bool = True, normalisation: str = "linear",
-                   smoothing: float | None = None, max_batch: int = MAX_BATCH) -> torch.Tensor:  # fmt: skip
+                   smoothing: float | None = None, max_batch: int | None = None) -> torch.Tensor:  # fmt: skip
     """(N, k, *S) the post-processed maps of inputs x (N, ...) by the k explainers, in
     ``explainers``' order: images reduced over channels by ``reduce_map(how=reduce)``; see
     the module's docstring. ``target``: None (tabular) or a LongTensor (N,)."""
@@ -163,7 +163,7 @@ def robust_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None,
     ``maps`` (N, k, *S), E_s the maps (same ``map_options``) at x + ε_s, ε_s ~ U[−radius,
     radius] from the ``"fitting"`` stream; explained max(1, ⌊max_batch / m⌋) inputs per call."""
     n_samples = check_count("n_samples", n_samples)
-    per_call = max(1, map_options.get("max_batch", MAX_BATCH) // n_samples)
+    per_call = max(1, resolve_max_batch(map_options.get("max_batch"), x) // n_samples)
     gammas = []
     for start in range(0, len(x), per_call):
         inputs = slice(start, min(start + per_call, len(x)))
@@ -179,7 +179,7 @@ def robust_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None,
 def faith_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, maps: torch.Tensor,
                 n_samples: int = M_AGG, share: float = SHARE, baseline: torch.Tensor | None = None,
                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
-                seed: int = 0, max_batch: int = MAX_BATCH) -> torch.Tensor:  # fmt: skip
+                seed: int = 0, max_batch: int | None = None) -> torch.Tensor:  # fmt: skip
     """(N, k, k) float64 Γ_faith = (1/m) GᵀG, G_{s,i} = β_i I_sᵀφ_i − Δ_s (the module's
     docstring), of inputs x with maps ``maps`` (N, k, *S), on m subset perturbations from
     the ``"fitting"`` stream (options as ``subset_perturbations``)."""
@@ -235,7 +235,7 @@ def agg_faith(model, x, target, explainers, n_samples: int = M_AGG, share: float
     """ω = argmin ωᵀΓ_faith ω."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
     gamma = faith_gamma(model, x, target, maps, n_samples, share, baseline, blur_sigma, n_segments, compactness, seed,
-                        map_options.get("max_batch", MAX_BATCH))  # fmt: skip
+                        map_options.get("max_batch"))  # fmt: skip
     weights = solve_simplex_qp(gamma)
     return combine(maps, weights), weights
 
@@ -248,7 +248,7 @@ def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float 
     maps = explainer_maps(model, x, target, explainers, **map_options)
     robust = robust_gamma(model, x, target, explainers, maps, n_samples, radius, seed, **map_options)
     faith = faith_gamma(model, x, target, maps, n_samples, share, baseline, blur_sigma, n_segments, compactness, seed,
-                        map_options.get("max_batch", MAX_BATCH))  # fmt: skip
+                        map_options.get("max_batch"))  # fmt: skip
     weights = solve_simplex_qp(opt_gamma(robust, faith, lam))
     return combine(maps, weights), weights
 
@@ -291,7 +291,7 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
     model.eval()  # tabular explainers do not switch modes themselves (dropout)
     try:
         x = x.detach().to(model_device(model, x))
-        target = resolve_targets(model, x, target, options.get("max_batch", MAX_BATCH))
+        target = resolve_targets(model, x, target, options.get("max_batch"))
         return OPTIMISED_AGGREGATORS[method](model, x, target, explainers, **options)
     finally:
         model.train(was_training)

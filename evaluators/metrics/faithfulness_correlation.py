@@ -45,7 +45,6 @@ import torch
 from torch import nn
 from torchmetrics import Metric
 
-from evaluators.maps.image_explainers import MAX_BATCH
 from evaluators.metrics.infidelity import M_EVAL, SubsetSamples, check_maps, subset_perturbations
 from evaluators.metrics.perturbations import BLUR_SIGMA, COMPACTNESS, N_SEGMENTS, SHARE
 
@@ -93,7 +92,8 @@ class FaithfulnessCorrelation(Metric):
 
     def __init__(self, n_samples: int = M_EVAL, share: float = SHARE, baseline: torch.Tensor | None = None,
                  blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
-                 units: str = "superpixels", seed: int = 0, max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+                 units: str = "superpixels", seed: int = 0, max_batch: int | None = None,
+                 **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
                         "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,

@@ -39,7 +39,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.model_scores import check_inputs, explained_scores, model_device, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
@@ -47,7 +47,6 @@ from evaluators.metrics.perturbations import (
     N_SEGMENTS,
     SHARE,
     SubsetSamples,
-    check_count,
     feature_groups,
     gaussian_blur,
     pixel_groups,
@@ -77,7 +76,7 @@ def _replacement(x: torch.Tensor, baseline, blur_sigma: float, tabular: bool) ->
 def subset_perturbations(
     model: nn.Module, x: torch.Tensor, target=None, n_samples: int = M_EVAL, share: float = SHARE,
     baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
-    compactness: float = COMPACTNESS, seed: int = 0, stream: str = "evaluation", max_batch: int = MAX_BATCH,
+    compactness: float = COMPACTNESS, seed: int = 0, stream: str = "evaluation", max_batch: int | None = None,
     units: str = "superpixels",
 ) -> SubsetSamples:
     """Decker et al.'s infidelity perturbations of x and the model's response (see the
@@ -93,12 +92,11 @@ def subset_perturbations(
             image blurred with ``blur_sigma`` (tabular rows need a tensor: feature means).
         n_segments, compactness: SLIC's options (images).
         seed, stream: the draws (``perturbations.sample_generator``).
-        max_batch: the most rows one forward pass sees.
+        max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
         units: the groups of an image's pixels that samples remove (``UNITS``): ``"superpixels"``
             (Decker et al.) or ``"pixels"`` (each pixel its own group); tabular rows: features.
     """
     tabular = check_inputs(model, x)
-    max_batch = check_count("max_batch", max_batch)
     if units not in UNITS:
         raise InputError(f"option units={units!r}; expected one of {list(UNITS)}")
     was_training = model.training
@@ -106,6 +104,7 @@ def subset_perturbations(
     try:
         with torch.no_grad():
             x = x.detach().to(model_device(model, x))
+            max_batch = resolve_max_batch(max_batch, x)
             target = resolve_targets(model, x, target, max_batch)
             base = _replacement(x, baseline, blur_sigma, tabular)
             if tabular:
@@ -173,7 +172,7 @@ class Infidelity(Metric):
     def __init__(self, normalize: bool = True, n_samples: int = M_EVAL, share: float = SHARE,
                  baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
                  compactness: float = COMPACTNESS, units: str = "superpixels", seed: int = 0,
-                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+                 max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.normalize = normalize
         self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,

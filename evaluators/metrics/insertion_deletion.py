@@ -58,7 +58,7 @@ when every step moves as many units).
   tie-breaking permutations, then the normal baseline's noise (x's shape and dtype), so a
   call's result does not depend on the device or on ``max_batch``.
 * **Batching.** The N (S + 1) perturbed inputs are built chunk by chunk and scored in
-  forward passes of at most ``max_batch`` rows (default 256), mixing images and steps,
+  forward passes of at most ``max_batch`` rows (default: ``resolve_max_batch``), mixing images and steps,
   without gradients, in eval mode (the model's previous mode is restored), on the model's
   device (x, maps and the baseline are moved there). Memory beyond the model's own: one
   chunk of ``max_batch`` inputs, the baseline (x's size) and the ranks (N, n) int64. The
@@ -82,7 +82,7 @@ from torch.nn import functional as F
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
 
 MODES = ("insertion", "deletion")
@@ -148,7 +148,7 @@ def unit_ranks(maps: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return ranks.scatter_(1, order, torch.arange(n, device=maps.device).expand(n_rows, n))
 
 
-def _check_inputs(model: nn.Module, x, maps, mode: str, steps, max_batch) -> tuple[bool, int, int]:
+def _check_inputs(model: nn.Module, x, maps, mode: str, steps) -> tuple[bool, int, int]:
     """Whether the inputs are tabular, the number of units n and the steps S."""
     if mode not in MODES:
         raise InputError(f"option mode={mode!r}; expected one of {list(MODES)}")
@@ -156,8 +156,6 @@ def _check_inputs(model: nn.Module, x, maps, mode: str, steps, max_batch) -> tup
     n = math.prod(unit_shape)
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= n):
         raise InputError(f"option steps={steps!r}; expected None or an integer from 1 to the {n} units per input")
-    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
-        raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass)")
     return tabular, n, default_steps(n, tabular) if steps is None else steps
 
 
@@ -191,7 +189,7 @@ def _channels_last(x: torch.Tensor) -> bool:
 
 def insertion_deletion_curves(
     model: nn.Module, x: torch.Tensor, maps: torch.Tensor, mode: str, target=None, steps: int | None = None,
-    baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0, max_batch: int = MAX_BATCH,
+    baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0, max_batch: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Insertion or deletion curves (see the module's docstring): fractions (S+1,) of the
     units moved, and curves (N, S+1) of the target's probability after each step, both in
@@ -207,15 +205,16 @@ def insertion_deletion_curves(
         baseline: a name of ``BASELINES`` or a tensor of x's shape or of one input's.
         stats: (mean, std) per channel (per feature) for the ``"normal"`` baseline.
         seed: seeds the tie-breaking permutations and the normal baseline's noise.
-        max_batch: the most rows one forward pass sees.
+        max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
     """
-    tabular, n, steps = _check_inputs(model, x, maps, mode, steps, max_batch)
+    tabular, n, steps = _check_inputs(model, x, maps, mode, steps)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
+            max_batch = resolve_max_batch(max_batch, x)
             generator = torch.Generator().manual_seed(seed)
             ranks = unit_ranks(maps.reshape(len(x), n), generator)
             base = _baseline(x, baseline, stats, tabular, generator)
@@ -268,7 +267,7 @@ class _CurveAUC(Metric):
     mode: str
 
     def __init__(self, steps: int | None = None, baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0,
-                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+                 max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         if isinstance(baseline, str) and baseline not in BASELINES:
             raise InputError(f"option baseline={baseline!r}; expected one of {list(BASELINES)} or a tensor")

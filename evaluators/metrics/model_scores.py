@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH, image_targets
+from evaluators.maps.image_explainers import image_targets
 from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
 
 OUTPUTS = ("logit", "probability")
@@ -61,7 +61,7 @@ def check_inputs_and_maps(model: nn.Module, x, maps) -> tuple[bool, tuple[int, .
     return tabular, unit_shape
 
 
-def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int = MAX_BATCH) -> torch.Tensor | None:
+def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | None = None) -> torch.Tensor | None:
     """The class each input's explained output is of: None for a tabular model (its
     positive class; ``target`` must be None or 1); for images a LongTensor (N,): the
     predicted class where ``target`` is None, else an int for all or N labels."""

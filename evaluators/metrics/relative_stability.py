@@ -78,7 +78,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import OUTPUTS, check_inputs_and_maps, model_device, resolve_targets
 from evaluators.metrics.perturbations import RADIUS, check_count, check_real, uniform_noise
@@ -157,7 +157,7 @@ def relative_stability(
     model: nn.Module, x: torch.Tensor, maps: torch.Tensor, explain_fn: Callable, target=None,
     n_samples: int = M_EVAL, radius: float = RADIUS, p: float = 2.0, eps_min: float = EPS_MIN,
     change: str = "elementwise", layer: str | None = None, ros_output: str = "logit", perturbed=None,
-    seed: int = 0, max_batch: int = MAX_BATCH,
+    seed: int = 0, max_batch: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """RIS, RRS and ROS per input (see the module's docstring): {"ris", "rrs", "ros"}: (N,)
     in the maps' dtype, NaN where every sample flipped the prediction, and "kept": (N,)
@@ -178,11 +178,11 @@ def relative_stability(
         ros_output: h for ROS, ``"logit"`` or ``"probability"``.
         perturbed: None (drawn) or x' (N, n, ...), n perturbed inputs per input.
         seed: seeds the noise (``perturbations.uniform_noise``, stream "evaluation").
-        max_batch: rows per forward pass and per ``explain_fn`` call (at least one input's n samples).
+        max_batch: rows per forward pass and per ``explain_fn`` call (at least one input's n samples;
+            None: ``resolve_max_batch``).
     """
     tabular, unit_shape = check_inputs_and_maps(model, x, maps)
     _check_options(n_samples, radius, p, eps_min, change, ros_output)
-    max_batch = check_count("max_batch", max_batch)
     if not callable(explain_fn):
         raise InputError(f"option explain_fn={explain_fn!r}; expected a callable (x_rows, target_rows) -> maps")
     if perturbed is not None:
@@ -198,6 +198,7 @@ def relative_stability(
     try:
         device = model_device(model, x)
         x, maps = x.detach().to(device), maps.detach().to(device)
+        max_batch = resolve_max_batch(max_batch, x)
         with torch.no_grad():
             target = resolve_targets(model, x, target, max_batch)
             predicted, representation, h = _forward_all(model, x, module, ros_output, max_batch)
@@ -257,7 +258,7 @@ class RelativeStability(Metric):
 
     def __init__(self, n_samples: int = M_EVAL, radius: float = RADIUS, p: float = 2.0, eps_min: float = EPS_MIN,
                  change: str = "elementwise", layer: str | None = None, ros_output: str = "logit", seed: int = 0,
-                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+                 max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         _check_options(n_samples, radius, p, eps_min, change, ros_output)
         self.options = {"n_samples": n_samples, "radius": radius, "p": p, "eps_min": eps_min, "change": change,

@@ -80,7 +80,7 @@ from torch.nn import functional as F
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.insertion_deletion import unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS,
@@ -89,7 +89,6 @@ from evaluators.metrics.model_scores import (
     resolve_targets,
     target_outputs,
 )
-from evaluators.metrics.perturbations import check_count
 from lightning_modules.interface import POSITIVE_CLASS, class_probabilities
 
 ORDERS = ("morf", "lerf")
@@ -193,7 +192,7 @@ def _feature_means(x: torch.Tensor, feature_means, tabular: bool) -> torch.Tenso
 def road_curves(
     model: nn.Module, x: torch.Tensor, maps: torch.Tensor, order: str = "morf",
     percentages: Sequence[float] = PERCENTAGES, target=None, output: str = "probability", difference: bool = False,
-    noise: float = NOISE, feature_means: torch.Tensor | None = None, seed: int = 0, max_batch: int = MAX_BATCH,
+    noise: float = NOISE, feature_means: torch.Tensor | None = None, seed: int = 0, max_batch: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MoRF or LeRF curves (see the module's docstring): the percentages (P,) and the
     output on each input after each removal, curves (N, P), in the outputs' dtype (float
@@ -211,12 +210,11 @@ def road_curves(
         noise: standard deviation of the Gaussian noise added to every imputed value.
         feature_means: tabular rows only, (d,): the training set's feature means.
         seed: seeds the tie-breaking order and the noise.
-        max_batch: the most rows one solve and one forward pass see.
+        max_batch: the most rows one solve and one forward pass see (None: ``resolve_max_batch``).
     """
     tabular, unit_shape = check_inputs_and_maps(model, x, maps)
     _check_options(order, output, noise)
     percentages = _check_percentages(percentages)
-    max_batch = check_count("max_batch", max_batch)
     n = math.prod(unit_shape)
     was_training = model.training
     model.eval()
@@ -224,6 +222,7 @@ def road_curves(
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
+            max_batch = resolve_max_batch(max_batch, x)
             means = _feature_means(x, feature_means, tabular)
             generator = torch.Generator().manual_seed(seed)
             flat = maps.reshape(len(x), n)
@@ -280,7 +279,7 @@ class _ROAD(Metric):
 
     def __init__(self, percentages: Sequence[float] = PERCENTAGES, output: str = "probability",
                  difference: bool = False, noise: float = NOISE, feature_means: torch.Tensor | None = None,
-                 seed: int = 0, max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+                 seed: int = 0, max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         _check_options(self.order, output, noise)
         self.percentages = _check_percentages(percentages)

@@ -43,7 +43,7 @@ import torch
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import MAX_BATCH
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise
 
@@ -80,7 +80,7 @@ def map_distances(noisy_maps: torch.Tensor, maps: torch.Tensor, relative: bool =
 
 def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None, n_samples: int = M_EVAL,
                   radius: float = RADIUS, relative: bool = True, seed: int = 0, stream: str = "evaluation",
-                  max_batch: int = MAX_BATCH) -> torch.Tensor:  # fmt: skip
+                  max_batch: int | None = None) -> torch.Tensor:  # fmt: skip
     """(N, n) distances d_s between each input's map and the maps at its n noisy copies (see
     the module's docstring), on the maps' device, in their dtype.
 
@@ -90,10 +90,11 @@ def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, tar
         target: what ``maps`` explain, passed on expanded to the rows.
         n_samples, radius: the noise; seed, stream: its draws (``perturbations``).
         relative: divide by ‖e(x)‖ (1 where it is 0).
-        max_batch: rows per ``explain_fn`` call (at least one input's n samples).
+        max_batch: rows per ``explain_fn`` call (at least one input's n samples; None:
+            ``resolve_max_batch``).
     """
     _check(x, maps, target)
-    n_samples, max_batch = check_count("n_samples", n_samples), check_count("max_batch", max_batch)
+    n_samples, max_batch = check_count("n_samples", n_samples), resolve_max_batch(max_batch, x)
     per_call = max(1, max_batch // n_samples)
     distances = []
     for start in range(0, len(x), per_call):
@@ -120,7 +121,7 @@ class _Sensitivity(Metric):
     higher_is_better = False
 
     def __init__(self, n_samples: int = M_EVAL, radius: float = RADIUS, relative: bool = True, seed: int = 0,
-                 max_batch: int = MAX_BATCH, **kwargs) -> None:  # fmt: skip
+                 max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.options = {"n_samples": n_samples, "radius": radius, "relative": relative, "seed": seed,
                         "max_batch": max_batch}  # fmt: skip

@@ -105,7 +105,7 @@ class AggregationConfig:
     baseline: str = "normal"
     baseline_stats: str = "image"  # the normal baseline's mean and std per channel: the image's or the training set's
     seed: int = 0
-    max_batch: int = 256
+    max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     n_grid: int = 6
     log_to: str = "wandb_offline"
     output_dir: str = "runs/aggregation"

@@ -62,6 +62,7 @@ import torch
 from datamodules.errors import InputError
 from evaluators.config import resolve_device
 from evaluators.maps import explainer_names
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.maps.optimised_aggregators import (
     OPTIMISED_AGGREGATORS, combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
@@ -126,7 +127,7 @@ class OptimisedAggregationConfig:
     # "elementwise" divides by ε_min = 1e-6, so that one pixel would make the whole score
     stability_change: str = "norm"
     seed: int = 0
-    max_batch: int = 256
+    max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     log_to: str = "wandb_offline"
     output_dir: str = "runs/optimised"
 
@@ -191,6 +192,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         raise InputError(f"option stability_layer={cfg.stability_layer!r}; expected None (the logits) or a module "
                          f"name of the model, e.g. one of {modules[-3:]}")  # fmt: skip
     inputs = load_inputs(model, data, cfg.n_inputs, 64, cfg.seed, cfg.max_batch, device)
+    max_batch = resolve_max_batch(cfg.max_batch, inputs.x)
     x, target, map_dims = inputs.x, inputs.target, 1 if inputs.tabular else 2
     explainers = {name: explainer_options(options or {}, inputs) for name, options in cfg.explainers.items()}
     names = list(explainers)
@@ -198,7 +200,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
 
     def clean_maps() -> dict:
         torch.manual_seed(cfg.seed)
-        return {"maps": explainer_maps(model, x, target, explainers, max_batch=cfg.max_batch).cpu()}
+        return {"maps": explainer_maps(model, x, target, explainers, max_batch=max_batch).cpu()}
 
     print("  explainer maps", flush=True)
     stack = cached(run_dir / "maps.pt", clean_maps)["maps"].to(device)
@@ -209,18 +211,18 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     def scores() -> dict:
         print("  infidelity and faithfulness correlation (evaluation samples)", flush=True)
         samples = subset_perturbations(model, x, target, cfg.m_eval, cfg.share, baseline, seed=cfg.seed,
-                                       max_batch=cfg.max_batch)  # fmt: skip
+                                       max_batch=max_batch)  # fmt: skip
         out = {row: {"infidelity": infidelity(m, samples).cpu(), "fcor": faithfulness_correlation(m, samples).cpu()}
                for row, m in rows.items()}  # fmt: skip
         print("  sensitivity (evaluation samples)", flush=True)
         distances = {row: [] for row in rows}
-        per_call = max(1, cfg.max_batch // cfg.m_sens)
+        per_call = max(1, max_batch // cfg.m_sens)
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
             noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
             noisy_target = None if target is None else target[part].repeat_interleave(cfg.m_sens)
             torch.manual_seed(cfg.seed + 1 + start)
-            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, max_batch=cfg.max_batch)
+            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, max_batch=max_batch)
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, cfg.m_sens).items():
                 distances[row].append(map_distances(m, rows[row][part].double()))
@@ -237,7 +239,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             out[row] = {}
             for order in ("morf", "lerf"):
                 _, curves = road_curves(model, x, m, order, ROAD_PERCENTAGES, target, difference=True,
-                                        feature_means=baseline, seed=cfg.seed, max_batch=cfg.max_batch)  # fmt: skip
+                                        feature_means=baseline, seed=cfg.seed, max_batch=max_batch)  # fmt: skip
                 out[row][f"road_{order}"] = curves.mean(1).cpu()
         return out
 
@@ -245,20 +247,20 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         print("  relative stability (RIS, RRS, ROS)", flush=True)
         n = cfg.stability_samples
         parts = {row: {name: [] for name in STABILITIES} for row in rows}
-        per_call = max(1, cfg.max_batch // n)
+        per_call = max(1, max_batch // n)
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
             perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation", offset=start)
             part_target = None if target is None else target[part]
             torch.manual_seed(cfg.seed + 1 + start)
             noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), None if target is None else
-                                         part_target.repeat_interleave(n), explainers, max_batch=cfg.max_batch)
+                                         part_target.repeat_interleave(n), explainers, max_batch=max_batch)
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():
                 result = relative_stability(
                     model, x[part], rows[row][part], lambda v, t, m=m: m, part_target, radius=cfg.stability_radius,
                     change=cfg.stability_change, layer=cfg.stability_layer, perturbed=perturbed, seed=cfg.seed,
-                    max_batch=max(cfg.max_batch, len(m)),
+                    max_batch=max(max_batch, len(m)),
                 )  # fmt: skip
                 for name in STABILITIES:
                     parts[row][name].append(result[name].cpu())
