@@ -168,7 +168,7 @@ def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
     accelerator = {(3, 32, 32): 256, (3, 128, 128): 256, (3, 224, 224): 83}  # 2^22 pixels elsewhere
     for shape, rows in accelerator.items():
         assert resolve_max_batch(None, torch.zeros(2, *shape, device="meta")) == rows, shape
-    assert resolve_max_batch(7, torch.zeros(2, 3, 224, 224)) == 7
+    assert resolve_max_batch(7, torch.zeros(2, 3, 224, 224)) == resolve_max_batch(np.int64(7), torch.zeros(2, 23)) == 7
     for bad in (0, -1, 2.5, True, "256"):
         with pytest.raises(InputError, match="option max_batch="):
             resolve_max_batch(bad, torch.zeros(2, 3, 32, 32))

@@ -67,6 +67,7 @@ moved there and the maps returned there.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 
 import torch
@@ -97,10 +98,10 @@ def resolve_max_batch(max_batch: int | None, x: torch.Tensor) -> int:
         pixels = math.prod(x.shape[2:]) if x.dim() > 2 else 1
         budget = PIXELS_PER_PASS["cpu" if x.device.type == "cpu" else "accelerator"]
         return max(1, min(MAX_BATCH, budget // pixels))
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+    if isinstance(max_batch, bool) or not isinstance(max_batch, numbers.Integral) or max_batch < 1:
         raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass) "
                          "or None (the default for the inputs' size and device)")  # fmt: skip
-    return max_batch
+    return int(max_batch)
 
 
 def _images_per_chunk(max_batch: int, rows_per_image: int) -> int:
