@@ -26,9 +26,9 @@ STABILITY = {"stability_samples": 4, "stability_radius": 0.2, "stability_layer":
 CACHES = ("maps.pt", "weights.pt", "scores.pt", "road.pt", "stability.pt")
 
 
-def config(tmp_path, run) -> str:
+def config(tmp_path, run, **extra) -> str:
     cfg = {"run": str(run), "n_inputs": 3, "explainers": EXPLAINERS, "m_agg": 4, "m_eval": 6, "m_sens": 3,
-           "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out"), **STABILITY}  # fmt: skip
+           "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out"), **STABILITY, **extra}  # fmt: skip
     path = tmp_path / "optimised.yaml"
     path.write_text(json.dumps(cfg))
     return str(path)
@@ -131,3 +131,20 @@ def test_resume_of_a_report_without_stability_adds_only_those_columns(tiny_run, 
     for name in ("ris", "ros"):
         assert resumed["rows"]["agg_opt"][name]["mean"] == pytest.approx(first["rows"]["agg_opt"][name]["mean"])
     assert resumed["config"]["stability_layer"] is None
+
+
+def test_absolute_false_keeps_the_signs_in_weights_and_scores(tiny_run, tmp_path):
+    summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run, absolute=False)])
+    model, data, _ = load_run(tiny_run)
+    data.setup("test")
+    x, _ = spread_images(data, 3, "test")
+    target = predicted_class(model, x)
+    for method in ("agg_robust", "agg_faith"):
+        _, signed = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4, absolute=False)
+        _, unsigned = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4)
+        torch.testing.assert_close(torch.tensor(summary["weights"][method], dtype=torch.float64), signed.cpu(),
+                                   rtol=1e-6, atol=1e-8)  # fmt: skip
+        assert not torch.allclose(signed, unsigned, atol=1e-3), method
+    maps = explainer_maps(model, x, target, {"saliency": {}}, absolute=False)[:, 0]
+    fcor = faithfulness_correlation(maps, subset_perturbations(model, x, target, n_samples=6)).double()
+    assert summary["rows"]["saliency"]["fcor"]["mean"] == pytest.approx(fcor[~fcor.isnan()].mean().item(), rel=1e-6)

@@ -6,7 +6,8 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 1. ``n_inputs`` test inputs (as ``evaluators.run_inputs.load_inputs``), explained for their
    predicted class (images) or the positive class (tabular) by the k ``explainers``, each
    map post-processed as the reference code (``optimised_aggregators.explainer_maps``:
-   channel sum, absolute value, min-max, Gaussian σ = 1 on images);
+   channel sum, absolute value (``absolute``; False keeps the sign), min-max, Gaussian σ = 1
+   on images);
 2. Γ_robust and Γ_faith per input on ``m_agg`` fitting samples (the ``"fitting"`` stream),
    and the weights of ``agg_robust``, ``agg_faith`` and ``agg_opt`` from the exact simplex QP
    solver (the same computation as ``optimised_aggregation``, with each Γ computed once);
@@ -93,10 +94,9 @@ ROAD_PERCENTAGES = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # pytorch-grad-cam's, a
 
 
 def _decker_explainers() -> dict:
-    """The explainers of Decker et al.'s CIFAR-10 tables (5-6; Table 1 adds GuidedBackprop,
-    which equals Saliency on networks whose ReLUs are functions, as ``resnet8``'s); the paper
-    gives no settings: IG with 20 steps, SmoothGrad and VarGrad with 10 noise samples
-    (σ = 0.15) keep the CPU run short."""
+    """The explainers of Decker et al.'s CIFAR-10 tables (5-6; their ImageNet Table 1 adds
+    GuidedBackprop, which ``explainers`` can name); the paper gives no settings: IG with 20
+    steps, SmoothGrad and VarGrad with 10 noise samples (σ = 0.15) keep the CPU run short."""
     return {
         "saliency": {}, "deeplift": {}, "integrated_gradients": {"n_steps": 20}, "input_x_gradient": {},
         "smoothgrad": {"nt_samples": 10}, "vargrad": {"nt_samples": 10},
@@ -126,6 +126,9 @@ class OptimisedAggregationConfig:
     # OpenXAI's ‖e − e'‖ / ‖e‖ (Decker et al. used OpenXAI): every min-max map has an exact zero, where
     # "elementwise" divides by ε_min = 1e-6, so that one pixel would make the whole score
     stability_change: str = "norm"
+    # |φ| before the min-max normalisation, as the reference code; False keeps each attribution's
+    # sign (a signed tabular attribution whose removal raises the output counts against FCOR and ROAD)
+    absolute: bool = True
     seed: int = 0
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     log_to: str = "wandb_offline"
@@ -156,7 +159,7 @@ class OptimisedAggregationConfig:
 def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, maps, baseline) -> dict:
     """Γ_robust and Γ_faith (fitting samples) and each aggregator's weights (N, k)."""
     robust = robust_gamma(model, x, target, explainers, maps, cfg.m_agg, cfg.radius, cfg.seed,
-                          max_batch=cfg.max_batch)  # fmt: skip
+                          absolute=cfg.absolute, max_batch=cfg.max_batch)  # fmt: skip
     faith = faith_gamma(model, x, target, maps, cfg.m_agg, cfg.share, baseline, seed=cfg.seed,
                         max_batch=cfg.max_batch)  # fmt: skip
     k = maps.shape[1]
@@ -193,6 +196,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
                          f"name of the model, e.g. one of {modules[-3:]}")  # fmt: skip
     inputs = load_inputs(model, data, cfg.n_inputs, 64, cfg.seed, cfg.max_batch, device)
     max_batch = resolve_max_batch(cfg.max_batch, inputs.x)
+    map_options = {"absolute": cfg.absolute, "max_batch": max_batch}
     x, target, map_dims = inputs.x, inputs.target, 1 if inputs.tabular else 2
     explainers = {name: explainer_options(options or {}, inputs) for name, options in cfg.explainers.items()}
     names = list(explainers)
@@ -200,7 +204,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
 
     def clean_maps() -> dict:
         torch.manual_seed(cfg.seed)
-        return {"maps": explainer_maps(model, x, target, explainers, max_batch=max_batch).cpu()}
+        return {"maps": explainer_maps(model, x, target, explainers, **map_options).cpu()}
 
     print("  explainer maps", flush=True)
     stack = cached(run_dir / "maps.pt", clean_maps)["maps"].to(device)
@@ -222,7 +226,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
             noisy_target = None if target is None else target[part].repeat_interleave(cfg.m_sens)
             torch.manual_seed(cfg.seed + 1 + start)
-            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, max_batch=max_batch)
+            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, **map_options)
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, cfg.m_sens).items():
                 distances[row].append(map_distances(m, rows[row][part].double()))
@@ -254,7 +258,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             part_target = None if target is None else target[part]
             torch.manual_seed(cfg.seed + 1 + start)
             noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), None if target is None else
-                                         part_target.repeat_interleave(n), explainers, max_batch=max_batch)
+                                         part_target.repeat_interleave(n), explainers, **map_options)
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():
                 result = relative_stability(
