@@ -241,7 +241,7 @@ def test_consistency_explains_the_probability_when_asked(small_population, tmp_p
         evaluate.main(["consistency", "--config", str(config), "--set", "explain_output=margin"])
 
 
-def test_smoothgrad_sigma_reaches_the_explainer(small_population, tmp_path):
+def test_smoothgrad_sigma_and_samples_reach_the_explainer(small_population, tmp_path):
     config = tmp_path / "consistency.yaml"
     config.write_text(f"population: {small_population}\nstrategies: [single, perturb]\n"
                       f"methods: [saliency, smoothgrad]\nn_sets: 2\nn_points: 20\nn_points_smoothgrad: 20\n"
@@ -254,3 +254,7 @@ def test_smoothgrad_sigma_reaches_the_explainer(small_population, tmp_path):
     noisy = evaluate.main(["consistency", "--config", str(config), "--set", "smoothgrad_sigma=0.5"])["rows"]
     smoothgrad = [r["mean"] for r in rows if r["method"] == "smoothgrad"]
     assert [r["mean"] for r in noisy if r["method"] == "smoothgrad"] != smoothgrad
+    more = evaluate.main(["consistency", "--config", str(config), "--set", "smoothgrad_sigma=0.5",
+                          "--set", "smoothgrad_samples=7"])["rows"]  # fmt: skip
+    noisy_smoothgrad = [r["mean"] for r in noisy if r["method"] == "smoothgrad"]
+    assert [r["mean"] for r in more if r["method"] == "smoothgrad"] != noisy_smoothgrad

@@ -86,6 +86,7 @@ class ConsistencyConfig(PopulationSource):
     n_points_deepshap: int = 100
     n_background: int = 100
     smoothgrad_sigma: float = 0.1  # std of SmoothGrad's input noise (Ley et al.: 0.1 on standardised features)
+    smoothgrad_samples: int = 50  # noisy copies per SmoothGrad explanation (Ley et al.: 50)
     k: int = 5
     n_t: int = 25
     n_perturb: int = 50
@@ -175,7 +176,8 @@ def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfi
     with torch.no_grad():
         accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
     points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
-    options = {"deepshap": {"baselines": background}, "smoothgrad": {"stdevs": cfg.smoothgrad_sigma}}
+    options = {"deepshap": {"baselines": background},
+               "smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     explained = {}
     for method in cfg.methods:
         torch.manual_seed(seed)
@@ -260,7 +262,8 @@ def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, dat
     x_acc, y_acc = (t.to(device) for t in spread_images(data, cfg.n_accuracy_images, "test"))
     background = spread_images(data, cfg.n_background, "train")[0].to(device)
     epochs = cfg.curve_epochs or meta["max_epochs"]
-    options = {"gradient_shap": {"baselines": background}, "smoothgrad": {"stdevs": cfg.smoothgrad_sigma}}
+    options = {"gradient_shap": {"baselines": background},
+               "smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
 
     def curves(pairs):
         return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
