@@ -58,7 +58,8 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
                               n_samples=3).double()  # fmt: skip
     assert row["sens_avg"]["mean"] == pytest.approx(distances.mean(1).mean().item(), rel=1e-6)
     assert row["sens_max"]["mean"] == pytest.approx(distances.amax(1).mean().item(), rel=1e-6)
-    assert "| agg_faith |" in (folder / "table.md").read_text() and "3.342" in (folder / "table.md").read_text()
+    table = (folder / "table.md").read_text()
+    assert "| agg_faith |" in table and "3.342" in table and "| paper, CIFAR-10 |" in table
     _, morf = road_curves(model, x, maps, "morf", target=target, difference=True)
     assert row["road_morf"]["mean"] == pytest.approx(morf.double().mean().item(), rel=1e-6, abs=1e-9)
     fcor = faithfulness_correlation(maps, samples).double()

@@ -310,8 +310,9 @@ def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
 def markdown_table(summary: dict) -> str:
     """Rows × metrics (mean ± s.e.), INFD, FCOR and the sensitivities beside Decker et al.'s
     CIFAR-10 value (the paper has no CIFAR-10 ROAD or relative stability)."""
-    lines = ["| method | INFD ↓ | paper | FCOR ↑ | paper | SENS_AVG ↓ | paper | SENS_MAX ↓ | paper | ROAD MoRF ↓ "
-             "| ROAD LeRF ↑ | RIS ↓ | RRS ↓ | ROS ↓ |", "|---" * 14 + "|"]  # fmt: skip
+    cifar = "paper, CIFAR-10"  # the same columns for any dataset: the paper's Tables 5-6
+    lines = [f"| method | INFD ↓ | {cifar} | FCOR ↑ | {cifar} | SENS_AVG ↓ | {cifar} | SENS_MAX ↓ | {cifar} "
+             "| ROAD MoRF ↓ | ROAD LeRF ↑ | RIS ↓ | RRS ↓ | ROS ↓ |", "|---" * 14 + "|"]  # fmt: skip
     for row, v in summary["rows"].items():
         paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5
         cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f}" + ("" if p == "" else f" | {'—' if p is None else p}")
