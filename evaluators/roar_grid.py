@@ -41,6 +41,7 @@ from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.stacked_cells import StackedCellsDataModule
+from evaluators.maps.image_explainers import rows_within
 from evaluators.roar_maps import dataset_maps
 from lightning_modules.interface import class_probabilities, is_tabular
 from lightning_modules.mlp import MLPClassifier
@@ -137,10 +138,12 @@ def cell_path(out_dir: Path, cell: Cell) -> Path:
     return out_dir / "cells" / f"{cell.name}.json"
 
 
-def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 4096) -> torch.Tensor:
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int | None = None) -> torch.Tensor:
     """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
-    in batches on the model's device."""
+    in batches on the model's device: ``batch`` rows, by default 4,096 holding at most 2^22
+    input pixels (4,096 images up to 32 × 32, 83 at 224 × 224)."""
     device = next(model.parameters()).device
+    batch = batch or rows_within(x, 4096, 2**22)
     correct = 0
     with torch.no_grad():
         for xs, ys in zip(x.split(batch), y.split(batch)):

@@ -13,6 +13,7 @@ from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.agreement_functional import separability
 from evaluators.population_sets import disjoint_sets
+from evaluators.protocols.consistency import image_rows_per_pass
 from evaluators.run_inputs import spread_images
 
 
@@ -107,3 +108,9 @@ def test_an_image_population_file_reads_as_its_members(image_population, tmp_pat
     x = spread_images(loaded_data, 5, "test")[0]
     for member, run in zip(loaded.members, runs.members):
         torch.testing.assert_close(member(x), run(x), rtol=0, atol=0)
+
+
+def test_image_rows_per_pass_bound_rows_and_pixels_of_all_members():
+    for shape, size, rows in [((3, 32, 32), 4, 1024), ((1, 28, 28), 1, 4096), ((3, 224, 224), 4, 20),
+                              ((3, 224, 224), 100, 1), ((3, 64, 64), 2, 512)]:  # fmt: skip
+        assert image_rows_per_pass(torch.zeros(1, *shape), size) == rows, (shape, size)

@@ -13,7 +13,8 @@ from torch import nn
 
 from datamodules.errors import InputError
 from evaluators.maps.image_explainers import (
-    IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, resolve_max_batch, rise_masks, upsample_masks,
+    IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, resolve_max_batch, rise_masks, rows_within,
+    upsample_masks,
 )  # fmt: skip
 from lightning_modules.image_classifier import create_image_model
 
@@ -169,6 +170,7 @@ def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
     for shape, rows in accelerator.items():
         assert resolve_max_batch(None, torch.zeros(2, *shape, device="meta")) == rows, shape
     assert resolve_max_batch(7, torch.zeros(2, 3, 224, 224)) == resolve_max_batch(np.int64(7), torch.zeros(2, 23)) == 7
+    assert rows_within(torch.zeros(2, 3, 224, 224), 4096, 2**22) == 83 and rows_within(torch.zeros(2, 23), 9, 1) == 1
     for bad in (0, -1, 2.5, True, "256"):
         with pytest.raises(InputError, match="option max_batch="):
             resolve_max_batch(bad, torch.zeros(2, 3, 32, 32))

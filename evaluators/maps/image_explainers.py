@@ -90,14 +90,19 @@ def _chunks(n: int, size: int):
         yield slice(start, min(start + size, n))
 
 
+def rows_within(x: torch.Tensor, max_rows: int, max_pixels: int) -> int:
+    """The most rows of inputs like ``x`` one pass may take: at most ``max_rows``, holding at
+    most ``max_pixels`` input pixels (H·W; a tabular row counts as one); at least 1."""
+    pixels = math.prod(x.shape[2:]) if x.dim() > 2 else 1
+    return max(1, min(max_rows, max_pixels // pixels))
+
+
 def resolve_max_batch(max_batch: int | None, x: torch.Tensor) -> int:
     """Rows per forward (and backward) pass for inputs ``x``: ``max_batch`` where given (a
-    positive integer), else at most ``MAX_BATCH`` rows holding at most ``PIXELS_PER_PASS``
-    input pixels (H·W; a tabular row counts as one) on x's kind of device."""
+    positive integer), else :func:`rows_within` ``MAX_BATCH`` rows and ``PIXELS_PER_PASS``
+    pixels on x's kind of device."""
     if max_batch is None:
-        pixels = math.prod(x.shape[2:]) if x.dim() > 2 else 1
-        budget = PIXELS_PER_PASS["cpu" if x.device.type == "cpu" else "accelerator"]
-        return max(1, min(MAX_BATCH, budget // pixels))
+        return rows_within(x, MAX_BATCH, PIXELS_PER_PASS["cpu" if x.device.type == "cpu" else "accelerator"])
     if isinstance(max_batch, bool) or not isinstance(max_batch, numbers.Integral) or max_batch < 1:
         raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass) "
                          "or None (the default for the inputs' size and device)")  # fmt: skip

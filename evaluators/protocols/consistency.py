@@ -59,7 +59,7 @@ from evaluators.metrics.agreement_functional import angular_difference, ley_agre
 from evaluators.config import PopulationSource
 from evaluators.image_members import ImageMembers
 from evaluators.maps import IMAGE_EXPLAINERS, TABULAR_EXPLAINERS, explain
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves
 from evaluators.run_inputs import spread_images
 from lightning_modules.ensembles import ENSEMBLES
@@ -68,7 +68,8 @@ from lightning_modules.image_ensembles import IMAGE_ENSEMBLES
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
 IMAGE_METRICS = [*METRICS, "angular", "watson_c"]
-MODEL_ROWS = 4096  # images x ensemble members one forward pass of an image ensemble sees
+MODEL_ROWS = 4096  # at most, images x ensemble members one forward pass of an image ensemble sees,
+MODEL_PIXELS = MODEL_ROWS * 32 * 32  # holding at most this many input pixels (83 images at 224 x 224)
 CURVE_MODES = ["fixed", "trained"]
 T_SAMPLINGS = ["uniform", "even"]
 
@@ -249,6 +250,13 @@ def tabular_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
     return Task(population.size, device, curves, results, scores)
 
 
+def image_rows_per_pass(x: torch.Tensor, ensemble_size: int) -> int:
+    """Images per pass of an image ensemble, all its members' rows together at most
+    ``MODEL_ROWS`` and ``MODEL_PIXELS`` input pixels (the members run one after another in
+    the forward pass, and the backward pass keeps every member's activations)."""
+    return max(1, rows_within(x, MODEL_ROWS, MODEL_PIXELS) // ensemble_size)
+
+
 def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, data) -> Task:
     """The protocol on an image population: ``n_points`` test images spread through the
     test split, each explained for its label; maps reduced per pixel (``map_reduction``)
@@ -270,7 +278,7 @@ def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, dat
 
     def results(strategy, s, members, set_curves, seed):
         ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
-        rows = max(1, MODEL_ROWS // ensemble.size)  # images per pass, all members together
+        rows = image_rows_per_pass(x_test, ensemble.size)
         accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
         explained = {}
         for method in cfg.methods:
