@@ -53,8 +53,8 @@ rows up to 32×32, 5 at 224×224), 2^22 on an accelerator (256 rows up to 128×1
 224×224: a memory bound, not yet timed). Measured on a 2-core CPU (ResNet-18 at 224×224,
 forward and input gradient): 43-45 ms per row at 2-16 rows, 55 ms at 32, 62 ms at 64;
 a ResNet-50 keeps about 100 MB per row for its backward pass, 26 GB at 256 rows. Images
-are split into chunks of ``max(1, max_batch // rows_per_image)``; methods that expand each image into many rows
-pass Captum's own batching options (``internal_batch_size`` for IG,
+are split into chunks of ``max(1, max_batch // rows_per_image)``; methods that expand each
+image into many rows pass Captum's own batching options (``internal_batch_size`` for IG,
 ``nt_samples_batch_size`` for noise tunnels and Expected Gradients,
 ``perturbations_per_eval`` for occlusion), and RISE chunks its masks. Deterministic
 methods do not depend on ``max_batch`` (up to float rounding); noise methods draw their

@@ -68,8 +68,8 @@ from lightning_modules.image_ensembles import IMAGE_ENSEMBLES
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
 IMAGE_METRICS = [*METRICS, "angular", "watson_c"]
-MODEL_ROWS = 4096  # at most, images x ensemble members one forward pass of an image ensemble sees,
-MODEL_PIXELS = MODEL_ROWS * 32 * 32  # holding at most this many input pixels (83 images at 224 x 224)
+MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
+MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
 CURVE_MODES = ["fixed", "trained"]
 T_SAMPLINGS = ["uniform", "even"]
 
