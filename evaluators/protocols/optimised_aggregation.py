@@ -156,12 +156,13 @@ class OptimisedAggregationConfig:
         return Path(self.run).resolve().parent.name
 
 
-def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, maps, baseline) -> dict:
-    """Γ_robust and Γ_faith (fitting samples) and each aggregator's weights (N, k)."""
-    robust = robust_gamma(model, x, target, explainers, maps, cfg.m_agg, cfg.radius, cfg.seed,
-                          absolute=cfg.absolute, max_batch=cfg.max_batch)  # fmt: skip
+def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, maps, baseline,
+                map_options: dict) -> dict:  # fmt: skip
+    """Γ_robust and Γ_faith (fitting samples) and each aggregator's weights (N, k); ``maps``
+    and the noisy copies' maps made with ``map_options`` (``explainer_maps``' options)."""
+    robust = robust_gamma(model, x, target, explainers, maps, cfg.m_agg, cfg.radius, cfg.seed, **map_options)
     faith = faith_gamma(model, x, target, maps, cfg.m_agg, cfg.share, baseline, seed=cfg.seed,
-                        max_batch=cfg.max_batch)  # fmt: skip
+                        max_batch=map_options["max_batch"])  # fmt: skip
     k = maps.shape[1]
     weights = {"agg_mean": torch.full((len(x), k), 1 / k, dtype=torch.float64)}
     gammas = {"agg_robust": robust, "agg_faith": faith,
@@ -209,7 +210,8 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     print("  explainer maps", flush=True)
     stack = cached(run_dir / "maps.pt", clean_maps)["maps"].to(device)
     print("  Γ_robust, Γ_faith and weights (fitting samples)", flush=True)
-    fitted = cached(run_dir / "weights.pt", lambda: fit_weights(cfg, model, x, target, explainers, stack, baseline))
+    fitted = cached(run_dir / "weights.pt",
+                    lambda: fit_weights(cfg, model, x, target, explainers, stack, baseline, map_options))
     rows = row_maps(stack, fitted["weights"], names, cfg.aggregators, map_dims)
 
     def scores() -> dict:
