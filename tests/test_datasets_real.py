@@ -103,6 +103,12 @@ def test_gmsc_sample_is_balanced_and_complete(data_dir):
     dm = FinancialDataModule(dataset="gmsc", data_dir=str(data_dir))
     y = torch.cat([dm.train_tensors[1], dm.test_tensors[1]])
     assert int((y == 1).sum()) == int((y == 0).sum()) == 5_713
+    other = FinancialDataModule(dataset="gmsc", data_dir=str(data_dir), sample_seed=1)
+    y_other = torch.cat([other.train_tensors[1], other.test_tensors[1]])
+    assert int((y_other == 1).sum()) == int((y_other == 0).sum()) == 5_713
+    assert not torch.equal(other.train_tensors[0], dm.train_tensors[0])  # another sample of the same rows
+    same = FinancialDataModule(dataset="gmsc", data_dir=str(data_dir), sample_seed=0)
+    assert torch.equal(same.train_tensors[0], dm.train_tensors[0])  # seed 0 is the default sample
 
 
 def test_embedded_copy_equals_shared_raw_file(data_dir):

@@ -145,3 +145,42 @@ def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monk
     )
     with pytest.raises(InputError, match="needs option baselines"):
         explain(ensemble, x, "deepshap")
+
+
+def test_deepshap_with_the_softmax_rescaled_sums_to_each_pairs_probability_difference(population):
+    """DeepLIFT's rescale rule on every nonlinearity (the ReLUs and, element-wise, the
+    softmax) makes each (input, reference) pair's attributions sum to the change of the
+    explained output: the mean over the background of p₁(x) - p₁(b), here in float64."""
+    weights, biases = ([t.double() for t in ts] for ts in ENSEMBLES["average"](population, [0, 1, 2]).stacked)
+    ensemble = MLPEnsemble(weights, biases, explain_output="probability")
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(7, 6, generator=gen, dtype=torch.float64)
+    background = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    phi = explain(ensemble, x, "deepshap", baselines=background, softmax_rule="rescale")
+    with torch.no_grad():
+        expected = ensemble.explained_output(x) - ensemble.explained_output(background).mean()
+    torch.testing.assert_close(phi.sum(1), expected, rtol=1e-9, atol=1e-12)
+    gradient_rule = explain(ensemble, x, "deepshap", baselines=background)  # Captum through the softmax
+    assert (gradient_rule.sum(1) - expected).abs().max() > 1e-3  # which does not sum to it
+
+
+def test_deepshap_softmax_rescale_equals_shaps_deepexplainer_on_a_final_softmax(population):
+    shap = pytest.importorskip("shap")  # not a project dependency: see tools/shap_softmax_ablation.py
+    from tools.shap_softmax_ablation import MeanSoftmax
+
+    ensemble = MLPEnsemble(*ENSEMBLES["average"](population, [0, 1, 2]).stacked, explain_output="probability")
+    torch.manual_seed(5)
+    x, background = torch.randn(6, 6), torch.randn(8, 6)
+    values = shap.DeepExplainer(MeanSoftmax(*ensemble.stacked).eval(), background).shap_values(
+        x, check_additivity=False)
+    ours = explain(ensemble, x, "deepshap", baselines=background, softmax_rule="rescale")
+    torch.testing.assert_close(ours, torch.tensor(values[..., 1], dtype=torch.float32), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_rule_is_checked():
+    ensemble = ENSEMBLES["average"](PopulationMLP(in_features=3, seeds=[0]), [0])
+    x = torch.zeros(2, 3)
+    with pytest.raises(InputError, match="option softmax_rule='exact'"):
+        explain(ensemble, x, "deepshap", baselines=x, softmax_rule="exact")
+    with pytest.raises(InputError, match="expected explain_output='probability'"):
+        explain(ensemble, x, "deepshap", baselines=x, softmax_rule="rescale")  # a logit ensemble

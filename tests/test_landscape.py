@@ -258,3 +258,33 @@ def test_smoothgrad_sigma_and_samples_reach_the_explainer(small_population, tmp_
                           "--set", "smoothgrad_samples=7"])["rows"]  # fmt: skip
     noisy_smoothgrad = [r["mean"] for r in noisy if r["method"] == "smoothgrad"]
     assert [r["mean"] for r in more if r["method"] == "smoothgrad"] != noisy_smoothgrad
+
+
+def test_deepshap_softmax_rule_reaches_the_explainer(small_population, tmp_path):
+    from datamodules import FinancialDataModule
+    from evaluators.maps import explain
+    from evaluators.metrics.agreement_functional import ley_agreements
+    from evaluators.population_sets import disjoint_sets
+    from evaluators.protocols.consistency import ConsistencyConfig, deepshap_background
+    from lightning_modules import load_population
+    from lightning_modules.ensembles import ENSEMBLES
+
+    config = tmp_path / "consistency.yaml"
+    config.write_text(f"population: {small_population}\nstrategies: [single]\nmethods: [deepshap]\nn_sets: 2\n"
+                      f"n_points_deepshap: 10\nn_background: 6\ndevice: cpu\noutput_dir: {tmp_path}\n"
+                      "explain_output: probability\ndeepshap_softmax_rule: rescale\n")  # fmt: skip
+    (row, *_) = evaluate.main(["consistency", "--config", str(config)])["rows"]
+    population, _ = load_population(small_population)
+    population.hparams.explain_output = "probability"
+    data = FinancialDataModule(dataset="german")
+    x = data.test_tensors[0][:10]
+    background = deepshap_background(data.train_tensors[0], ConsistencyConfig(population="p", n_background=6))
+    maps = [explain(ENSEMBLES["average"](population, s[:1]), x, "deepshap", baselines=background,
+                    softmax_rule="rescale") for s in disjoint_sets(population.size, 4, 2, 0)]  # fmt: skip
+    gradient_rule = [explain(ENSEMBLES["average"](population, s[:1]), x, "deepshap", baselines=background)
+                     for s in disjoint_sets(population.size, 4, 2, 0)]  # fmt: skip
+    assert row["metric"] == "sa"
+    assert row["mean"] == pytest.approx(ley_agreements(torch.stack(maps), 5)["sa"].mean().item(), abs=1e-6)
+    assert row["mean"] != pytest.approx(ley_agreements(torch.stack(gradient_rule), 5)["sa"].mean().item(), abs=1e-6)
+    with pytest.raises(evaluate.InputError, match="the rule explains the probability: set explain_output"):
+        evaluate.main(["consistency", "--config", str(config), "--set", "explain_output=logit"])

@@ -212,11 +212,22 @@ def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **op
 
 
 DEEPLIFT_EPS = 1e-10  # Captum's DeepLift default: below it a ReLU keeps its plain gradient
+# DeepSHAP of a probability: "gradient" differentiates the softmax (Captum through a
+# functional softmax); "rescale" applies the rescale rule to it element-wise (shap's
+# DeepExplainer on a final nn.Softmax, Ley et al.'s reference pipeline).
+SOFTMAX_RULES = ("gradient", "rescale")
 
 
-def deeplift_shap_of_ensemble(ensemble: MLPEnsemble, x: torch.Tensor, baselines: torch.Tensor) -> torch.Tensor:
+def deeplift_shap_of_ensemble(
+    ensemble: MLPEnsemble, x: torch.Tensor, baselines: torch.Tensor, softmax_rescale: bool = False
+) -> torch.Tensor:
     """DeepLiftShap (Lundberg & Lee's DeepSHAP as Captum's ``DeepLiftShap``) of an
     ensemble's mean positive-class logit, for (N, d) inputs and a (K, d) background.
+    With ``softmax_rescale``: of its mean positive-class probability p₁ = softmax(z)₁
+    instead, the softmax taken element-wise by the rescale rule as ``shap``'s
+    ``DeepExplainer`` takes a model's final ``nn.Softmax`` (Ley et al.'s reference
+    pipeline): p₁'s multiplier is Δp₁/Δz₁ on z₁ and none on z₀ (where |Δz₁| < 1e-6, the
+    plain derivative ∂p₁/∂z at x_i).
 
     For every pair (x_i, b_k): DeepLIFT with the rescale rule, i.e. the chain rule with
     each ReLU's derivative replaced by the multiplier Δrelu(z)/Δz between the pair's
@@ -245,10 +256,26 @@ def deeplift_shap_of_ensemble(ensemble: MLPEnsemble, x: torch.Tensor, baselines:
             multipliers.append(torch.where(dz.abs() < DEEPLIFT_EPS, (z_in > 0).to(z.dtype), rescale))
             h = z.relu()
         g = w_part[-1][:, 1:2, :].expand(-1, n * k, -1)  # d logit_1 / d last hidden layer, per member
+        if softmax_rescale:
+            g = _softmax_rescaled(g, torch.baddbmm(b_part[-1], h, w_part[-1].transpose(1, 2)), w_part[-1], n * k)
         for w, m in zip(reversed(w_part[:-1]), reversed(multipliers)):
             g = torch.bmm(g * m, w)
         grad += g.sum(0)
     return ((pairs[: n * k] - pairs[n * k :]) * grad / ensemble.size).view(n, k, -1).mean(1)
+
+
+SHAP_NONLINEAR_EPS = 1e-6  # shap's DeepExplainer: below it a nonlinearity keeps its plain gradient
+
+
+def _softmax_rescaled(g: torch.Tensor, logits: torch.Tensor, w_last: torch.Tensor, pairs: int) -> torch.Tensor:
+    """``g`` (d z₁ / d last hidden layer) turned into p₁'s multipliers by the element-wise
+    rescale rule, per member and (input, reference) pair; ``logits`` (M, 2·pairs, 2) of
+    the inputs, then of the references."""
+    z_in, z_ref = logits.split(pairs, dim=1)
+    p_in, p_ref = z_in.softmax(-1)[..., 1:], z_ref.softmax(-1)[..., 1:]
+    dz = z_in[..., 1:] - z_ref[..., 1:]
+    plain = p_in * (1 - p_in) * (w_last[:, 1:2, :] - w_last[:, 0:1, :])  # ∂p₁/∂z · ∂z/∂h at x_i
+    return torch.where(dz.abs() < SHAP_NONLINEAR_EPS, plain, g * (p_in - p_ref) / dz)
 
 
 def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
@@ -259,8 +286,16 @@ def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -
     """
     if method not in TABULAR_EXPLAINERS:
         raise InputError(f"unknown explainer {method!r}; expected one of {sorted(TABULAR_EXPLAINERS)}")
+    softmax_rule = options.pop("softmax_rule", "gradient") if method == "deepshap" else "gradient"
+    if softmax_rule not in SOFTMAX_RULES:
+        raise InputError(f"option softmax_rule={softmax_rule!r}; expected one of {list(SOFTMAX_RULES)}")
+    if softmax_rule == "rescale" and not (isinstance(model, MLPEnsemble) and model.explain_output == "probability"):
+        raise InputError("option softmax_rule='rescale' explains an MLPEnsemble's probability; expected "
+                         "explain_output='probability' and an MLPEnsemble")  # fmt: skip
     if isinstance(model, MLPEnsemble) and method == "deepshap" and model.explain_output == "logit":
         return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")))
+    if softmax_rule == "rescale":
+        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")), softmax_rescale=True)
     if isinstance(model, MLPEnsemble) and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):

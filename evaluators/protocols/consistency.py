@@ -60,6 +60,7 @@ from evaluators.config import PopulationSource
 from evaluators.image_members import ImageMembers
 from evaluators.maps import IMAGE_EXPLAINERS, TABULAR_EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
+from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves
 from evaluators.run_inputs import spread_images
 from lightning_modules.ensembles import ENSEMBLES
@@ -98,6 +99,9 @@ class ConsistencyConfig(PopulationSource):
     curve_mode: str = "fixed"
     t_sampling: str = "uniform"
     explain_output: str | None = None  # logit | probability; None: the population's own (logit by default)
+    # DeepSHAP of the probability: "gradient" (Captum through the softmax) or "rescale" (the softmax
+    # taken element-wise by the rescale rule, as shap's DeepExplainer does: Ley et al.'s reference pipeline)
+    deepshap_softmax_rule: str = "gradient"
     curve_epochs: int | None = None  # epochs of curve training; None: the members' own
     map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (reduce_map)
     n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
@@ -118,9 +122,13 @@ class ConsistencyConfig(PopulationSource):
                              "between the trained members)")  # fmt: skip
         for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS),
                                 ("explain_output", [None, "logit", "probability"]),
+                                ("deepshap_softmax_rule", list(SOFTMAX_RULES)),
                                 ("map_reduction", list(REDUCTIONS))):  # fmt: skip
             if getattr(self, option) not in allowed:
                 raise InputError(f"option {option}={getattr(self, option)!r}; expected one of {allowed}")
+        if self.deepshap_softmax_rule == "rescale" and self.explain_output != "probability":
+            raise InputError(f"option deepshap_softmax_rule='rescale' with explain_output={self.explain_output!r}; "
+                             "the rule explains the probability: set explain_output=probability")  # fmt: skip
 
 
 def summarise(per_individual: torch.Tensor) -> dict[str, float]:
@@ -177,7 +185,7 @@ def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfi
     with torch.no_grad():
         accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
     points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
-    options = {"deepshap": {"baselines": background},
+    options = {"deepshap": {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule},
                "smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     explained = {}
     for method in cfg.methods:
