@@ -132,5 +132,11 @@ def test_beside_paper_marks_cells_further_than_a_tenth(tmp_path):
     assert "- heloc smoothgrad, single, average, majority, perturb, connect, combine (" in text
     assert "departs from the paper in t_sampling even (paper uniform), n_points_smoothgrad 100 (paper 1000)" in text
     assert "| gmsc |" not in text  # only the datasets reported
+    report["config"].update({"curve_kind": "line", "curve_mode": "trained", "explain_output": "probability",
+                             "deepshap_softmax_rule": "rescale", "smoothgrad_samples": 500})  # fmt: skip
+    open(path, "w").write(json.dumps(report))
+    assert ("departs from the paper in curve_mode trained (paper fixed), curve_kind line (paper bezier), t_sampling "
+            "even (paper uniform), explain_output probability (paper None), n_points_smoothgrad 100 (paper 1000), "
+            "smoothgrad_samples 500 (paper 50)") in beside_paper([path])  # fmt: skip
     with pytest.raises(InputError, match="is also in"):  # one report per cell
         beside_paper([path, path])

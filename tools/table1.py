@@ -10,7 +10,8 @@ dataset whether the paper's ordering holds for SA and SSA of each explainer:
 single < average (vanilla) < {perturb, connect} <= combine. ``--paper`` sets every
 cell of the paper's Table 1 (SmoothGrad and DeepSHAP; top-5 SA, top-5 SSA, top-d
 CDC) beside ours, with Δ = ours - paper, marks |Δ| > 0.10, and names the settings in
-which each report departs from the paper's protocol.
+which each report departs from the paper's protocol (its options; how its population was
+trained, e.g. `--model.loss_on probabilities`, is the population file's and not named).
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ TOLERANCE = 0.10
 # The paper's protocol (§4, Appendices C and D) as the Table 1 configs run it: curves with
 # fixed (trained-member) end points, see docs/table1.md.
 PAPER_SETTINGS = {"n_models": [4], "n_sets": 50, "k": 5, "n_points_smoothgrad": 1000, "n_points_deepshap": 100,
-                  "n_background": 100, "curve_mode": "fixed", "t_sampling": "uniform"}  # fmt: skip
-BEFORE_OPTIONS = {"curve_mode": "fixed", "t_sampling": "even"}  # what reports made before these options used
+                  "n_background": 100, "curve_mode": "fixed", "curve_kind": "bezier", "t_sampling": "uniform",
+                  "explain_output": None, "smoothgrad_sigma": 0.1, "smoothgrad_samples": 50,
+                  "deepshap_softmax_rule": "gradient"}  # fmt: skip
+# what reports made before these options used
+BEFORE_OPTIONS = {"curve_mode": "fixed", "curve_kind": "bezier", "t_sampling": "even", "explain_output": None,
+                  "smoothgrad_sigma": 0.1, "smoothgrad_samples": 50, "deepshap_softmax_rule": "gradient"}  # fmt: skip
 
 
 def ordering_holds(value: dict[str, float]) -> bool:
@@ -146,9 +151,10 @@ def read_paper_values(path: Path = PAPER_VALUES) -> dict[tuple[str, str, str, st
 
 def departures(config: dict, method: str) -> list[str]:
     """The options in which a report departs from the paper's protocol, for one explainer."""
-    relevant = {"smoothgrad": ["n_points_smoothgrad"], "deepshap": ["n_points_deepshap", "n_background"]}[method]
+    relevant = {"smoothgrad": ["n_points_smoothgrad", "smoothgrad_sigma", "smoothgrad_samples"],
+                "deepshap": ["n_points_deepshap", "n_background", "deepshap_softmax_rule"]}[method]  # fmt: skip
     values = {**BEFORE_OPTIONS, **config}
-    keys = ["n_models", "n_sets", "k", "curve_mode", "t_sampling", *relevant]
+    keys = ["n_models", "n_sets", "k", "curve_mode", "curve_kind", "t_sampling", "explain_output", *relevant]
     return [f"{key} {values[key]} (paper {PAPER_SETTINGS[key]})" for key in keys if values[key] != PAPER_SETTINGS[key]]
 
 

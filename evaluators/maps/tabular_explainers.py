@@ -212,6 +212,7 @@ def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **op
 
 
 DEEPLIFT_EPS = 1e-10  # Captum's DeepLift default: below it a ReLU keeps its plain gradient
+SHAP_NONLINEAR_EPS = 1e-6  # shap's DeepExplainer: below it a nonlinearity keeps its plain gradient
 # DeepSHAP of a probability: "gradient" differentiates the softmax (Captum through a
 # functional softmax); "rescale" applies the rescale rule to it element-wise (shap's
 # DeepExplainer on a final nn.Softmax, Ley et al.'s reference pipeline).
@@ -262,9 +263,6 @@ def deeplift_shap_of_ensemble(
             g = torch.bmm(g * m, w)
         grad += g.sum(0)
     return ((pairs[: n * k] - pairs[n * k :]) * grad / ensemble.size).view(n, k, -1).mean(1)
-
-
-SHAP_NONLINEAR_EPS = 1e-6  # shap's DeepExplainer: below it a nonlinearity keeps its plain gradient
 
 
 def _softmax_rescaled(g: torch.Tensor, logits: torch.Tensor, w_last: torch.Tensor, pairs: int) -> torch.Tensor:
