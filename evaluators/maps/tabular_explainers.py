@@ -290,10 +290,11 @@ def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -
     if softmax_rule == "rescale" and not (isinstance(model, MLPEnsemble) and model.explain_output == "probability"):
         raise InputError("option softmax_rule='rescale' explains an MLPEnsemble's probability; expected "
                          "explain_output='probability' and an MLPEnsemble")  # fmt: skip
-    if isinstance(model, MLPEnsemble) and method == "deepshap" and model.explain_output == "logit":
-        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")))
-    if softmax_rule == "rescale":
-        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")), softmax_rescale=True)
+    if isinstance(model, MLPEnsemble) and method == "deepshap" and (
+        model.explain_output == "logit" or softmax_rule == "rescale"
+    ):
+        rescale = softmax_rule == "rescale"
+        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")), softmax_rescale=rescale)
     if isinstance(model, MLPEnsemble) and method in LINEAR_IN_MODEL:
         return _explain_in_chunks(model, x, method, **options)
     if not isinstance(model, PopulationMLP):
