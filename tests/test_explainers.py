@@ -57,8 +57,7 @@ def test_registry_matches_captum_called_directly(population, method):
 def test_noise_tunnel_methods_match_captum_with_the_same_noise(population, nt_type):
     model = population.member(0)
     x = torch.randn(8, 6)
-    torch.manual_seed(3)
-    ours = explain(model, x, nt_type)
+    ours = explain(model, x, nt_type, seed=3)
     torch.manual_seed(3)
     theirs = attr.NoiseTunnel(attr.Saliency(model)).attribute(
         x, nt_type=nt_type, nt_samples=50, stdevs=0.1, target=1, abs=False
@@ -124,8 +123,7 @@ def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method
     whole = explainers.TABULAR_EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x, **options)
     # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 5 * rows_per_input * 210 * 5)
-    torch.manual_seed(1)
-    torch.testing.assert_close(explain(ensemble, x, method, **options), whole, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(explain(ensemble, x, method, seed=1, **options), whole, rtol=1e-5, atol=1e-6)
 
 
 def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monkeypatch):

@@ -1,5 +1,6 @@
-"""Image explainers: every method against Captum called directly with the same target,
-RISE against a naive per-mask loop, chunking, targets, reduce_map, errors."""
+"""Image explainers: every method against Captum called directly with the same target (the
+sampling methods image by image, with each image's seed), RISE against a naive per-mask
+loop, chunking, targets, reduce_map, errors."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from evaluators.maps.image_explainers import (
     IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, resolve_max_batch, rise_masks, rows_within,
     upsample_masks,
 )  # fmt: skip
+from evaluators.maps.seeds import image_seeds
 from lightning_modules.image_classifier import create_image_model
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -104,46 +106,52 @@ def test_target_none_is_the_predicted_class(model, images):
     torch.testing.assert_close(one, explain_image(model, images, "saliency", target=torch.full((4,), 2)))
 
 
+def per_image_captum(x, seeds, call):
+    """Captum image by image, its global generators (torch's and NumPy's) seeded with the image's seed."""
+    out = []
+    for i, s in enumerate(seeds):
+        torch.manual_seed(s)
+        np.random.seed(s)
+        out.append(call(x[i : i + 1], LABELS[i : i + 1]))
+    return torch.cat(out)
+
+
 @pytest.mark.parametrize("nt_type", ["smoothgrad", "smoothgrad_sq", "vargrad"])
 @pytest.mark.parametrize("base", ["saliency", "integrated_gradients"])
-def test_noise_tunnels_match_captum_with_the_same_seed(model, images, nt_type, base):
+def test_noise_tunnels_match_captum_image_by_image_with_its_seed(model, images, nt_type, base):
     base_options = {"n_steps": 8} if base == "integrated_gradients" else {}
-    torch.manual_seed(5)
-    ours = explain_image(model, images, nt_type, target=LABELS, base=base, nt_samples=6, stdevs=0.2,
+    ours = explain_image(model, images, nt_type, target=LABELS, base=base, nt_samples=6, stdevs=0.2, seed=5,
                          max_batch=1000, **base_options)  # fmt: skip
     method = attr.Saliency(model) if base == "saliency" else attr.IntegratedGradients(model)
     if base == "saliency":
         base_options["abs"] = False
-    torch.manual_seed(5)
-    theirs = attr.NoiseTunnel(method).attribute(images, nt_type=nt_type, nt_samples=6, stdevs=0.2, target=LABELS,
-                                                **base_options)  # fmt: skip
+    seeds = image_seeds(5, None, 4)
+    assert seeds == [int(np.random.SeedSequence([5, i]).generate_state(1)[0]) for i in range(4)]
+    theirs = per_image_captum(images, seeds, lambda x, t: attr.NoiseTunnel(method).attribute(
+        x, nt_type=nt_type, nt_samples=6, stdevs=0.2, target=t, **base_options))
     torch.testing.assert_close(ours, theirs, **TOL)
 
 
-def test_noise_tunnel_in_chunks_equals_captum_chunk_by_chunk(model, images):
-    # max_batch=4 with 6 samples: one image per chunk, its noise in calls of 4 and 2 rows
-    torch.manual_seed(2)
-    ours = explain_image(model, images, "smoothgrad", target=LABELS, nt_samples=6, max_batch=4)
-    torch.manual_seed(2)
-    nt = attr.NoiseTunnel(attr.Saliency(model))
-    theirs = torch.cat([nt.attribute(images[i : i + 1], nt_samples=6, nt_samples_batch_size=4, stdevs=0.15,
-                                     target=LABELS[i : i + 1], abs=False) for i in range(4)])  # fmt: skip
+def test_noise_tunnel_in_chunks_equals_captum_image_by_image(model, images):
+    # max_batch=4 with 6 samples: one image per chunk, its samples explained in calls of 4 and 2 rows
+    ours = explain_image(model, images, "smoothgrad", target=LABELS, nt_samples=6, max_batch=4, seed=2)
+    theirs = per_image_captum(images, image_seeds(2, None, 4), lambda x, t: attr.NoiseTunnel(attr.Saliency(model))
+                              .attribute(x, nt_samples=6, stdevs=0.15, target=t, abs=False))  # fmt: skip
     torch.testing.assert_close(ours, theirs, **TOL)
 
 
-def test_expected_gradients_match_captum_gradient_shap(model, images):
+def test_expected_gradients_match_captum_gradient_shap_image_by_image(model, images):
     torch.manual_seed(3)
     background = torch.randn(7, 3, 16, 16)
-    np.random.seed(0)
-    torch.manual_seed(4)
-    ours = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5)
-    np.random.seed(0)
-    torch.manual_seed(4)
-    theirs = attr.GradientShap(model).attribute(images, background, n_samples=5, stdevs=0.0, target=LABELS)
+    ours = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4)
+    theirs = per_image_captum(images, image_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
+        x, background, n_samples=5, stdevs=0.0, target=t))
     torch.testing.assert_close(ours, theirs, **TOL)
-    chunked = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5,
-                            max_batch=2)  # fmt: skip
-    assert chunked.shape == images.shape and torch.isfinite(chunked).all()
+    noisy = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4,
+                          stdevs=0.3, max_batch=2)  # fmt: skip
+    theirs = per_image_captum(images, image_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
+        x, background, n_samples=5, stdevs=0.3, target=t))
+    torch.testing.assert_close(noisy, theirs, **TOL)
 
 
 def test_gradient_shap_needs_baselines(model, images):
@@ -283,13 +291,11 @@ def test_an_image_classifier_module_is_explained_through_its_network():
 
 @pytest.mark.parametrize("base", ["input_x_gradient", "guided_backprop", "deeplift"])
 def test_noise_tunnel_over_other_bases_matches_captum(model, images, base):
-    torch.manual_seed(6)
-    ours = explain_image(model, images, "smoothgrad_sq", target=LABELS, base=base, nt_samples=3)
+    ours = explain_image(model, images, "smoothgrad_sq", target=LABELS, base=base, nt_samples=3, seed=6)
     method = {"input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
               "deeplift": attr.DeepLift}[base](model)  # fmt: skip
-    torch.manual_seed(6)
-    theirs = attr.NoiseTunnel(method).attribute(images, nt_type="smoothgrad_sq", nt_samples=3, stdevs=0.15,
-                                                target=LABELS)  # fmt: skip
+    theirs = per_image_captum(images, image_seeds(6, None, 4), lambda x, t: attr.NoiseTunnel(method).attribute(
+        x, nt_type="smoothgrad_sq", nt_samples=3, stdevs=0.15, target=t))
     torch.testing.assert_close(ours, theirs, **TOL)
 
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image
+from evaluators.maps.seeds import call_seed
 from evaluators.maps.tabular_explainers import TABULAR_EXPLAINERS, explain_tabular
 from lightning_modules.interface import POSITIVE_CLASS, is_tabular
 
@@ -30,15 +31,19 @@ def explainer_names(model: nn.Module) -> list[str]:
     return sorted(TABULAR_EXPLAINERS if is_tabular(model) else IMAGE_EXPLAINERS)
 
 
-def explain(model: nn.Module, x: torch.Tensor, method: str, target=None, **options) -> torch.Tensor:
+def explain(model: nn.Module, x: torch.Tensor, method: str, target=None, seed: int = 0, index=None,
+            **options) -> torch.Tensor:  # fmt: skip
     """Attributions of ``model``'s explained output for inputs ``x``, shaped like ``x``
     ((M, N, d) for a population): see the module docstring for which output and the
-    registries for the methods and their options."""
+    registries for the methods and their options. Random draws come from ``seed`` and the
+    inputs' indices in their split ``index`` (None: 0 … N − 1): per image for images
+    (``seeds.image_seeds``), per call for tabular models (``seeds.call_seed``: a chunk of
+    a split draws from (seed, its first index))."""
     if not is_tabular(model):
-        return explain_image(model, x, method, target=target, **options)
+        return explain_image(model, x, method, target=target, seed=seed, index=index, **options)
     if target is not None and target != POSITIVE_CLASS:
         raise InputError(f"option target={target!r}: a tabular model explains its positive class ({POSITIVE_CLASS})")
-    return explain_tabular(model, x, method, **options)
+    return explain_tabular(model, x, method, seed=call_seed(seed, index), **options)
 
 
 __all__ = ["IMAGE_EXPLAINERS", "TABULAR_EXPLAINERS", "explain", "explainer_names"]

@@ -23,14 +23,12 @@ Methods (Captum 0.9, called as Captum documents them; options are passed through
   (N, C, H, W), e.g. each image blurred.
 * ``gradient_shap``: Expected Gradients (Erion et al.), as Captum's ``GradientShap``
   with ``stdevs=0``: ``baselines`` (B, C, H, W), a sample of training images, is
-  required; ``n_samples=50`` draws of (baseline, α) per image. The baseline indices and
-  α come from numpy's global generator, the noise from torch's (as in Captum).
+  required; ``n_samples=50`` draws of (baseline, α) per image (:func:`_gradient_shap`).
 * ``smoothgrad``, ``smoothgrad_sq``, ``vargrad``: Captum's ``NoiseTunnel`` over
   ``base`` (default ``saliency``; also ``integrated_gradients``, ``input_x_gradient``,
   ``guided_backprop``, ``deeplift``: ``base="integrated_gradients"`` with
   ``smoothgrad_sq`` is Hooker et al.'s SG-SQ-IG), ``nt_samples=50``, ``stdevs=0.15``
   (absolute, in the input's units: Smilkov et al. suggest 10-20 % of the input range).
-  The noise is drawn from the generator of the input's device, chunk by chunk.
 * ``guided_backprop``, ``input_x_gradient``, ``deeplift`` (baselines zeros unless
   given). Captum's GuidedBackprop and DeepLift act through ``nn.ReLU`` modules: a
   network calling ``F.relu`` gets plain gradients there, and DeepLift refuses a ReLU
@@ -43,8 +41,19 @@ Methods (Captum 0.9, called as Captum documents them; options are passed through
   (default :func:`last_conv_block`), upsampled with ``LayerAttribution.interpolate`` to
   (H, W) (``interpolate_mode="bilinear"``), then **repeated over the C channels** so the
   map keeps the input's shape: channel 0 (or ``reduce_map(maps, "max_abs")``) is the map.
-* ``rise``: :func:`rise` (Petsiuk et al. 2018); its one-channel map is likewise
-  repeated over the C channels.
+* ``rise``: :func:`rise` (Petsiuk et al. 2018), its masks drawn from ``seed``; its
+  one-channel map is likewise repeated over the C channels.
+
+Random draws: no method draws from a global generator (torch's, NumPy's or Python's), so
+an explanation neither depends on nor changes the caller's generator state. The sampling
+methods (``PER_IMAGE_DRAWS``: SmoothGrad and its variants, Expected Gradients) draw each
+image's samples from its own seed, ``derived_seed(seed, index[i])`` (``seeds.image_seeds``;
+``seed`` an option, default 0; ``index`` the images' indices in their split, default 0 …
+N − 1): torch's noise from a generator on the input's device, NumPy's draws from a
+``RandomState``, in the order Captum draws them from the global generators. An image's map
+is then the same whatever ``max_batch`` and whichever other images share its call (up to
+float rounding), so chunked, batched and resumed runs agree; a caller that explains a split
+in several calls passes each part's ``index``.
 
 Memory bound: ``max_batch`` is the most rows of images one forward (and backward) pass
 of the model sees; by default (``None``, :func:`resolve_max_batch`) ``MAX_BATCH`` = 256
@@ -55,11 +64,9 @@ forward and input gradient): 43-45 ms per row at 2-16 rows, 55 ms at 32, 62 ms a
 a ResNet-50 keeps about 100 MB per row for its backward pass, 26 GB at 256 rows. Images
 are split into chunks of ``max(1, max_batch // rows_per_image)``; methods that expand each
 image into many rows pass Captum's own batching options (``internal_batch_size`` for IG,
-``nt_samples_batch_size`` for noise tunnels and Expected Gradients,
-``perturbations_per_eval`` for occlusion), and RISE chunks its masks. Deterministic
-methods do not depend on ``max_batch`` (up to float rounding); noise methods draw their
-noise per chunk, so their samples (not their distribution) depend on it; RISE draws all
-its masks' grids and shifts up front, so it does not. The model runs in eval mode
+``perturbations_per_eval`` for occlusion), the sampling methods explain at most
+``max_batch`` samples per call, and RISE chunks its masks. No method depends
+on ``max_batch`` beyond float rounding (see "Random draws"). The model runs in eval mode
 (its previous mode is restored afterwards), on its own device: ``x`` and ``target`` are
 moved there and the maps returned there.
 """
@@ -70,13 +77,14 @@ import math
 import numbers
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from captum import attr
-from captum.attr._core.gradient_shap import InputBaselineXGradient
 from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from evaluators.maps.seeds import check_seed, image_seeds, input_index
 from lightning_modules.interface import class_probabilities
 
 MAX_BATCH = 256
@@ -159,46 +167,108 @@ def _base_method(name: str, model: nn.Module) -> attr.Attribution:
             "deeplift": attr.DeepLift}[name](model)  # fmt: skip
 
 
-def _tunnel(model, base: attr.Attribution, x, target, max_batch, nt_samples, **options) -> torch.Tensor:
-    """Captum's NoiseTunnel, ``images`` at a time and at most ``max_batch`` noisy rows per call
-    of the base method (``nt_samples_batch_size``)."""
-    images = _images_per_chunk(max_batch, nt_samples)
-    per_call = min(nt_samples, max(1, max_batch // images))
-    nt = attr.NoiseTunnel(base)
-    return _per_image_chunk(
-        lambda xs, ts: nt.attribute(xs, target=ts, nt_samples=nt_samples, nt_samples_batch_size=per_call, **options),
-        x, target, images,
-    )  # fmt: skip
+def _normal(shape: tuple, stdevs: float, seed: int, device: torch.device) -> torch.Tensor:
+    """N(0, stdevs²) noise of ``shape``, drawn as Captum's NoiseTunnel draws it
+    (``torch.normal(0, tensor(stdevs).repeat(shape))``) from a generator on ``device`` seeded with ``seed``."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    return torch.normal(0, torch.tensor(stdevs, device=device).repeat(shape), generator=generator)
+
+
+def _check_stdevs(stdevs) -> float:
+    if isinstance(stdevs, bool) or not isinstance(stdevs, numbers.Real) or not stdevs >= 0 or math.isinf(stdevs):
+        raise InputError(f"option stdevs={stdevs!r}; expected a non-negative number (the noise's std)")
+    return float(stdevs)
+
+
+def _sampled(x, target, max_batch, seeds, n, draw, attribute, nt_type: str, per_image: dict) -> torch.Tensor:
+    """Captum's NoiseTunnel written out so that each image's draws depend only on its own seed.
+
+    Image i's n samples are ``draw(x_i, seeds[i])``: a tuple of per-sample tensors (n, ...),
+    the noisy inputs first; ``per_image`` tensors (one row per image, e.g. per-image
+    baselines) are repeated for its n samples. ``attribute(*sample_rows, targets,
+    **rows_of_per_image)`` explains at most ``max_batch`` sample rows at a time; then per
+    image the mean over its samples (``smoothgrad``), the mean square (``smoothgrad_sq``) or
+    mean square − square mean (``vargrad``), summed and scaled by 1/n as Captum does."""
+    out = []
+    for s in _chunks(len(x), _images_per_chunk(max_batch, n)):
+        samples = [torch.cat(parts) for parts in zip(*(draw(x[i], seeds[i]) for i in range(s.start, s.stop)))]
+        rows_target = target[s].repeat_interleave(n)
+        extra = {k: v[s].repeat_interleave(n, dim=0) for k, v in per_image.items()}
+        a = torch.cat([attribute(*(t[p] for t in samples), rows_target[p], **{k: v[p] for k, v in extra.items()})
+                       for p in _chunks(len(rows_target), max_batch)])  # fmt: skip
+        a = a.view(s.stop - s.start, n, *x.shape[1:])
+        mean = a.sum(1) * (1 / n)
+        if nt_type == "smoothgrad":
+            out.append(mean)
+            continue
+        mean_sq = a.pow(2).sum(1) * (1 / n)
+        out.append(mean_sq if nt_type == "smoothgrad_sq" else mean_sq - mean * mean)
+    return torch.cat(out)
+
+
+def _per_image_options(options: dict, x: torch.Tensor) -> tuple[dict, dict]:
+    """``options`` split into those that go whole and a ``baselines`` tensor with one reference per image."""
+    baselines = options.get("baselines")
+    if isinstance(baselines, torch.Tensor) and baselines.dim() == x.dim() and len(baselines) == len(x) > 1:
+        return {k: v for k, v in options.items() if k != "baselines"}, {"baselines": baselines.to(x.device)}
+    return options, {}
 
 
 def _noise_tunnel(nt_type: str) -> Callable:
-    def run(model, x, target, max_batch, base: str = "saliency", nt_samples: int = 50, stdevs: float = 0.15,
+    def run(model, x, target, max_batch, seeds, base: str = "saliency", nt_samples: int = 50, stdevs: float = 0.15,
             **options):  # fmt: skip
+        stdevs = _check_stdevs(stdevs)
         if base == "saliency":
             options.setdefault("abs", False)
         if base == "integrated_gradients":
             options.setdefault("internal_batch_size", max_batch)
         rows = max(1, max_batch // 2) if base == "deeplift" else max_batch  # DeepLift: inputs and baselines
-        return _tunnel(model, _base_method(base, model), x, target, rows, nt_samples,
-                       nt_type=nt_type, stdevs=stdevs, **options)  # fmt: skip
+        method = _base_method(base, model)
+        whole, per_image = _per_image_options(options, x)
+
+        def draw(xi, seed):
+            return (xi[None] + _normal((nt_samples, *xi.shape), stdevs, seed, xi.device),)
+
+        def attribute(xs, ts, **rows_options):
+            return method.attribute(xs, target=ts, **whole, **rows_options)
+
+        return _sampled(x, target, rows, seeds, nt_samples, draw, attribute, nt_type, per_image)
 
     return run
 
 
-def _gradient_shap(model, x, target, max_batch, baselines: torch.Tensor | None = None, n_samples: int = 50,
-                   stdevs: float = 0.0, **options):  # fmt: skip
-    """Expected Gradients: Captum's GradientShap, which is NoiseTunnel(InputBaselineXGradient)
-    with baselines drawn from the distribution; written out so that the samples of one
-    image can be split (``nt_samples_batch_size``)."""
+def _gradient_shap(model, x, target, max_batch, seeds, baselines: torch.Tensor | None = None, n_samples: int = 50,
+                   stdevs: float = 0.0, multiply_by_inputs: bool = True) -> torch.Tensor:  # fmt: skip
+    """Expected Gradients as Captum's GradientShap computes it (NoiseTunnel over
+    InputBaselineXGradient with baselines drawn from the distribution), written out so that
+    image i's draws come from its own seed s_i: baseline indices ``RandomState(s_i).choice(B,
+    n)``, then noise from a torch generator seeded s_i, then α = ``RandomState(s_i).uniform(0, 1,
+    n)`` (Captum's order, from NumPy's and torch's global generators, so a Captum call on image
+    i alone after ``np.random.seed(s_i); torch.manual_seed(s_i)`` gives the same map on a CPU).
+    Per sample: the gradient at α(x + ε) + (1 − α)b, times (x + ε − b) (``multiply_by_inputs``)."""
     if not isinstance(baselines, torch.Tensor) or baselines.dim() != x.dim() or baselines.shape[1:] != x.shape[1:]:
         raise InputError(
             "explainer 'gradient_shap' needs option baselines: a tensor of training images (B, "
             f"{', '.join(map(str, x.shape[1:]))}) to draw references from (Expected Gradients); got "
             f"{type(baselines).__name__ if not isinstance(baselines, torch.Tensor) else tuple(baselines.shape)}"
         )
-    base = InputBaselineXGradient(model, options.pop("multiply_by_inputs", True))
-    return _tunnel(model, base, x, target, max_batch, n_samples, nt_type="smoothgrad", stdevs=stdevs,
-                   draw_baseline_from_distrib=True, baselines=baselines.to(x.device), **options)  # fmt: skip
+    stdevs = _check_stdevs(stdevs)
+    baselines = baselines.to(x.device, x.dtype)
+    saliency = attr.Saliency(model)
+
+    def draw(xi, seed):
+        numpy_generator = np.random.RandomState(seed)
+        references = baselines[torch.from_numpy(numpy_generator.choice(len(baselines), n_samples))]
+        noisy = xi[None] + _normal((n_samples, *xi.shape), stdevs, seed, xi.device)
+        alpha = torch.tensor(numpy_generator.uniform(0.0, 1.0, n_samples), device=xi.device, dtype=xi.dtype)
+        return noisy, references, alpha
+
+    def attribute(noisy, references, alpha, ts):
+        alpha = alpha.view(-1, *[1] * (noisy.dim() - 1))
+        grads = saliency.attribute(alpha * noisy + (1.0 - alpha) * references, target=ts, abs=False)
+        return (noisy - references) * grads if multiply_by_inputs else grads
+
+    return _sampled(x, target, max_batch, seeds, n_samples, draw, attribute, "smoothgrad", {})
 
 
 def _occlusion(model, x, target, max_batch, sliding_window_shapes=None, strides=None, **options):
@@ -278,18 +348,17 @@ def upsample_masks(grids: torch.Tensor, shifts: torch.Tensor, height: int, width
     return up[:, 0][index, rows[:, :, None], cols[:, None, :]][:, None]
 
 
-def rise(model, x, target, max_batch, n_masks: int = 4000, s: int = 8, p: float = 0.5, seed: int | None = None,
+def rise(model, x, target, max_batch, n_masks: int = 4000, s: int = 8, p: float = 0.5, seed: int = 0,
          probabilities: bool = True) -> torch.Tensor:  # fmt: skip
     """RISE (Petsiuk et al. 2018): saliency = Σ_i f_c(x ⊙ M_i) M_i / (n_masks · p), with
     f_c the softmax probability of the target class (the logit if ``probabilities=False``)
     and M_i the masks of :func:`rise_masks` / :func:`upsample_masks` (one channel, applied to
-    all C). The grids and shifts are drawn up front (from ``torch.Generator().manual_seed(seed)``,
-    or the global CPU generator where ``seed`` is None); masks are upsampled and evaluated
+    all C). The grids and shifts are drawn up front, from ``torch.Generator().manual_seed(seed)``:
+    every image sees the same masks; they are upsampled and evaluated
     ``max_batch // images`` at a time for chunks of at most ``max_batch`` images, without
     gradients. Returns (N, C, H, W): the one-channel map repeated over C."""
     n, c, height, width = x.shape
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
-    grids, shifts = rise_masks(n_masks, s, p, height, width, generator)
+    grids, shifts = rise_masks(n_masks, s, p, height, width, torch.Generator().manual_seed(seed))
     grids, shifts = grids.to(x.device, x.dtype), shifts.to(x.device)
     out = torch.zeros(n, height, width, dtype=x.dtype, device=x.device)
     with torch.no_grad():
@@ -319,6 +388,7 @@ IMAGE_EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
     "gradcam": _gradcam,
     "rise": rise,
 }
+PER_IMAGE_DRAWS = {"gradient_shap", "smoothgrad", "smoothgrad_sq", "vargrad"}  # image i's draws from its seed
 
 
 def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
@@ -350,14 +420,19 @@ def image_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | No
 
 
 def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, max_batch: int | None = None,
-                  **options) -> torch.Tensor:  # fmt: skip
+                  seed: int = 0, index: torch.Tensor | None = None, **options) -> torch.Tensor:  # fmt: skip
     """Attributions (N, C, H, W) of ``target`` (default: the predicted class) for images
     ``x`` (N, C, H, W), by the method ``method`` of ``IMAGE_EXPLAINERS`` (see the module's
-    docstring for methods, options and the ``max_batch`` memory bound)."""
+    docstring for methods, options, the ``max_batch`` memory bound and how ``seed`` and
+    ``index`` (the images' indices in their split) set the random draws)."""
     if method not in IMAGE_EXPLAINERS:
         raise InputError(f"unknown image explainer {method!r}; expected one of {sorted(IMAGE_EXPLAINERS)}")
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise InputError(f"images of shape {tuple(getattr(x, 'shape', ()))}; expected (N, C, H, W)")
+    check_seed(seed)
+    input_index(index, len(x))
+    draws = {"seeds": image_seeds(seed, index, len(x))} if method in PER_IMAGE_DRAWS else {}
+    draws = {"seed": seed} if method == "rise" else draws
     was_training = model.training
     model.eval()
     # Captum's DeepLift undoes max-pooling with max_unpool2d, which has no deterministic
@@ -370,7 +445,7 @@ def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, m
         x = x.detach().to(_device(model, x))
         max_batch = resolve_max_batch(max_batch, x)
         target = image_targets(model, x, target, max_batch)
-        return IMAGE_EXPLAINERS[method](model, x, target, max_batch, **options)
+        return IMAGE_EXPLAINERS[method](model, x, target, max_batch, **draws, **options)
     finally:
         model.train(was_training)
         if strict:

@@ -91,6 +91,7 @@ from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.pixel_aggregators import var
+from evaluators.maps.seeds import derived_seed, input_index
 from evaluators.maps.simplex_qp import solve_simplex_qp
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
 from evaluators.metrics.model_scores import check_inputs, model_device, resolve_targets
@@ -132,17 +133,21 @@ def postprocess(maps: torch.Tensor, tabular: bool, absolute: bool = True, normal
 
 def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, explainers: dict[str, dict],
                    reduce: str = "sum", absolute: bool = True, normalisation: str = "linear",
-                   smoothing: float | None = None, max_batch: int | None = None) -> torch.Tensor:  # fmt: skip
+                   smoothing: float | None = None, max_batch: int | None = None, seed: int = 0,
+                   index: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """(N, k, *S) the post-processed maps of inputs x (N, ...) by the k explainers, in
     ``explainers``' order: images reduced over channels by ``reduce_map(how=reduce)``; see
-    the module's docstring. ``target``: None (tabular) or a LongTensor (N,)."""
+    the module's docstring. ``target``: None (tabular) or a LongTensor (N,). Every explainer
+    draws from ``seed`` and the inputs' indices ``index`` (``evaluators.maps.explain``)
+    unless its options name a seed of their own."""
     tabular = is_tabular(model)
     stack = []
     for name, options in explainers.items():
+        options = {"seed": seed, "index": index, **(options or {})}
         if tabular:
-            maps = explain(model, x, name, **(options or {}))
+            maps = explain(model, x, name, **options)
         else:
-            maps = reduce_map(explain(model, x, name, target=target, max_batch=max_batch, **(options or {})), reduce)
+            maps = reduce_map(explain(model, x, name, target=target, max_batch=max_batch, **options), reduce)
         expected = x.shape if tabular else (len(x), *x.shape[2:])
         if maps.shape != expected:
             raise InputError(f"explainer {name!r} gave maps of shape {tuple(maps.shape)}; expected {tuple(expected)} "
@@ -161,15 +166,20 @@ def robust_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None,
                  **map_options) -> torch.Tensor:  # fmt: skip
     """(N, k, k) float64 Γ_robust = (1/m) Σ_s (E − E_s)ᵀ(E − E_s) of inputs x with maps E
     ``maps`` (N, k, *S), E_s the maps (same ``map_options``) at x + ε_s, ε_s ~ U[−radius,
-    radius] from the ``"fitting"`` stream; explained max(1, ⌊max_batch / m⌋) inputs per call."""
+    radius] from the ``"fitting"`` stream; explained max(1, ⌊max_batch / m⌋) inputs per call,
+    the explainers drawing from (``derived_seed(seed, 1)``, i·m + s) for sample s of the input
+    with index i (``map_options["index"]``, default 0 … N − 1)."""
     n_samples = check_count("n_samples", n_samples)
     per_call = max(1, resolve_max_batch(map_options.get("max_batch"), x) // n_samples)
+    index = torch.tensor(input_index(map_options.pop("index", None), len(x)))
     gammas = []
     for start in range(0, len(x), per_call):
         inputs = slice(start, min(start + per_call, len(x)))
         noisy = uniform_noise(x[inputs], n_samples, radius, seed, "fitting", offset=start).flatten(0, 1)
         rows_target = None if target is None else target[inputs].repeat_interleave(n_samples)
-        perturbed = explainer_maps(model, noisy, rows_target, explainers, **map_options)
+        rows_index = (index[inputs, None] * n_samples + torch.arange(n_samples)).flatten()
+        perturbed = explainer_maps(model, noisy, rows_target, explainers, **map_options,
+                                   seed=derived_seed(seed, 1), index=rows_index)  # fmt: skip
         clean = maps[inputs].flatten(2).double()
         difference = clean[:, None] - perturbed.flatten(2).double().view(-1, n_samples, *clean.shape[1:])
         gammas.append(torch.einsum("nskd,nsld->nkl", difference, difference) / n_samples)
@@ -223,7 +233,7 @@ def agg_var(model, x, target, explainers, eps: float = VAR_EPS, **map_options):
 def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, seed: int = 0,
                **map_options):  # fmt: skip
     """ω = argmin ωᵀΓ_robust ω."""
-    maps = explainer_maps(model, x, target, explainers, **map_options)
+    maps = explainer_maps(model, x, target, explainers, seed=seed, **map_options)
     weights = solve_simplex_qp(robust_gamma(model, x, target, explainers, maps, n_samples, radius, seed,
                                             **map_options))  # fmt: skip
     return combine(maps, weights), weights
@@ -233,7 +243,7 @@ def agg_faith(model, x, target, explainers, n_samples: int = M_AGG, share: float
               baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
               compactness: float = COMPACTNESS, seed: int = 0, **map_options):  # fmt: skip
     """ω = argmin ωᵀΓ_faith ω."""
-    maps = explainer_maps(model, x, target, explainers, **map_options)
+    maps = explainer_maps(model, x, target, explainers, seed=seed, **map_options)
     gamma = faith_gamma(model, x, target, maps, n_samples, share, baseline, blur_sigma, n_segments, compactness, seed,
                         map_options.get("max_batch"))  # fmt: skip
     weights = solve_simplex_qp(gamma)
@@ -245,7 +255,7 @@ def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float 
             compactness: float = COMPACTNESS, seed: int = 0, lam: float = LAMBDA, **map_options):  # fmt: skip
     """ω = argmin ωᵀ(λ Γ_robust / ‖Γ_robust‖_F + (1 − λ) Γ_faith / ‖Γ_faith‖_F)ω."""
     lam = check_real("lam", lam, 0, 1, low_open=False)
-    maps = explainer_maps(model, x, target, explainers, **map_options)
+    maps = explainer_maps(model, x, target, explainers, seed=seed, **map_options)
     robust = robust_gamma(model, x, target, explainers, maps, n_samples, radius, seed, **map_options)
     faith = faith_gamma(model, x, target, maps, n_samples, share, baseline, blur_sigma, n_segments, compactness, seed,
                         map_options.get("max_batch"))  # fmt: skip

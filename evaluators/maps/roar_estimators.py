@@ -42,19 +42,18 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
     per pixel (H, W) and are repeated over the C channels.
 
 Batching and seeds: the examples go through in chunks of ``chunk`` (a memory bound on
-top of the explainers' own ``max_batch``); before each chunk the global torch generator
-(of x's device) and NumPy's are seeded from (``seed``, the chunk's first example index),
-and restored after, so noise estimators are reproducible for a given ``seed`` and
-``chunk`` (their noise, not its distribution, depends on ``chunk``) and leave the caller's
-generators untouched. ``index`` gives the examples' indices in their split (default
-0 … N-1).
+top of the explainers' own ``max_batch``); every explainer of a chunk is called with
+``seed`` and the chunk's examples' indices in their split (``index``, default 0 … N-1),
+``evaluators.maps.explain``'s seed and index: image explainers draw each image's samples
+from (``seed``, its index), so image maps do not depend on ``chunk``; tabular explainers
+draw per call from (``seed``, the chunk's first index), so their noise (not its
+distribution) does. Neither reads nor moves the caller's global generators.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -117,14 +116,15 @@ def _explainers(explainers, model: nn.Module) -> dict[str, dict]:
     return {name: {**ROAR_DEFAULTS.get(name, {}), **(o or {})} for name, o in explainers.items()}
 
 
-def _aggregated(model, x, target, aggregator: str, explainers=AGG_EXPLAINERS, normalisation: str = "z",
-                absolute: bool = True, **options) -> torch.Tensor:  # fmt: skip
+def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tensor, explainers=AGG_EXPLAINERS,
+                normalisation: str = "z", absolute: bool = True, **options) -> torch.Tensor:  # fmt: skip
     explainers = _explainers(explainers, model)
     if aggregator in OPTIMISED_AGGREGATORS:
-        maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target, **options)
+        maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target,
+                                        **{"seed": seed, "index": index, **options})  # fmt: skip
         return maps if maps.shape == x.shape else maps[:, None].expand_as(x)
     target_option = {} if is_tabular(model) else {"target": target}
-    maps = [explain(model, x, name, **target_option, **o) for name, o in explainers.items()]
+    maps = [explain(model, x, name, seed=seed, index=index, **target_option, **o) for name, o in explainers.items()]
     map_dims = x.dim() - 1  # every element of an example: (C, H, W) or (d,)
     stack = torch.stack([normalise(m.abs() if absolute else m, normalisation, map_dims) for m in maps])
     return aggregate(stack, aggregator, map_dims, **options)
@@ -143,24 +143,16 @@ def _check_name(model: nn.Module, name: str) -> None:
 
 
 def _estimate(model, x, name, target, index, seed, options) -> torch.Tensor:
-    """One chunk's maps, with the generators seeded from (seed, its first index)."""
+    """One chunk's maps, every explainer drawing from (seed, the examples' indices)."""
     if name in ROAR_CONTROLS:
         return ROAR_CONTROLS[name](x, index, seed)
     if target is None and not is_tabular(model):
         target = predicted_class(model, x)
-    devices = [x.device] if x.device.type == "cuda" else []
-    chunk_seed = int(np.random.SeedSequence([seed, int(index[0])]).generate_state(1)[0])
-    numpy_state = np.random.get_state()
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(chunk_seed)
-        np.random.seed(chunk_seed)
-        try:
-            if name.startswith(AGG_PREFIX):
-                return _aggregated(model, x, target, name[len(AGG_PREFIX):], **options)
-            target_option = {} if is_tabular(model) else {"target": target}
-            return explain(model, x, name, **target_option, **{**ROAR_DEFAULTS.get(name, {}), **options})
-        finally:
-            np.random.set_state(numpy_state)
+    if name.startswith(AGG_PREFIX):
+        return _aggregated(model, x, target, name[len(AGG_PREFIX):], seed=seed, index=index, **options)
+    target_option = {} if is_tabular(model) else {"target": target}
+    return explain(model, x, name, seed=seed, index=index, **target_option,
+                   **{**ROAR_DEFAULTS.get(name, {}), **options})  # fmt: skip
 
 
 def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, chunk: int = CHUNK, seed: int = 0,

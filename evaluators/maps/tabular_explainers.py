@@ -22,6 +22,7 @@ from captum import attr
 from torch import nn
 
 from datamodules.errors import InputError
+from evaluators.maps.seeds import seeded_generators
 from lightning_modules.ensembles import MLPEnsemble
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
@@ -276,14 +277,23 @@ def _softmax_rescaled(g: torch.Tensor, logits: torch.Tensor, w_last: torch.Tenso
     return torch.where(dz.abs() < SHAP_NONLINEAR_EPS, plain, g * (p_in - p_ref) / dz)
 
 
-def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
+def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, seed: int = 0, **options) -> torch.Tensor:
     """Attributions of the positive-class output.
 
     ``model``: an ``MLPClassifier`` or ``MLPEnsemble`` -> (N, d); a ``PopulationMLP`` ->
     (M, N, d), all members in one Captum call where the method allows (``BATCHED``).
+    Methods that sample (SmoothGrad and its variants, GradientShap, LIME, KernelSHAP,
+    Shapley value sampling) draw from the global generators as Captum does; the call runs
+    within :func:`seeded_generators` of ``seed`` (a non-negative integer), so the same seed
+    gives the same attributions and the caller's generators are left as they were.
     """
     if method not in TABULAR_EXPLAINERS:
         raise InputError(f"unknown explainer {method!r}; expected one of {sorted(TABULAR_EXPLAINERS)}")
+    with seeded_generators(seed, x.device):
+        return _explain_tabular(model, x, method, **options)
+
+
+def _explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
     softmax_rule = options.pop("softmax_rule", "gradient") if method == "deepshap" else "gradient"
     if softmax_rule not in SOFTMAX_RULES:
         raise InputError(f"option softmax_rule={softmax_rule!r}; expected one of {list(SOFTMAX_RULES)}")
@@ -300,7 +310,7 @@ def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -
     if not isinstance(model, PopulationMLP):
         return TABULAR_EXPLAINERS[method](ExplainedOutput(model), x, **options)
     if method not in BATCHED:
-        return torch.stack([explain_tabular(model.member(i), x, method, **options) for i in range(model.size)])
+        return torch.stack([_explain_tabular(model.member(i), x, method, **options) for i in range(model.size)])
     rows = x.repeat(model.size, 1)
     if method == "integrated_gradients":
         # IG stacks its n_steps scaled copies of the batch step after step: one step per
