@@ -159,8 +159,7 @@ class AggregationFidelity(pl.Callback):
         tabular = is_tabular(pl_module)
         base = {}
         for k, (name, options) in enumerate(explainers.items()):
-            torch.manual_seed(self.seed + k)
-            m = explain(pl_module, x, name, target=target, **(options or {})).detach()
+            m = explain(pl_module, x, name, target=target, **{"seed": self.seed + k, **(options or {})}).detach()
             base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
         maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
         fitted = {}

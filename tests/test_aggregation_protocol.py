@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -92,6 +94,41 @@ def test_an_interrupted_run_resumes_without_recomputing_finished_work(tiny_run, 
     assert len(explained) == 10 - 3  # only the unfinished rows are scored again
     fresh = evaluate.main(["aggregation", "--config", str(small_config(tmp_path / "b", tiny_run))])
     assert resumed["rows"] == fresh["rows"]
+
+
+SAMPLING_EXPLAINERS = {"smoothgrad": {"nt_samples": 4}, "gradient_shap": {"n_samples": 4, "baselines": "training"}}
+
+
+def test_sampling_explainers_resume_and_rechunk_into_the_same_numbers(tiny_run, tmp_path, monkeypatch):
+    """SmoothGrad and Expected Gradients draw from the run's seed alone: a run stopped after
+    the first explainer's maps and resumed from other global generator states, and a run
+    with another max_batch, give an uninterrupted run's numbers."""
+    extra = {"explainers": SAMPLING_EXPLAINERS, "n_baselines": 5, "sweeps": {}, "normalisations": ["z"]}
+    fresh = evaluate.main(["aggregation", "--config", str(small_config(tmp_path / "a", tiny_run, **extra))])
+    calls, explain = [], aggregation.explain
+
+    def stopped(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return explain(*args, **kwargs)
+
+    monkeypatch.setattr(aggregation, "explain", stopped)
+    with pytest.raises(SystemExit):
+        evaluate.main(["aggregation", "--config", str(small_config(tmp_path / "b", tiny_run, **extra))])
+    folder = report_dir(tmp_path / "b")
+    assert [p.name for p in (folder / "maps").iterdir()] == ["smoothgrad.pt"]
+    monkeypatch.setattr(aggregation, "explain", explain)
+    torch.manual_seed(123)  # other global generator states than the first run's
+    np.random.seed(123)
+    random.seed(123)
+    resumed = evaluate.main(["aggregation", "--resume", str(folder)])
+    assert resumed["rows"] == fresh["rows"]
+    rechunked = evaluate.main(["aggregation", "--config", str(small_config(tmp_path / "c", tiny_run, **extra,
+                                                                           max_batch=3))])  # fmt: skip
+    for row, values in fresh["rows"].items():
+        for mode in aggregation.MODES:
+            assert rechunked["rows"][row][mode]["mean"] == pytest.approx(values[mode]["mean"], abs=1e-6), (row, mode)
 
 
 def test_tabular_run_aggregates_feature_maps(tmp_path):

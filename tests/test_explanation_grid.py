@@ -37,6 +37,28 @@ def test_grid_maps_are_the_explainers_maps_of_the_predicted_class(tiny_run, monk
     torch.testing.assert_close(drawn["maps"]["saliency"], expected)
 
 
+def test_grid_maps_of_sampling_explainers_are_the_same_in_every_run(tiny_run, monkeypatch, tmp_path):
+    """Expected Gradients and SmoothGrad draw from the grid's seed alone, not from the global generators."""
+    import random
+
+    import numpy as np
+
+    import evaluators.protocols.explanation_grid as grid
+
+    drawn = []
+    monkeypatch.setattr(grid, "plot_grid", lambda x, y, predicted, maps, data, path: drawn.append(maps) or path)
+    methods = ["gradient_shap", "smoothgrad"]
+    for k, seed in enumerate((1, 2)):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        grid.explanation_grid(tiny_run, tmp_path / f"grid{k}", methods, n_images=3, n_baselines=4, log_to="none")
+    for method in methods:
+        assert torch.equal(drawn[0][method], drawn[1][method]), method
+    grid.explanation_grid(tiny_run, tmp_path / "grid2", methods, n_images=3, n_baselines=4, log_to="none", seed=1)
+    assert not torch.equal(drawn[2]["gradient_shap"], drawn[0]["gradient_shap"])
+
+
 def test_grid_logs_to_wandb_offline(tiny_run):
     report = evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "1"])
     out_dir = tiny_run / report["png"].split("/")[-2]

@@ -3,6 +3,8 @@ end to end, sigma = 0 ensembles equal to their bases, the single-model row again
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -114,3 +116,48 @@ def test_image_rows_per_pass_bound_rows_and_pixels_of_all_members():
     for shape, size, rows in [((3, 32, 32), 4, 1024), ((1, 28, 28), 1, 4096), ((3, 224, 224), 4, 20),
                               ((3, 224, 224), 100, 1), ((3, 64, 64), 2, 512)]:  # fmt: skip
         assert image_rows_per_pass(torch.zeros(1, *shape), size) == rows, (shape, size)
+
+
+def test_watson_c_of_sampling_explainers_is_the_same_in_every_run_and_after_a_resume(image_population, tmp_path,
+                                                                                     monkeypatch):  # fmt: skip
+    """Expected Gradients and SmoothGrad draw from the protocol's seed alone: two runs from
+    different global generator states, and a run stopped after two ensembles and resumed,
+    give the same Watson C, SA and angles."""
+    from evaluators.protocols import consistency
+
+    def config(name: str):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            f"population: {image_population}\nstrategies: [single]\nmethods: [gradient_shap, smoothgrad]\n"
+            f"n_models: [1]\nn_sets: 4\nn_points: 6\nn_points_smoothgrad: 6\nsmoothgrad_samples: 3\nk: 5\n"
+            f"n_background: 4\nn_accuracy_images: 6\ndevice: cpu\noutput_dir: {tmp_path / name}\n"
+        )  # fmt: skip
+        return str(path)
+
+    def reseed(seed):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+
+    reseed(1)
+    first = evaluate.main(["consistency", "--config", config("a")])
+    reseed(2)
+    assert evaluate.main(["consistency", "--config", config("b")])["rows"] == first["rows"]
+    save_set, saved = consistency.save_set, []
+
+    def stopped(*args):
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+        saved.append(1)
+        save_set(*args)
+
+    monkeypatch.setattr(consistency, "save_set", stopped)
+    with pytest.raises(SystemExit):
+        evaluate.main(["consistency", "--config", config("c")])
+    monkeypatch.setattr(consistency, "save_set", save_set)
+    (folder,) = (tmp_path / "c").iterdir()
+    reseed(3)
+    resumed = evaluate.main(["consistency", "--resume", str(folder)])
+    assert resumed["rows"] == first["rows"]
+    watson = [r for r in first["rows"] if r["metric"] == "watson_c"]
+    assert {r["method"] for r in watson} == {"gradient_shap", "smoothgrad"}

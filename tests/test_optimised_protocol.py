@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -29,6 +31,7 @@ CACHES = ("maps.pt", "weights.pt", "scores.pt", "road.pt", "stability.pt")
 def config(tmp_path, run, **extra) -> str:
     cfg = {"run": str(run), "n_inputs": 3, "explainers": EXPLAINERS, "m_agg": 4, "m_eval": 6, "m_sens": 3,
            "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out"), **STABILITY, **extra}  # fmt: skip
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "optimised.yaml"
     path.write_text(json.dumps(cfg))
     return str(path)
@@ -132,6 +135,37 @@ def test_resume_of_a_report_without_stability_adds_only_those_columns(tiny_run, 
     for name in ("ris", "ros"):
         assert resumed["rows"]["agg_opt"][name]["mean"] == pytest.approx(first["rows"]["agg_opt"][name]["mean"])
     assert resumed["config"]["stability_layer"] is None
+
+
+def test_sampling_explainers_resume_and_rechunk_into_the_same_numbers(tiny_run, tmp_path, monkeypatch):
+    """SmoothGrad and Expected Gradients draw from the run's seed and each row's index: a run
+    stopped after its maps and resumed from other global generator states, and a run with
+    another max_batch, give an uninterrupted run's weights and scores."""
+    explainers = {"saliency": {}, "smoothgrad": {"nt_samples": 3},
+                  "gradient_shap": {"n_samples": 3, "baselines": "training"}}  # fmt: skip
+    fresh = evaluate.main(["optimised", "--config", config(tmp_path / "a", tiny_run, explainers=explainers)])
+    fit_weights = protocol.fit_weights
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(protocol, "fit_weights", stopped)
+    with pytest.raises(SystemExit):
+        evaluate.main(["optimised", "--config", config(tmp_path / "b", tiny_run, explainers=explainers)])
+    (folder,) = (tmp_path / "b" / "out").iterdir()
+    assert (folder / "maps.pt").is_file() and not (folder / "weights.pt").exists()
+    monkeypatch.setattr(protocol, "fit_weights", fit_weights)
+    torch.manual_seed(123)  # other global generator states than the first run's
+    np.random.seed(123)
+    random.seed(123)
+    resumed = evaluate.main(["optimised", "--resume", str(folder)])
+    assert resumed["rows"] == fresh["rows"] and resumed["weights"] == fresh["weights"]
+    rechunked = evaluate.main(["optimised", "--config", config(tmp_path / "c", tiny_run, explainers=explainers,
+                                                               max_batch=2)])  # fmt: skip
+    for row, values in fresh["rows"].items():
+        for metric, value in values.items():
+            assert rechunked["rows"][row][metric]["mean"] == pytest.approx(value["mean"], rel=1e-4, abs=1e-5), (
+                row, metric)
 
 
 def test_absolute_false_keeps_the_signs_in_weights_and_scores(tiny_run, tmp_path):

@@ -139,16 +139,17 @@ class AggregationConfig:
 
 
 def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> dict[str, torch.Tensor]:
-    """Each explainer's maps (N, H, W) or (N, d), cached per explainer under ``maps/``."""
+    """Each explainer's maps (N, H, W) or (N, d), cached per explainer under ``maps/``; the
+    k-th explainer draws from seed ``seed + k`` (``evaluators.maps.explain``), so a resumed
+    run's maps are an uninterrupted run's."""
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:
         raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
     maps = {}
     for k, (name, options) in enumerate(cfg.explainers.items()):
         def compute(name=name, options=options, k=k) -> dict:
-            torch.manual_seed(cfg.seed + k)
             extra = {} if inputs.tabular else {"max_batch": cfg.max_batch}
-            options = explainer_options(options or {}, inputs)
+            options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}  # an explainer's own seed wins
             m = explain(model, inputs.x, name, target=inputs.target, **options, **extra)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
             return {"maps": m.cpu()}

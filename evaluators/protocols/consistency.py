@@ -23,11 +23,12 @@ each curve sit at t drawn from U(0, 1) with the seed ``seed + set`` (``t_samplin
 uniform``, the paper's "uniformly sampling models along each mode connecting path")
 or evenly spaced on [0, 1] (``even``); on GMSC the two agree within 0.01.
 
-Explainers that draw random numbers (SmoothGrad's noise, from the global generator
-as Captum's NoiseTunnel) start each explanation of set s's ensemble from a seed of
-(seed, n, s) alone: an ensemble's explanations do not depend on which methods or
-strategies ran before it, and the strategies' ensembles of one set see the same
-noise, so strategies are compared on paired draws.
+Explainers that draw random numbers (SmoothGrad's noise, Expected Gradients' references)
+explain set s's ensembles with a seed of (seed, n, s) alone (``evaluators.maps.explain``'s
+``seed``; images: each image's draws from that seed and its index): an ensemble's
+explanations do not depend on which methods or strategies ran before it, and the
+strategies' ensembles of one set see the same noise, so strategies are compared on
+paired draws.
 
 An image population (a folder of image runs or an ``ImagePopulation`` file; see
 ``image_task``) goes through the same loop: ensembles from ``IMAGE_ENSEMBLES``, test
@@ -175,7 +176,7 @@ def build_ensemble(strategy: str, s: int, members: list[int], population, curves
 
 
 def explanation_seed(seed: int, n: int, s: int) -> int:
-    """The global generator's seed for explaining set s's ensembles (every strategy's)."""
+    """The explainers' seed for set s's ensembles (every strategy's)."""
     return int(np.random.SeedSequence([seed, n, s]).generate_state(1)[0])
 
 
@@ -189,9 +190,8 @@ def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfi
                "smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     explained = {}
     for method in cfg.methods:
-        torch.manual_seed(seed)
         x = x_test[: points.get(method, cfg.n_points)]
-        explained[method] = explain(ensemble, x, method, **options.get(method, {})).detach()
+        explained[method] = explain(ensemble, x, method, seed=seed, **options.get(method, {})).detach()
     return accuracy, explained
 
 
@@ -290,9 +290,8 @@ def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, dat
         accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
         explained = {}
         for method in cfg.methods:
-            torch.manual_seed(seed)
             n = cfg.n_points_smoothgrad if method == "smoothgrad" else cfg.n_points
-            explained[method] = explain(ensemble, x_test[:n], method, target=y_test[:n], max_batch=rows,
+            explained[method] = explain(ensemble, x_test[:n], method, target=y_test[:n], max_batch=rows, seed=seed,
                                         **options.get(method, {})).detach()  # fmt: skip
         return accuracy, explained
 

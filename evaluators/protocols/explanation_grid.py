@@ -53,9 +53,9 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     predicted = predicted_class(model, x)
     maps, seconds = {}, {}
     for method in methods:
-        torch.manual_seed(seed)
         start = time.perf_counter()
-        maps[method] = reduce_map(explain_image(model, x, method, **options.get(method, {})).detach(), "abs_sum")
+        maps[method] = reduce_map(explain_image(model, x, method, seed=seed, **options.get(method, {})).detach(),
+                                  "abs_sum")  # fmt: skip
         seconds[method] = round(time.perf_counter() - start, 3)
     out_dir.mkdir(parents=True)
     png = plot_grid(x, y, predicted, maps, data, out_dir / "explanations.png")

@@ -40,7 +40,11 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 ``scores.pt``: infidelity, FCOR, sensitivities; ``road.pt``; ``stability.pt``: RIS, RRS,
 ROS), so an interrupted run continues with ``--resume``, and a report folder made before a
 group of columns existed gains only that group (copy its cache files and ``config.yaml``
-into a new folder and resume it).
+into a new folder and resume it). The explainers' random draws (SmoothGrad's noise …)
+come from ``seed`` for the inputs' maps, ``derived_seed(seed, 1)`` for the fitting copies
+and ``derived_seed(seed, 2)`` for the evaluation copies, with each row's index
+(``evaluators.maps.explain``): a resumed run gives an uninterrupted run's numbers, and image
+maps do not depend on ``max_batch``.
 
 **Cost of the stability columns**: the explainers' maps of N × ``stability_samples`` noisy
 copies (the sensitivity pass's cost with m_sens = ``stability_samples``; with the
@@ -67,6 +71,7 @@ from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.maps.optimised_aggregators import (
     OPTIMISED_AGGREGATORS, combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
+from evaluators.maps.seeds import derived_seed
 from evaluators.maps.simplex_qp import solve_simplex_qp
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import M_EVAL, infidelity, subset_perturbations
@@ -203,9 +208,13 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     names = list(explainers)
     baseline = inputs.stats[0] if inputs.tabular else None  # tabular: feature means; images: a blurred copy
 
+    def copies_seed(part: slice, m: int) -> dict:
+        """The explainers' draws for the m noisy copies of each input of ``part`` (copy s of input i
+        is row i·m + s): from (``derived_seed(seed, 2)``, the row), whatever the chunking."""
+        return {"seed": derived_seed(cfg.seed, 2), "index": torch.arange(part.start * m, part.stop * m)}
+
     def clean_maps() -> dict:
-        torch.manual_seed(cfg.seed)
-        return {"maps": explainer_maps(model, x, target, explainers, **map_options).cpu()}
+        return {"maps": explainer_maps(model, x, target, explainers, seed=cfg.seed, **map_options).cpu()}
 
     print("  explainer maps", flush=True)
     stack = cached(run_dir / "maps.pt", clean_maps)["maps"].to(device)
@@ -227,8 +236,8 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             part = slice(start, min(start + per_call, len(x)))
             noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
             noisy_target = None if target is None else target[part].repeat_interleave(cfg.m_sens)
-            torch.manual_seed(cfg.seed + 1 + start)
-            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, **map_options)
+            noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, **map_options,
+                                         **copies_seed(part, cfg.m_sens))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, cfg.m_sens).items():
                 distances[row].append(map_distances(m, rows[row][part].double()))
@@ -258,9 +267,9 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             part = slice(start, min(start + per_call, len(x)))
             perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation", offset=start)
             part_target = None if target is None else target[part]
-            torch.manual_seed(cfg.seed + 1 + start)
             noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), None if target is None else
-                                         part_target.repeat_interleave(n), explainers, **map_options)
+                                         part_target.repeat_interleave(n), explainers, **map_options,
+                                         **copies_seed(part, n))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():
                 result = relative_stability(
