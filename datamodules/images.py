@@ -372,8 +372,9 @@ class ImageFileDataset(Dataset):
 class ImageDataModule(pl.LightningDataModule, abc.ABC):
     """Options and serving shared by the image datamodules (see the module's docstring).
 
-    Subclasses provide ``classes``, ``split_sizes``, ``image_shape``, ``source`` and
-    ``_uint8_split(split)``. Splits: ``train_dataloader`` serves ``train``,
+    Subclasses provide ``classes``, ``full_split_sizes``, ``image_shape``, ``source`` and
+    ``_uint8_split(split)``; ``split_sizes`` count the images served, after option
+    ``subset``. Splits: ``train_dataloader`` serves ``train``,
     ``val_dataloader`` ``val`` (``None`` if absent), ``test_dataloader`` and
     ``predict_dataloader`` ``test``, or ``val`` where there is no ``test``.
     Training order and augmentation of epoch e are drawn from generators seeded with
@@ -432,8 +433,8 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
 
     @property
     @abc.abstractmethod
-    def split_sizes(self) -> dict[str, int]:
-        """Images per split present."""
+    def full_split_sizes(self) -> dict[str, int]:
+        """Images per split present, before option ``subset``."""
 
     @property
     @abc.abstractmethod
@@ -468,17 +469,28 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     def _computed_stats(self) -> tuple[list[float], list[float]]:
         return channel_stats(self._uint8_split(self.stats_split)[0])
 
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Images per split present, as served: with option ``subset``, at most that many."""
+        return {s: min(n, self.subset.get(s, n)) for s, n in self.full_split_sizes.items()}
+
+    def subset_indices(self, split: str) -> torch.Tensor | None:
+        """Which of a split's images are served (sorted indices), or None for all of them: with
+        option ``subset`` (e.g. ``{"train": 10000, "test": 2000}``, for quick runs) at most
+        that many, a random choice seeded by ``seed`` kept in split order."""
+        size = self.full_split_sizes[split]
+        if split not in self.subset or self.subset[split] >= size:
+            return None
+        order = torch.randperm(size, generator=torch.Generator().manual_seed(self.seed))
+        return order[: self.subset[split]].sort().values
+
     def split_images(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """A split's uint8 images and labels as served: all of them, or with option ``subset``
-        (e.g. ``{"train": 10000, "test": 2000}``, for quick runs) at most that many, a random
-        choice seeded by ``seed`` kept in split order. The normalisation statistics stay those
-        of the whole training split, so a model trained on all of it sees the same inputs."""
+        """A split's uint8 images and labels as served (:meth:`subset_indices`). The
+        normalisation statistics stay those of the whole training split, so a model trained
+        on all of it sees the same inputs."""
         images, labels = self._uint8_split(split)
-        if split in self.subset and self.subset[split] < len(labels):
-            generator = torch.Generator().manual_seed(self.seed)
-            chosen = torch.randperm(len(labels), generator=generator)[: self.subset[split]].sort().values
-            images, labels = images[chosen], labels[chosen]
-        return images, labels
+        chosen = self.subset_indices(split)
+        return (images, labels) if chosen is None else (images[chosen], labels[chosen])
 
     @cached_property
     def normalization(self) -> tuple[list[float], list[float]]:
@@ -503,8 +515,16 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     def describe(self) -> dict:
         """Classes, images per split and image shape, without decoding the images."""
         c, h, w = self.image_shape
-        return {"dataset": self.name, "source": str(self.source), "classes": self.num_classes,
-                **{s: self.split_sizes.get(s, 0) for s in SPLITS}, "image": f"{c}x{h}x{w}"}  # fmt: skip
+        return self._description(self.num_classes, self.full_split_sizes, f"{c}x{h}x{w}")
+
+    def _description(self, classes: int, full_sizes: dict[str, int], image: str) -> dict:
+        """``describe``'s dict: the images served per split (after option ``subset``) and, where
+        ``subset`` cuts a split, its full size under ``subset_of``."""
+        served = {s: min(n, self.subset.get(s, n)) for s, n in full_sizes.items()}
+        info = {"dataset": self.name, "source": str(self.source), "classes": classes,
+                **{s: served.get(s, 0) for s in SPLITS}, "image": image}  # fmt: skip
+        cut = {s: n for s, n in full_sizes.items() if served[s] < n}
+        return {**info, "subset_of": cut} if cut else info
 
     def setup(self, stage: str | None = None) -> None:
         sizes = self.split_sizes
@@ -691,7 +711,7 @@ class ImageFolderDataModule(ImageDataModule):
         return self._layout["classes"]
 
     @property
-    def split_sizes(self) -> dict[str, int]:
+    def full_split_sizes(self) -> dict[str, int]:
         return {s: len(v) for s, v in self._layout["samples"].items()}
 
     @property
@@ -822,7 +842,9 @@ class ImageFolderDataModule(ImageDataModule):
         if train and self.horizontal_flip:
             steps.append(transforms.RandomHorizontalFlip())
         steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]
-        return ImageFileDataset(self._layout["samples"][split], self._layout["mode"], transforms.Compose(steps))
+        samples, chosen = self._layout["samples"][split], self.subset_indices(split)
+        samples = samples if chosen is None else [samples[i] for i in chosen.tolist()]
+        return ImageFileDataset(samples, self._layout["mode"], transforms.Compose(steps))
 
 
 # --- built-in small sets -------------------------------------------------------------
@@ -847,7 +869,7 @@ class _ArraysDataModule(ImageDataModule):
         return list(self.image_names)
 
     @property
-    def split_sizes(self) -> dict[str, int]:
+    def full_split_sizes(self) -> dict[str, int]:
         return {s: len(y) for s, (_, y) in self._splits.items()}
 
     @property
@@ -980,8 +1002,7 @@ class FashionMNISTDataModule(_ArraysDataModule):
             for s, files in FASHION_MNIST_FILES.items()
         }
         _, h, w = dims["train"]
-        return {"dataset": self.name, "source": str(self.source), "classes": len(self.classes),
-                **{s: dims[s][0] if s in dims else 0 for s in SPLITS}, "image": f"1x{h}x{w}"}  # fmt: skip
+        return self._description(len(self.classes), {s: d[0] for s, d in dims.items()}, f"1x{h}x{w}")
 
 
 # --- a quick look inside an archive --------------------------------------------------

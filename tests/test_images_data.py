@@ -434,3 +434,55 @@ def test_cifar10_archive(data_dir, image_cache):
     assert x.shape == (256, 3, 32, 32) and x.dtype == torch.float32
     np.testing.assert_allclose(dm.normalization[0], [0.4914, 0.4822, 0.4465], atol=3e-3)
     assert torch.bincount(dm._uint8_split("test")[1]).tolist() == [1000] * 10
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_a_subset_reports_and_serves_its_own_split_sizes(tmp_path, in_memory):
+    """With option subset the datamodule reports the images it serves (split_sizes, describe:
+    what metrics.json records), serves them from memory or from files alike, and evaluators
+    spread their images over them (before: over the whole split, so they drew too few)."""
+    from evaluators.run_inputs import load_inputs, spread_images
+
+    pixels = make_folder(tmp_path / "f", n=4)  # 12 images per split
+    dm = ImageFolderDataModule(root=str(tmp_path / "f"), cache_dir=str(tmp_path / "cache"), subset={"test": 8},
+                               seed=1, in_memory=in_memory, eval_batch_size=5)  # fmt: skip
+    assert dm.split_sizes == {"train": 12, "test": 8} and dm.full_split_sizes == {"train": 12, "test": 12}
+    info = dm.describe()
+    assert (info["train"], info["test"], info["subset_of"]) == (12, 8, {"test": 12})
+    whole = ImageFolderDataModule(root=str(tmp_path / "f"), cache_dir=str(tmp_path / "cache"))
+    assert "subset_of" not in whole.describe() and whole.split_sizes == {"train": 12, "test": 12}
+    chosen = torch.randperm(12, generator=torch.Generator().manual_seed(1))[:8].sort().values
+    dm.setup("test")
+    served = torch.cat([y for _, y in dm.test_dataloader()])
+    assert torch.equal(served, torch.from_numpy(pixels["test"][1])[chosen])
+    x, y = spread_images(dm, 4, "test")  # every second served image
+    assert torch.equal(y, served[::2])
+    mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in dm.normalization)
+    expected = torch.from_numpy(pixels["test"][0])[chosen][::2].float() / 255
+    torch.testing.assert_close(x * std + mean, expected, rtol=0, atol=1e-5)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 3))
+    assert len(load_inputs(model, dm, 8, 2, 0, None, torch.device("cpu")).x) == 8
+    with pytest.raises(InputError, match="option n_inputs=9: the test split has 8 images"):
+        load_inputs(model, dm, 9, 2, 0, None, torch.device("cpu"))
+
+
+def test_a_run_trained_on_a_subset_records_and_explains_that_subset(tmp_path):
+    import json
+
+    import evaluate
+    import train
+
+    make_folder(tmp_path / "f", n=5, size=16)  # 15 images per split
+    metrics = train.main([
+        "--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp_path / "f"),
+        "--data.cache_dir", str(tmp_path / "cache"), "--data.subset", "{train: 6, test: 8}", "--data.batch_size", "3",
+        "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1", "--log_to", "none",
+        "--output_dir", str(tmp_path / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    assert (metrics["data"]["train"], metrics["data"]["test"]) == (6, 8)
+    assert metrics["data"]["subset_of"] == {"train": 15, "test": 15}
+    report = evaluate.main(["explain", metrics["run_dir"], "--methods", "saliency", "--n_images", "8",
+                            "--log_to", "none"])  # fmt: skip
+    assert len(report["images"]) == 8
+    saved = json.loads((Path(metrics["run_dir"]) / "metrics.json").read_text())
+    assert saved["data"]["test"] == 8
