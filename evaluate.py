@@ -15,8 +15,8 @@
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it (``--data_dir``:
 where the run's data lies now, if it moved; for an image run its folder or archive); ``explain``
-draws an image model's explanations of its first test images
-(``evaluators/protocols/explanation_grid.py``; ``--data_dir`` as for ``run``).
+draws an image model's explanations of ``--n_images`` test images evenly spaced through the
+test split it serves (``evaluators/protocols/explanation_grid.py``; ``--data_dir`` as for ``run``).
 ``landscape`` runs the ensembles-over-the-loss-landscape evaluator
 (``evaluators/protocols/landscape.py``), ``sigma`` the σ ablation of perturbed models
 (``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
     grid.add_argument("run_dir", type=Path, help="a folder written by train.py for an image model")
     grid.add_argument("--methods", default="saliency,integrated_gradients,smoothgrad,guided_backprop,gradcam,rise",
                       help="comma-separated explainers of evaluators.maps.image_explainers")  # fmt: skip
-    grid.add_argument("--n_images", type=int, default=8)
+    grid.add_argument("--n_images", type=int, default=8,
+                      help="test images, evenly spaced through the run's test split (default 8)")
     grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
     grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")

@@ -84,3 +84,38 @@ def test_data_dir_points_the_grid_at_the_run_images_new_place(tiny_run, tmp_path
     moved = evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "2", "--log_to", "none",
                            "--data_dir", str(tmp_path / "moved")])  # fmt: skip
     assert moved["images"] == here["images"]
+
+
+def test_blank_maps_are_named_on_their_cells_counted_and_printed(tiny_run, monkeypatch, tmp_path, capsys):
+    """An all-zero map (GradCAM's where no channel has positive evidence) is not left as a
+    silent black square: its cell says so, the JSON counts it per method, a line names it."""
+    import matplotlib.axes
+
+    import evaluators.protocols.explanation_grid as grid
+
+    explain = grid.explain_image
+
+    def with_blanks(model, x, method, **options):
+        maps = explain(model, x, method, **options)
+        if method == "gradcam":
+            maps[1] = 0.0  # all zero
+            maps[2] = 0.5  # constant
+        return maps
+
+    written = []
+    text = matplotlib.axes.Axes.text
+    monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda ax, *a, **k: written.append(a[2]) or text(ax, *a, **k))
+    monkeypatch.setattr(grid, "explain_image", with_blanks)
+    report = grid.explanation_grid(tiny_run, tmp_path / "grid", ["saliency", "gradcam"], n_images=3, log_to="none")
+    assert report["blank_maps"] == {"saliency": {"all_zero": 0, "constant": 0, "images": []},
+                                    "gradcam": {"all_zero": 1, "constant": 1, "images": [1, 2]}}  # fmt: skip
+    assert json.loads((tmp_path / "grid" / "explanations.json").read_text())["blank_maps"] == report["blank_maps"]
+    assert sorted(written) == ["all zero", "constant"]
+    assert "blank maps (of 3 per explainer): gradcam 1 all zero, 1 constant" in capsys.readouterr().out
+
+
+def test_explain_help_says_how_the_images_are_chosen(capsys):
+    with pytest.raises(SystemExit):
+        evaluate.main(["explain", "--help"])
+    assert "evenly spaced through the run's test split" in " ".join(capsys.readouterr().out.split())
+    assert "first test images" not in evaluate.__doc__ and "evenly spaced through the" in evaluate.__doc__
