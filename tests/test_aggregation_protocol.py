@@ -131,6 +131,25 @@ def test_sampling_explainers_resume_and_rechunk_into_the_same_numbers(tiny_run, 
             assert rechunked["rows"][row][mode]["mean"] == pytest.approx(values[mode]["mean"], abs=1e-6), (row, mode)
 
 
+def test_blank_base_maps_are_counted_in_the_json_and_named_in_the_table(tiny_run, tmp_path, monkeypatch):
+    explain = aggregation.explain
+
+    def with_blanks(model, x, name, **options):
+        maps = explain(model, x, name, **options)
+        if name == "gradcam":
+            maps[1] = 0.0
+        return maps
+
+    monkeypatch.setattr(aggregation, "explain", with_blanks)
+    summary = evaluate.main(["aggregation", "--config", str(small_config(tmp_path, tiny_run))])
+    assert summary["blank_maps"] == {"saliency": {"all_zero": 0, "constant": 0},
+                                     "gradcam": {"all_zero": 1, "constant": 0},
+                                     "integrated_gradients": {"all_zero": 0, "constant": 0}}  # fmt: skip
+    folder = report_dir(tmp_path)
+    assert json.loads((folder / "aggregation.json").read_text())["blank_maps"] == summary["blank_maps"]
+    assert "blank maps (of 4 per explainer): gradcam 1 all zero" in (folder / "table.md").read_text()
+
+
 def test_tabular_run_aggregates_feature_maps(tmp_path):
     train.main(["--trainer.max_epochs", "1", "--output_dir", str(tmp_path / "runs"), "--run_name", "g",
                 "--log_to", "none"])  # fmt: skip

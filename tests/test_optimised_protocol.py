@@ -62,7 +62,11 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     assert row["sens_avg"]["mean"] == pytest.approx(distances.mean(1).mean().item(), rel=1e-6)
     assert row["sens_max"]["mean"] == pytest.approx(distances.amax(1).mean().item(), rel=1e-6)
     table = (folder / "table.md").read_text()
-    assert "| agg_faith |" in table and "3.342" in table and "| paper, CIFAR-10 |" in table
+    assert summary["dataset"] == "tiny" and "| agg_faith |" in table and "paper" not in table  # not CIFAR-10
+    assert summary["blank_maps"] == {name: {"all_zero": 0, "constant": 0} for name in EXPLAINERS}
+    cifar = protocol.markdown_table({**summary, "dataset": "cifar10-jpeg"})
+    assert "| INFD ↓ | paper, CIFAR-10 | FCOR ↑ | paper, CIFAR-10 |" in cifar and "3.342" in cifar
+    assert "| INFD ↓ | FCOR ↑ | SENS_AVG ↓ |" in table
     _, morf = road_curves(model, x, maps, "morf", target=target, difference=True)
     assert row["road_morf"]["mean"] == pytest.approx(morf.double().mean().item(), rel=1e-6, abs=1e-9)
     fcor = faithfulness_correlation(maps, samples).double()
@@ -74,6 +78,27 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     assert header[-6:] == ["ris", "ris_se", "rrs", "rrs_se", "ros", "ros_se"]
     assert "| RIS ↓ | RRS ↓ | ROS ↓ |" in (folder / "table.md").read_text()
     check_stability_columns(summary, model, x, target)
+
+
+def test_blank_maps_are_counted_in_the_json_and_named_under_the_table(tiny_run, tmp_path, monkeypatch):
+    from evaluators.maps import optimised_aggregators
+
+    explain = optimised_aggregators.explain
+
+    def with_blanks(model, x, name, **options):
+        maps = explain(model, x, name, **options)
+        if name == "saliency" and len(x) == 3:  # the inputs' own maps, not their noisy copies
+            maps[0] = 0.0
+        return maps
+
+    monkeypatch.setattr(optimised_aggregators, "explain", with_blanks)
+    summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run)])
+    assert summary["blank_maps"]["saliency"] == {"all_zero": 1, "constant": 0}
+    assert summary["blank_maps"]["input_x_gradient"] == {"all_zero": 0, "constant": 0}
+    (folder,) = (tmp_path / "out").iterdir()
+    assert "blank maps (of 3 per explainer): saliency 1 all zero" in (folder / "table.md").read_text()
+    saved = json.loads((folder / "optimised_aggregation.json").read_text())
+    assert saved["blank_maps"] == summary["blank_maps"]
 
 
 def stability_options() -> dict:

@@ -18,7 +18,9 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    ``sweep/<aggregator>/<parameter>=<value>`` (Figures 5-9);
 4. per row: mean AUC over inputs with a 95 % confidence interval (normal approximation,
    mean ± 1.96 s/√n), and the paired difference to the mean aggregator, whose interval
-   says whether a row is better, worse or within noise of it.
+   says whether a row is better, worse or within noise of it; per explainer, how many of
+   its maps are blank (all zero or constant, ``evaluators.map_grid``: they carry no ranking,
+   and the grid writes so on their cells).
 
 Everything lands in the report folder: ``maps/`` (base maps per explainer) and
 ``scores/`` (per-input AUCs and mean curves per row) as they are computed, so an
@@ -41,7 +43,7 @@ import yaml
 
 from datamodules.errors import InputError
 from evaluators.config import resolve_device
-from evaluators.map_grid import plot_map_grid
+from evaluators.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
@@ -267,6 +269,7 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
         scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, inputs, m))
     table = summarise(scores)
     summary = {"config": asdict(cfg), "n_inputs": len(inputs.x), "rows": table, "findings": findings(scores, table),
+               "blank_maps": count_blank_maps(maps),
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
     summary["_grid"] = {"x": inputs.x[shown].cpu(), "maps": examples, "tabular": inputs.tabular,
@@ -295,7 +298,8 @@ def markdown_table(summary: dict) -> str:
         label = name if kind == "agg" else f"{name} (base)"
         lines.append(f"| {label} | {_fmt(v['insertion'])} | {_fmt(v['deletion'])} | {' | '.join(diffs)} | "
                      f"{' | '.join(cols)} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    note = blank_note(summary.get("blank_maps", {}), summary["n_inputs"])
+    return "\n".join(lines) + "\n" + (f"\n{note}: the base rows score them as they are\n" if note else "")
 
 
 def write_csv(summary: dict, path: Path) -> None:
@@ -401,4 +405,5 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
             for r, v in summary["rows"].items()]  # fmt: skip
     log_report(summary["config"]["log_to"], out_dir, "aggregation", summary["config"],
                {"aggregation": (columns, data)}, {p.stem: p for p in pngs})
-    print(yaml.safe_dump(summary["findings"], sort_keys=False))
+    note = blank_note(summary["blank_maps"], summary["n_inputs"])
+    print(yaml.safe_dump(summary["findings"], sort_keys=False) + (note if note else ""))

@@ -6,10 +6,14 @@ explainer of ``evaluators.maps.image_explainers`` for the model's predicted clas
 to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map from its minimum to its
 maximum (RISE's scores are probabilities, far from 0 everywhere). Expected
 Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
-(the test images where the datamodule has no training split). Written to a new folder
-(``evaluate.py explain``: ``<run>/explanations-<stamp>/``): ``explanations.png``, ``explanations.json`` (the
-methods, each image's label and predicted class, seconds per method) and, unless
-``log_to`` is ``none``, the PNG logged to W&B (offline by default).
+(the test images where the datamodule has no training split). A blank map (all zero, e.g.
+GradCAM's where no channel of its layer has positive evidence, or constant;
+``evaluators.map_grid``) has its kind written on its cell, is counted per method in the
+JSON and named in a printed line. Written to a new folder (``evaluate.py explain``:
+``<run>/explanations-<stamp>/``): ``explanations.png``, ``explanations.json`` (the methods,
+each image's label and predicted class, seconds per method, ``blank_maps``: per method the
+number of all-zero and constant maps and which images they are) and, unless ``log_to`` is
+``none``, the PNG logged to W&B (offline by default).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
-from evaluators.map_grid import plot_map_grid
+from evaluators.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
 from evaluators.run_inputs import load_run, spread_images
 from evaluators.wandb_report import check_log_to, log_report
@@ -60,9 +64,14 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     out_dir.mkdir(parents=True)
     png = plot_grid(x, y, predicted, maps, data, out_dir / "explanations.png")
     classes = data.classes
+    blanks = {method: {**counts, "images": [i for i, kind in enumerate(blank_kinds(maps[method])) if kind]}
+              for method, counts in count_blank_maps(maps).items()}  # fmt: skip
     report = {"run_dir": str(run_dir), "checkpoint": checkpoint, "methods": methods, "seconds": seconds,
               "images": [{"label": classes[int(a)], "predicted": classes[int(b)]} for a, b in zip(y, predicted)],
-              "png": str(png)}  # fmt: skip
+              "blank_maps": blanks, "png": str(png)}  # fmt: skip
+    note = blank_note(count_blank_maps(maps), len(x))
+    if note:
+        print(f"{note} (written on their cells)")
     (out_dir / "explanations.json").write_text(json.dumps(report, indent=2))
     log_report(log_to, out_dir, "explain", {"run_dir": str(run_dir), "methods": methods}, images={"explanations": png})
     return report

@@ -34,7 +34,9 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    each of the n copies would cost m_agg more explanations per copy and add the fit's own
    variation to the score;
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
-   over inputs), the per-input weights (Figure 4 box plots), CSV/JSON/PNG and W&B.
+   over inputs; the paper's CIFAR-10 values beside a CIFAR-10 run's), the per-input weights
+   (Figure 4 box plots), per explainer the number of blank (all-zero or constant) maps
+   (``evaluators.map_grid``), CSV/JSON/PNG and W&B.
 
 Γ, maps and per-row scores are cached in the report folder (``maps.pt``, ``weights.pt``,
 ``scores.pt``: infidelity, FCOR, sensitivities; ``road.pt``; ``stability.pt``: RIS, RRS,
@@ -66,6 +68,7 @@ import torch
 
 from datamodules.errors import InputError
 from evaluators.config import resolve_device
+from evaluators.map_grid import blank_note, count_blank_maps
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.maps.optimised_aggregators import (
@@ -288,8 +291,9 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
             per_input[row].update(values)
     table = {row: {m: mean_and_error(v[m]) for m in METRICS} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in fitted["weights"].items() if a in cfg.aggregators}
-    return {"config": asdict(cfg), "n_inputs": len(x), "explainers": names, "rows": table, "weights": weights,
-            "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
+    blanks = count_blank_maps({name: stack[:, i] for i, name in enumerate(names)})
+    return {"config": asdict(cfg), "dataset": data.name, "n_inputs": len(x), "explainers": names, "rows": table,
+            "weights": weights, "blank_maps": blanks, "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
 
 
 def mean_and_error(values: torch.Tensor) -> dict[str, float]:
@@ -318,18 +322,28 @@ def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
     return out
 
 
+def is_cifar10(dataset: str | None) -> bool:
+    """Whether a datamodule's name is CIFAR-10's (``cifar10``, ``cifar10-jpeg``, ``CIFAR-10`` …)."""
+    return (dataset or "").lower().replace("-", "").replace("_", "").startswith("cifar10")
+
+
 def markdown_table(summary: dict) -> str:
-    """Rows × metrics (mean ± s.e.), INFD, FCOR and the sensitivities beside Decker et al.'s
-    CIFAR-10 value (the paper has no CIFAR-10 ROAD or relative stability)."""
-    cifar = "paper, CIFAR-10"  # the same columns for any dataset: the paper's Tables 5-6
-    lines = [f"| method | INFD ↓ | {cifar} | FCOR ↑ | {cifar} | SENS_AVG ↓ | {cifar} | SENS_MAX ↓ | {cifar} "
-             "| ROAD MoRF ↓ | ROAD LeRF ↑ | RIS ↓ | RRS ↓ | ROS ↓ |", "|---" * 14 + "|"]  # fmt: skip
+    """Rows × metrics (mean ± s.e.); for a CIFAR-10 run, INFD, FCOR and the sensitivities
+    beside Decker et al.'s CIFAR-10 value (the paper has no CIFAR-10 ROAD or relative
+    stability; for other datasets it has no comparable value, so no paper column); under
+    the table, the explainers with blank (all-zero or constant) maps."""
+    paper_columns = is_cifar10(summary.get("dataset"))
+    head = [f"{name}{' | paper, CIFAR-10' if paper_columns and i < 4 else ''}"
+            for i, name in enumerate(("INFD ↓", "FCOR ↑", "SENS_AVG ↓", "SENS_MAX ↓", "ROAD MoRF ↓", "ROAD LeRF ↑",
+                                      "RIS ↓", "RRS ↓", "ROS ↓"))]  # fmt: skip
+    lines = [f"| method | {' | '.join(head)} |", "|---" * (10 + 4 * paper_columns) + "|"]
     for row, v in summary["rows"].items():
-        paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5
+        paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5 if paper_columns else ("",) * 9
         cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f}" + ("" if p == "" else f" | {'—' if p is None else p}")
                  for m, p in zip(METRICS, paper)]  # fmt: skip
         lines.append(f"| {row} | {' | '.join(cells)} |")
-    return "\n".join(lines) + "\n"
+    note = blank_note(summary.get("blank_maps", {}), summary["n_inputs"])
+    return "\n".join(lines) + "\n" + (f"\n{note} (after post-processing): they score as they are\n" if note else "")
 
 
 def plot_weights(summary: dict, path: Path) -> Path:
