@@ -32,18 +32,15 @@ aggregators do (channel sum, |·|, min-max, Gaussian σ = 1), for:
     (``MAX_BATCH`` rows per forward pass; Γ batched; the batched exact simplex solver),
     timed on each of (a)'s inputs alone, then on the other inputs in one call. The robust
     Γ is explained max(1, ⌊max_batch / m⌋) inputs per call anyway, so the split costs (b)
-    nothing measurable; it gives (b) on (a)'s inputs the same state of torch's generator.
+    nothing measurable; it gives (b) on (a)'s inputs the same input index (0) as (a).
 
-Each way computes the input's own maps at x once per method. Torch's generator is seeded
-with ``SEED`` before each input of (a) and each call of (b).
+Each way computes the input's own maps at x once per method.
 
 Check: (a) and (b) give the same weights on (a)'s inputs, to ``TOLERANCE`` (1e-5). Both
-draw the same fitting samples (same seed and input index) and, on a CPU, the same
-noise-tunnel noise (torch's CPU normal sampler fills a tensor sequentially, so ten calls
-of one image draw what one call of ten images draws, whose size is a multiple of 16). On a
-GPU the noise tunnels draw per kernel call, so there the check reruns (a) and (b) on the
-deterministic explainers (``DETERMINISTIC``), untimed. Explainers tied on every sample
-(``tied_groups``: GuidedBackprop and Saliency, DeepLift and InputxGrad on the ResNet-8,
+draw the same fitting samples (same seed and input index) and the same noise-tunnel noise
+(each map's from its own seed: an input's from (``SEED``, 0), its noisy copy s's from
+(``derived_seed(SEED, 1)``, s), ``evaluators.maps.seeds``), on any device. Explainers tied
+on every sample (``tied_groups``: GuidedBackprop and Saliency, DeepLift and InputxGrad on the ResNet-8,
 whose ReLUs are functions Captum cannot hook) leave the minimiser free along their
 difference (cvxpy's interior point splits the weight, Wolfe's method puts it on one):
 their weights are summed before comparing, and the groups are listed in the JSON. Where
@@ -85,6 +82,7 @@ from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.config import resolve_device  # noqa: E402
 from evaluators.maps.image_explainers import predicted_class  # noqa: E402
 from evaluators.maps.optimised_aggregators import explainer_maps, optimised_aggregation  # noqa: E402
+from evaluators.maps.seeds import derived_seed  # noqa: E402
 from evaluators.maps.simplex_qp import solve_simplex_qp  # noqa: E402
 from evaluators.metrics.model_scores import explained_scores  # noqa: E402
 from evaluators.metrics.perturbations import (  # noqa: E402
@@ -100,7 +98,6 @@ EXPLAINERS = {
     "saliency": {}, "guided_backprop": {}, "deeplift": {}, "integrated_gradients": {"n_steps": 20},
     "input_x_gradient": {}, "smoothgrad": {"nt_samples": 10}, "vargrad": {"nt_samples": 10},
 }  # fmt: skip
-DETERMINISTIC = ("saliency", "guided_backprop", "deeplift", "integrated_gradients", "input_x_gradient")
 M_AGG, N_NAIVE, N_BATCHED = 50, 1, 16
 M_ROBUST_224, STEPS_224, N_NAIVE_224, N_BATCHED_224, SIZE_224 = 10, 4, 1, 2, 224
 MAX_BATCH, MAX_BATCH_224, FLOOR_PASSES, SEED, TOLERANCE, TIE, BN_OFFSET = 256, 32, 2, 0, 1e-5, 1e-8, 0.1
@@ -158,8 +155,10 @@ def naive_robust_gamma(model, x, target, explainers: dict, maps: torch.Tensor, m
     sample by sample."""
     noisy = uniform_noise(x, m, RADIUS, SEED, "fitting")[0]
     clean = maps[0].flatten(1).double().cpu().numpy()  # (k, d)
+    copy_seed = derived_seed(SEED, 1)  # as optimised_aggregators.robust_gamma's noisy copies
     perturbed = np.stack([  # (m, k, d)
-        np.stack([explainer_maps(model, noisy[s:s + 1], target, {name: options}, max_batch=max_batch)
+        np.stack([explainer_maps(model, noisy[s:s + 1], target, {name: options}, max_batch=max_batch,
+                                 seed=copy_seed, index=torch.tensor([s]))
                   [0, 0].flatten().double().cpu().numpy() for s in range(m)])
         for name, options in explainers.items()
     ], 1)  # fmt: skip
@@ -194,13 +193,12 @@ def naive_faith_gamma(model, x, target, maps: torch.Tensor, m: int) -> np.ndarra
 def naive_weights(model, x: torch.Tensor, explainers: dict, method: str, m: int,
                   max_batch: int) -> tuple[torch.Tensor, torch.Tensor, float]:  # fmt: skip
     """(N, k) weights of ``method`` for the inputs x one at a time as the reference code, their
-    Γ (N, k, k) and the seconds it took; torch's generator seeded with ``SEED`` before each input."""
+    Γ (N, k, k) and the seconds it took."""
     weights, gammas, start = [], [], time.perf_counter()
     for i in range(len(x)):
-        torch.manual_seed(SEED)
         xi = x[i:i + 1]
         target = predicted_class(model, xi)
-        maps = explainer_maps(model, xi, target, explainers, max_batch=max_batch)
+        maps = explainer_maps(model, xi, target, explainers, max_batch=max_batch, seed=SEED)
         gamma = (naive_faith_gamma(model, xi, target, maps, m) if method == "agg_faith"
                  else naive_robust_gamma(model, xi, target, explainers, maps, m, max_batch))  # fmt: skip
         gammas.append(torch.from_numpy(gamma))
@@ -211,7 +209,6 @@ def naive_weights(model, x: torch.Tensor, explainers: dict, method: str, m: int,
 def batched_weights(model, x: torch.Tensor, explainers: dict, method: str, m: int,
                     max_batch: int) -> tuple[torch.Tensor, float]:  # fmt: skip
     """(N, k) weights of ``method`` from ``optimised_aggregation`` on all of x, and the seconds."""
-    torch.manual_seed(SEED)
     start = time.perf_counter()
     weights = optimised_aggregation(model, x, method, explainers, n_samples=m, seed=SEED, max_batch=max_batch)[1]
     if x.device.type == "cuda":
@@ -260,11 +257,9 @@ def weight_difference(naive: torch.Tensor, batched: torch.Tensor, gammas: torch.
 
 def measure(model, x: torch.Tensor, n_naive: int, explainers: dict, samples: dict[str, int], max_batch: int,
             label: str) -> dict:  # fmt: skip
-    """Per method: (b) timed on each of the first ``n_naive`` inputs alone (the same generator
-    state as (a) there), then on the rest in one call; (a) on the first ``n_naive``; the check."""
+    """Per method: (b) timed on each of the first ``n_naive`` inputs alone (the same input
+    index as (a) there), then on the rest in one call; (a) on the first ``n_naive``; the check."""
     explainer_maps(model, x[:1], predicted_class(model, x[:1]), explainers, max_batch=max_batch)  # warm-up
-    checked = explainers if x.device.type == "cpu" else {
-        name: options for name, options in explainers.items() if name in DETERMINISTIC}  # fmt: skip
     alone = [x[i:i + 1] for i in range(n_naive)]
     result = {}
     for method in METHODS:
@@ -275,10 +270,7 @@ def measure(model, x: torch.Tensor, n_naive: int, explainers: dict, samples: dic
         w_batched = torch.cat([weights for weights, _ in parts])
         w_naive, gammas, t_naive = naive_weights(model, x[:n_naive], explainers, method, m, max_batch)
         w_check = w_batched[:n_naive]
-        if checked is not explainers:  # a GPU: the noise tunnels' draws depend on the call (module docstring)
-            w_naive, gammas, _ = naive_weights(model, x[:n_naive], checked, method, m, max_batch)
-            w_check = torch.cat([batched_weights(model, part, checked, method, m, max_batch)[0] for part in alone])
-        difference, tied = weight_difference(w_naive, w_check, gammas, list(checked))
+        difference, tied = weight_difference(w_naive, w_check, gammas, list(explainers))
         gap = objective_gap(w_naive, w_check, gammas)
         if difference > TOLERANCE and gap > OBJECTIVE_TOLERANCE:
             raise AssertionError(f"{label} {method}: (a) and (b) weights differ by {difference:.2e} (> {TOLERANCE}), "
