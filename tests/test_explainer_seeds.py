@@ -96,6 +96,10 @@ def test_image_explainer_refuses_a_bad_seed_or_index(net, x):
         explain_image(net, x, "saliency", seed=-2)
     with pytest.raises(InputError, match=r"option index of shape \(2,\)"):
         explain_image(net, x, "smoothgrad", index=torch.tensor([0, 1]))
+    with pytest.raises(InputError, match="option nt_samples=0; expected a positive integer"):
+        explain_image(net, x, "vargrad", nt_samples=0)
+    with pytest.raises(InputError, match="option stdevs=-0.1; expected a non-negative number"):
+        explain_image(net, x, "gradient_shap", stdevs=-0.1, **image_options("gradient_shap"))
 
 
 def tabular_options(method: str) -> dict:

@@ -125,15 +125,20 @@ def _per_image_chunk(run: Callable, x: torch.Tensor, target: torch.Tensor, image
     return torch.cat([run(x[s], target[s]) for s in _chunks(len(x), images)])
 
 
-def _chunked_baselines(options: dict, x: torch.Tensor) -> Callable[[slice], dict]:
-    """``options`` for one chunk of images: a ``baselines`` tensor with one reference per
-    image, (N, C, H, W), goes chunk by chunk with its images; any other (one shared
+def _per_image_options(options: dict, x: torch.Tensor) -> tuple[dict, dict]:
+    """``options`` split into those that go whole and a ``baselines`` tensor with one
+    reference per image, (N, C, H, W), which goes with its images; any other (one shared
     reference (1, C, H, W), a scalar) goes whole."""
     baselines = options.get("baselines")
-    if not (isinstance(baselines, torch.Tensor) and baselines.dim() == x.dim() and len(baselines) == len(x) > 1):
-        return lambda s: options
-    baselines = baselines.to(x.device)
-    return lambda s: {**options, "baselines": baselines[s]}
+    if isinstance(baselines, torch.Tensor) and baselines.dim() == x.dim() and len(baselines) == len(x) > 1:
+        return {k: v for k, v in options.items() if k != "baselines"}, {"baselines": baselines.to(x.device)}
+    return options, {}
+
+
+def _chunked_baselines(options: dict, x: torch.Tensor) -> Callable[[slice], dict]:
+    """``options`` for one chunk of images (:func:`_per_image_options`)."""
+    whole, per_image = _per_image_options(options, x)
+    return lambda s: {**whole, **{k: v[s] for k, v in per_image.items()}}
 
 
 def _chunked(run: Callable, x: torch.Tensor, target: torch.Tensor, images: int, options: dict) -> torch.Tensor:
@@ -174,7 +179,10 @@ def _normal(shape: tuple, stdevs: float, seed: int, device: torch.device) -> tor
     return torch.normal(0, torch.tensor(stdevs, device=device).repeat(shape), generator=generator)
 
 
-def _check_stdevs(stdevs) -> float:
+def _check_sampling(name: str, samples, stdevs) -> float:
+    """``stdevs`` as a float, after checking it and the sample count ``name=samples``."""
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
+        raise InputError(f"option {name}={samples!r}; expected a positive integer (samples per image)")
     if isinstance(stdevs, bool) or not isinstance(stdevs, numbers.Real) or not stdevs >= 0 or math.isinf(stdevs):
         raise InputError(f"option stdevs={stdevs!r}; expected a non-negative number (the noise's std)")
     return float(stdevs)
@@ -206,18 +214,10 @@ def _sampled(x, target, max_batch, seeds, n, draw, attribute, nt_type: str, per_
     return torch.cat(out)
 
 
-def _per_image_options(options: dict, x: torch.Tensor) -> tuple[dict, dict]:
-    """``options`` split into those that go whole and a ``baselines`` tensor with one reference per image."""
-    baselines = options.get("baselines")
-    if isinstance(baselines, torch.Tensor) and baselines.dim() == x.dim() and len(baselines) == len(x) > 1:
-        return {k: v for k, v in options.items() if k != "baselines"}, {"baselines": baselines.to(x.device)}
-    return options, {}
-
-
 def _noise_tunnel(nt_type: str) -> Callable:
     def run(model, x, target, max_batch, seeds, base: str = "saliency", nt_samples: int = 50, stdevs: float = 0.15,
             **options):  # fmt: skip
-        stdevs = _check_stdevs(stdevs)
+        stdevs = _check_sampling("nt_samples", nt_samples, stdevs)
         if base == "saliency":
             options.setdefault("abs", False)
         if base == "integrated_gradients":
@@ -252,7 +252,7 @@ def _gradient_shap(model, x, target, max_batch, seeds, baselines: torch.Tensor |
             f"{', '.join(map(str, x.shape[1:]))}) to draw references from (Expected Gradients); got "
             f"{type(baselines).__name__ if not isinstance(baselines, torch.Tensor) else tuple(baselines.shape)}"
         )
-    stdevs = _check_stdevs(stdevs)
+    stdevs = _check_sampling("n_samples", n_samples, stdevs)
     baselines = baselines.to(x.device, x.dtype)
     saliency = attr.Saliency(model)
 
