@@ -12,12 +12,14 @@ weights, 32x32 random images) are compared in float64, where the two devices dif
 by the order of their sums (float32 would add cuDNN's TF32 convolutions, about 1e-3
 relative): logits to 1e-10, and explain_image's saliency, integrated gradients, GradCAM
 and RISE (masks drawn on the CPU from its seed) to 1e-7 relative. SmoothGrad's noise
-comes from Captum's ``torch.normal`` on the input's device, so a GPU run draws other
-numbers than a CPU run of the same seed: one test draws the GPU run's noise on the CPU
-(the same numbers) and checks the maps to 1e-7; another keeps the GPU's own noise and
-checks only that the map is as far from a CPU map as two CPU maps of other seeds are
-from each other (the same estimator, not the same numbers); a third checks that the GPU
-run's noise comes from the GPU's generator, leaving the CPU's untouched.
+comes from a generator on the input's device seeded per image (``evaluators.maps.seeds``),
+so a GPU run draws other numbers than a CPU run of the same seed: one test draws the GPU
+run's noise on the CPU (the same numbers) and checks the maps to 1e-7; another keeps the
+GPU's own noise and checks only that the map is as far from a CPU map as two CPU maps of
+other seeds are from each other (the same estimator, not the same numbers); a third checks
+that the GPU run's noise comes from a GPU generator, leaving the global generators (CPU's
+and GPU's) untouched, and that the maps do not depend on the seed's other users or on
+``max_batch``.
 """
 
 from __future__ import annotations
@@ -178,8 +180,9 @@ def test_smoothgrad_of_an_ensemble_in_chunks_on_gpu_sees_one_noise(ensembles, mo
     torch.manual_seed(5)
     whole = explainers.TABULAR_EXPLAINERS["smoothgrad"](explainers.ExplainedOutput(ensemble), x)
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cuda", 1)  # one member per chunk
-    torch.manual_seed(5)
-    torch.testing.assert_close(explain(ensemble, x, "smoothgrad"), whole, rtol=1e-4, atol=1e-6)
+    cpu_state, gpu_state = torch.get_rng_state(), torch.cuda.get_rng_state()
+    torch.testing.assert_close(explain(ensemble, x, "smoothgrad", seed=5), whole, rtol=1e-4, atol=1e-6)
+    assert torch.equal(torch.get_rng_state(), cpu_state) and torch.equal(torch.cuda.get_rng_state(), gpu_state)
 
 
 def test_simplex_qp_weights_on_gpu_reach_the_cpu_objective():
@@ -298,14 +301,15 @@ def test_image_smoothgrad_on_gpu_with_the_cpu_noise_equals_cpu(image_model, monk
     """The GPU run's noise drawn from the CPU generator (``torch.normal`` patched to draw on
     the CPU and move the draw to the device): the same numbers as the CPU run's, so this
     checks the GPU's computation of SmoothGrad, not its noise."""
+    import evaluators.maps.image_explainers as image_explainers
+
     x, target = random_images(2), torch.tensor([3, 7])
-    torch.manual_seed(5)
-    on_cpu = explain_image(image_model, x, "smoothgrad", target=target, nt_samples=8)
-    normal = torch.normal
-    monkeypatch.setattr(torch, "normal", lambda mean, std: normal(mean, std.cpu()).to(std.device))
-    torch.manual_seed(5)
+    on_cpu = explain_image(image_model, x, "smoothgrad", target=target, nt_samples=8, seed=5)
+    normal = image_explainers._normal
+    monkeypatch.setattr(image_explainers, "_normal", lambda shape, stdevs, seed, device: normal(
+        shape, stdevs, seed, torch.device("cpu")).to(device))
     on_gpu = explain_image(copy.deepcopy(image_model).to(GPU), x.to(GPU), "smoothgrad", target=target.to(GPU),
-                           nt_samples=8)  # fmt: skip
+                           nt_samples=8, seed=5)  # fmt: skip
     assert_maps_close(on_gpu, on_cpu)
 
 
@@ -318,9 +322,9 @@ def test_image_smoothgrad_with_the_gpu_noise_agrees_in_distribution():
     target = torch.arange(8) % 10
 
     def smoothgrad(seed: int, device: torch.device) -> torch.Tensor:
-        torch.manual_seed(seed)
         on = copy.deepcopy(model).to(device)
-        return explain_image(on, x.to(device), "smoothgrad", target=target.to(device), nt_samples=32).cpu()
+        return explain_image(on, x.to(device), "smoothgrad", target=target.to(device), nt_samples=32,
+                             seed=seed).cpu()  # fmt: skip
 
     cpu = torch.device("cpu")
     reference, other, on_gpu = smoothgrad(0, cpu), smoothgrad(2, cpu), smoothgrad(1, GPU)
@@ -328,9 +332,25 @@ def test_image_smoothgrad_with_the_gpu_noise_agrees_in_distribution():
     assert 0.8 < ratio < 1.25, ratio
 
 
-def test_image_smoothgrad_noise_on_gpu_comes_from_the_gpu_generator():
-    model, x = copy.deepcopy(image_classifier("resnet8")).to(GPU), random_images(2).to(GPU)
+@pytest.mark.parametrize("method", ["smoothgrad", "vargrad", "gradient_shap"])
+def test_image_sampling_on_gpu_draws_from_gpu_generators_of_its_seed(monkeypatch, method):
+    model, x = copy.deepcopy(image_classifier("resnet8")).to(GPU), random_images(5).to(GPU)
+    options = {"baselines": random_images(4, seed=2).to(GPU), "n_samples": 3} if method == "gradient_shap" else {
+        "nt_samples": 3}  # fmt: skip
+    devices, normal = [], torch.normal
+
+    def recorded(*args, generator=None, **kwargs):
+        devices.append(generator.device.type)
+        return normal(*args, generator=generator, **kwargs)
+
+    monkeypatch.setattr(torch, "normal", recorded)
     cpu_state, gpu_state = torch.get_rng_state(), torch.cuda.get_rng_state()
-    explain_image(model, x, "smoothgrad", nt_samples=4)
-    assert torch.equal(torch.get_rng_state(), cpu_state)
-    assert not torch.equal(torch.cuda.get_rng_state(), gpu_state)
+    first = explain_image(model, x, method, seed=3, **options)
+    assert set(devices) == {"cuda"} and len(devices) == 5  # one generator per image
+    assert torch.equal(torch.get_rng_state(), cpu_state) and torch.equal(torch.cuda.get_rng_state(), gpu_state)
+    torch.manual_seed(1)
+    torch.cuda.manual_seed(1)
+    torch.testing.assert_close(explain_image(model, x, method, seed=3, max_batch=2, **options), first,
+                               rtol=1e-6, atol=1e-9 * first.abs().max().item())  # fmt: skip
+    part = explain_image(model, x[3:], method, seed=3, index=torch.tensor([3, 4]), **options)
+    torch.testing.assert_close(part, first[3:], rtol=1e-6, atol=1e-9 * first.abs().max().item())
