@@ -11,6 +11,7 @@
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
     python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
     python evaluate.py roar --config configs/roar/heloc.yaml [--shard i/k]    # Hooker et al.'s ROAR grid
+    python evaluate.py --portable consistency ...   # the same bits on any x86-64 CPU (portable.py)
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
 ``checkpoints/last.ckpt`` (loaded with ``weights_only=True``) and tests it (``--data_dir``:
@@ -33,11 +34,16 @@ an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``
 
 from __future__ import annotations
 
+import sys
+
+import portable
+
+portable.enable_if_asked(sys.argv)  # before torch is imported: the mode's variables are read at import
+
 import dataclasses
 import datetime
 import json
 import shutil
-import sys
 from argparse import RawDescriptionHelpFormatter
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -60,6 +66,9 @@ from evaluators.protocols.optimised_aggregation import (
 from evaluators.protocols.roar import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from train import unique_folder
+
+if portable.is_active():
+    portable.configure_torch()
 
 
 def evaluate_run(
@@ -172,6 +181,8 @@ def main(argv: list[str] | None = None) -> dict:
                              help="run cells i, i+k, ... only (SLURM arrays); the last shard writes the report")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                          help="override any option of the config; VALUE is read as YAML")  # fmt: skip
+    argv = list(sys.argv[1:] if argv is None else argv)
+    portable.enable_if_asked(argv)  # in-process callers: an error unless the process started in the mode
     args = parser.parse_args(argv)
     if args.command == "run":
         if args.out is not None and args.out.exists():

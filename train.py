@@ -6,6 +6,7 @@
     python train.py --config configs/images/fashion_mnist_cnn.yaml   # an image classifier (configs/images/)
     python train.py --resume runs/adult/<run>          # continue an interrupted run
     python train.py --print_config                    # the full composed configuration
+    python train.py --portable                        # the same bits on any x86-64 CPU (portable.py)
 
 Each run writes to ``<output_dir>/<dataset>/<run_name>/``: the composed
 ``config.yaml``, checkpoints, the logger's files (W&B offline by default) and,
@@ -15,13 +16,18 @@ image, ``population.pt``, ``members.csv`` and ``accuracy_histogram.png``).
 
 from __future__ import annotations
 
+import sys
+
+import portable
+
+portable.enable_if_asked(sys.argv)  # before torch is imported: the mode's variables are read at import
+
 import argparse
 import datetime
 import importlib
 import logging
 import re
 import shutil
-import sys
 import time
 import uuid
 import warnings
@@ -42,6 +48,9 @@ from lightning_modules.image_population_io import save_image_population
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
 from lightning_modules.population_io import save_population
+
+if portable.is_active():
+    portable.configure_torch()
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = [str(ROOT / "configs" / "defaults.yaml"), str(ROOT / "configs" / "german.yaml")]
@@ -223,9 +232,14 @@ def fit_single(cli: TrainCLI) -> dict:
         "model": dict(model.hparams),
         "epochs": trainer.current_epoch,
         "run_dir": str(cli.run_dir),
+        "mode": portable.describe(),
     }
+    if portable.is_active():
+        metrics["weights_sha256"] = portable.weights_sha256(model.state_dict())
     write_json(cli.run_dir / "metrics.json", metrics)
     print(f"test accuracy: {metrics['test_acc']:.4f}  ({data.name}, {metrics['epochs']} epochs, run {cli.run_dir})")
+    if portable.is_active():
+        print(f"portable mode: the same on any x86-64 CPU; weights sha256 {metrics['weights_sha256']}")
     return metrics
 
 
@@ -297,7 +311,8 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
                 }
             )
         logger.finalize("success")
-    metrics = {**summary, "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt")}
+    metrics = {**summary, "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
+               "mode": portable.describe()}  # fmt: skip
     write_json(run_dir / "metrics.json", metrics)
     pct = {k: 100 * v for k, v in summary.items() if k.startswith("test_acc")}
     print(
@@ -305,7 +320,14 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         f"(min {pct['test_acc_min']:.2f}, max {pct['test_acc_max']:.2f}); kept {len(keep)}; "
         f"{summary['train_seconds']} s; run {run_dir}"
     )
+    print(f"mean over the seeds: {pct['test_acc_mean']:.1f} % ± {100 * standard_error(accuracy):.2f} (standard error; "
+          "each member's accuracy depends on the CPU's last bits, this mean does not beyond its error)")
     return metrics
+
+
+def standard_error(values: torch.Tensor) -> float:
+    """The standard error of the mean of ``values``: their sample standard deviation over √n."""
+    return (values.double().std(unbiased=True) / len(values) ** 0.5).item()
 
 
 def fit_image_population_run(cli: TrainCLI) -> dict:
@@ -324,6 +346,7 @@ def fit_image_population_run(cli: TrainCLI) -> dict:
         "members": population.size, "member_test_acc": accuracy.tolist(), "test_acc_mean": accuracy.mean().item(),
         "test_acc_std": accuracy.std(unbiased=False).item(), "train_seconds": round(time.perf_counter() - started, 1),
         "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
+        "mode": portable.describe(),
     }  # fmt: skip
     write_json(run_dir / "metrics.json", metrics)
     print(f"image population: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
@@ -333,7 +356,9 @@ def fit_image_population_run(cli: TrainCLI) -> dict:
 
 def main(args: list[str] | None = None) -> dict | None:
     """Train, test on the held-out split and return the test metrics (None if interrupted)."""
-    args = resume_args(list(sys.argv[1:] if args is None else args))
+    args = list(sys.argv[1:] if args is None else args)
+    portable.enable_if_asked(args)  # in-process callers: an error unless the process started in the mode
+    args = resume_args(args)
     check_config_files(args)
     try:
         cli = TrainCLI(

@@ -38,6 +38,7 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.map_grid import plot_map_grid
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
@@ -161,6 +162,7 @@ class AggregationFidelity(pl.Callback):
         for k, (name, options) in enumerate(explainers.items()):
             m = explain(pl_module, x, name, target=target, **{"seed": self.seed + k, **(options or {})}).detach()
             base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
+            check_finite(base[f"base_{name}"], f"explainer {name!r}", "map")
         maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
         fitted = {}
         for name, options in self.optimised.items():

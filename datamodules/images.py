@@ -65,6 +65,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset, Sampler, SequentialSampler
 
+from datamodules.archives import extract_members
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 
@@ -125,8 +126,8 @@ def unpack_archive(archive: str | Path, cache_dir: str | Path | None = None) -> 
     receives a completion marker and is then moved into place with ``os.replace``; a
     later call finds the marker and returns at once. A temporary folder, or a folder
     without the marker, left by an interrupted unpack is removed and the unpack redone.
-    Members are extracted with tarfile's ``data`` filter (no absolute paths, no ``..``,
-    no links out of the folder, no device files). A truncated or corrupt archive raises
+    Members are checked by :func:`datamodules.archives.extract_members` (no absolute paths,
+    no ``..``, no links out of the folder, no device files) on every Python. A truncated or corrupt archive raises
     an ``InputError`` naming it. A file lock keeps concurrent processes from unpacking
     the same archive twice.
     """
@@ -151,7 +152,7 @@ def unpack_archive(archive: str | Path, cache_dir: str | Path | None = None) -> 
         log.info("unpacking %s into %s", archive, target)
         try:
             with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(tmp, filter="data")
+                extract_members(tar, tmp, archive)
         except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
             shutil.rmtree(tmp, ignore_errors=True)
             raise InputError(

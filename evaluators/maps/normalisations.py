@@ -20,7 +20,9 @@ A constant map (max e = min e, hence σ(e) = 0) ranks no pixel above another: ``
 and ``z`` map it to zeros, and so do ``l1``, ``l2`` and ``absmax`` for the all-zero map
 (norm 0; a nonzero constant map is an ordinary map for them). No normalisation
 returns NaN. Constancy is tested exactly (max = min), so rounding in σ(e) cannot turn a
-constant map into noise of order one.
+constant map into noise of order one. A map holding NaN or ±inf has no min, max, σ or
+norm: ``normalise`` refuses it (``InputError`` naming the map), where the guards above
+would silently give zeros.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable
 import torch
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 
 
 def _flat(maps: torch.Tensor, map_dims: int) -> torch.Tensor:
@@ -103,10 +106,13 @@ def check_maps(maps: torch.Tensor, map_dims: int, leading: int, shape: str) -> N
         raise InputError(f"maps of shape {tuple(maps.shape)} with map_dims={map_dims}; expected {shape}, none empty")
 
 
-def normalise(maps: torch.Tensor, how: str, map_dims: int = 2) -> torch.Tensor:
+def normalise(maps: torch.Tensor, how: str, map_dims: int = 2, label: str = "maps") -> torch.Tensor:
     """``maps`` (..., *S), S their last ``map_dims`` dims, each map normalised by
-    ``NORMALISATIONS[how]`` (see the module's docstring); same shape, dtype and device."""
+    ``NORMALISATIONS[how]`` (see the module's docstring); same shape, dtype and device.
+    Maps with NaN or ±inf are refused, the error naming ``label`` (e.g. the explainer)
+    and the map (its index over the leading dims, flattened)."""
     if how not in NORMALISATIONS:
         raise InputError(f"option how={how!r}; expected one of {list(NORMALISATIONS)}")
     check_maps(maps, map_dims, 0, "(..., *S) with S the last map_dims dims")
+    check_finite(maps, label, "map", map_dims)
     return NORMALISATIONS[how](maps, map_dims)

@@ -71,6 +71,9 @@ post-processing applies to the maps at perturbed inputs. The aggregate E ω is n
 post-processed (the reference's aggregators leave it as it is by default), so it keeps the
 linear structure the quadratic forms describe.
 
+Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
+naming the explainer and the map), and so are inputs x with NaN or ±inf.
+
 Every function of ``OPTIMISED_AGGREGATORS`` is ``(model, x, target, explainers, **options)
 -> (maps (N, *S), weights (N, k) float64 or None)``, with x on the model's device and
 ``target`` already resolved (``resolve_targets``); ``optimised_aggregation`` checks the
@@ -87,10 +90,11 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
 from evaluators.maps.normalisations import normalise
-from evaluators.maps.pixel_aggregators import var
+from evaluators.maps.pixel_aggregators import aggregate
 from evaluators.maps.seeds import derived_seed, input_index
 from evaluators.maps.simplex_qp import solve_simplex_qp
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
@@ -139,7 +143,8 @@ def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
     ``explainers``' order: images reduced over channels by ``reduce_map(how=reduce)``; see
     the module's docstring. ``target``: None (tabular) or a LongTensor (N,). Every explainer
     draws from ``seed`` and the inputs' indices ``index`` (``evaluators.maps.explain``)
-    unless its options name a seed of their own."""
+    unless its options name a seed of their own. An explainer's maps with NaN or ±inf are
+    refused, the error naming it."""
     tabular = is_tabular(model)
     stack = []
     for name, options in explainers.items():
@@ -152,6 +157,7 @@ def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
         if maps.shape != expected:
             raise InputError(f"explainer {name!r} gave maps of shape {tuple(maps.shape)}; expected {tuple(expected)} "
                              "(explain a population's members one at a time)")  # fmt: skip
+        check_finite(maps, f"explainer {name!r}", "map")
         stack.append(postprocess(maps.detach(), tabular, absolute, normalisation, smoothing))
     return torch.stack(stack, 1)
 
@@ -213,7 +219,7 @@ def opt_gamma(robust: torch.Tensor, faith: torch.Tensor, lam: float = LAMBDA) ->
 
 def variance_aggregate(maps: torch.Tensor, map_dims: int, eps: float = VAR_EPS) -> torch.Tensor:
     """AGG_var of maps (N, k, *S): μ / (σ + ε) per feature over the k maps."""
-    return var(maps.movedim(1, 0), map_dims, eps=1.0, delta=eps)
+    return aggregate(maps.movedim(1, 0), "var", map_dims, eps=1.0, delta=eps)
 
 
 # --- the aggregators: (model, x, target, explainers, **options) -> (maps, weights or None) ------------------

@@ -47,7 +47,9 @@ Where σ = 0 (the k maps agree at a pixel) Z is undefined and the limit σ → 0
 PI = 1, ½, 0 as D > 0, D = 0, D < 0; EI = max(D, 0) (so CI likewise); API and AEI average
 those limits over their ε grid; VAR = μ / δ. σ is set to exactly 0 where the k values are
 equal (rounding in the mean would otherwise leave σ of order 1e-17). No aggregator
-returns NaN on finite input.
+returns NaN on finite input, and ``aggregate`` takes no other: a stack holding NaN or
+±inf is refused (``InputError`` naming the stack entry and its map), where the
+percentile would hide it and PI, EI and CI spread it over the input's whole map.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ import torch
 from sklearn.neural_network import BernoulliRBM
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.normalisations import check_maps, linear, normalise
 
 
@@ -258,10 +261,11 @@ def aggregator_options(name: str) -> list[str]:
 def aggregate(stack: torch.Tensor, name: str, map_dims: int = 2, **params) -> torch.Tensor:
     """Merge ``stack`` (k, N, *S) of k normalised maps, S its last ``map_dims`` dims, into
     (N, *S) by ``PIXEL_AGGREGATORS[name]`` with options ``params`` (see the module's
-    docstring); same dtype and device as ``stack``."""
+    docstring); same dtype and device as ``stack``. A stack with NaN or ±inf is refused."""
     if name not in PIXEL_AGGREGATORS:
         raise InputError(f"unknown pixel aggregator {name!r}; expected one of {list(PIXEL_AGGREGATORS)}")
     check_maps(stack, map_dims, 2, "(k, N, *S) with S the last map_dims dims")
+    check_finite(stack, "stack", "map", map_dims, stacked=True)
     unknown = sorted(set(params) - set(aggregator_options(name)))
     if unknown:
         raise InputError(f"option(s) {unknown} for pixel aggregator {name!r}; expected some of "
@@ -272,6 +276,7 @@ def aggregate(stack: torch.Tensor, name: str, map_dims: int = 2, **params) -> to
 def aggregate_all(base: dict[str, torch.Tensor], normalisation: str, aggregators: dict[str, dict],
                   map_dims: int = 2) -> dict[str, torch.Tensor]:  # fmt: skip
     """Every aggregator's map of base maps ``base`` (name -> (N, *S)), each normalised by
-    ``normalisation`` and stacked in ``base``'s order: aggregator name -> (N, *S)."""
-    stack = torch.stack([normalise(m, normalisation, map_dims) for m in base.values()])
+    ``normalisation`` and stacked in ``base``'s order: aggregator name -> (N, *S). Base maps
+    with NaN or ±inf are refused, the error naming their key."""
+    stack = torch.stack([normalise(m, normalisation, map_dims, f"base maps {name!r}") for name, m in base.items()])
     return {name: aggregate(stack, name, map_dims, **(params or {})) for name, params in aggregators.items()}

@@ -25,7 +25,9 @@ perturbed inputs: N·n forward rows, ``max_batch`` at a time, without gradients,
 mode (the previous mode is restored), on the model's device. ``infidelity(maps, samples)``
 scores maps on those samples, so that several maps of the same inputs (every explainer,
 every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for images
-(reduce (N, C, H, W) attributions with ``reduce_map``), (N, d) for tabular rows.
+(reduce (N, C, H, W) attributions with ``reduce_map``), (N, d) for tabular rows. Inputs,
+maps, a baseline tensor and the model's outputs with NaN or ±inf are refused with one
+``InputError`` naming which (``evaluators.finite``), not scored as NaN.
 
 ``Infidelity`` (a torchmetrics ``Metric``) averages INFD over every input passed to
 ``update(model, x, maps, target=None)``; every update draws its samples from ``seed``
@@ -39,6 +41,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.model_scores import check_inputs, explained_scores, model_device, resolve_targets
 from evaluators.metrics.perturbations import (
@@ -64,7 +67,9 @@ def _replacement(x: torch.Tensor, baseline, blur_sigma: float, tabular: bool) ->
         if baseline.shape not in (x.shape, x.shape[1:]):
             raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
                              f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
-        return baseline.to(x.device, x.dtype).expand_as(x)
+        baseline = baseline.to(x.device, x.dtype).expand_as(x)
+        check_finite(baseline, "option baseline", "input")
+        return baseline
     if baseline is not None:
         raise InputError(f"option baseline={baseline!r}; expected None (a blurred copy of each image) or a tensor")
     if tabular:
@@ -132,6 +137,7 @@ def check_maps(maps, samples: SubsetSamples) -> None:
     if not isinstance(maps, torch.Tensor) or tuple(maps.shape) != shape or not maps.is_floating_point():
         raise InputError(f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected float maps {shape}, one "
                          "value per pixel (reduce (N, C, H, W) maps with reduce_map) or per feature")  # fmt: skip
+    check_finite(maps, "maps", "map")
 
 
 def least_squares_scale(sums: torch.Tensor, deltas: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,9 @@ when every step moves as many units).
 * **Units and maps.** Images x (N, C, H, W) take maps (N, H, W): one value per pixel, all
   C channels of a pixel move together (reduce (N, C, H, W) attributions with
   ``evaluators.maps.image_explainers.reduce_map`` first). A tabular model (``is_tabular``:
-  ``MLPClassifier``, ``MLPEnsemble``) takes rows x (N, d) and maps (N, d).
+  ``MLPClassifier``, ``MLPEnsemble``) takes rows x (N, d) and maps (N, d). Inputs, maps,
+  a baseline tensor, ``stats`` and the model's outputs must be finite: NaN or ±inf is
+  refused with one ``InputError`` naming which (``evaluators.finite``).
 * **Order and ties.** Units are moved in descending order of the map. Ties are broken by a
   seeded random order: each image's units are first put in a random permutation
   (``torch.randperm(n)``, one per image in order, from a CPU ``torch.Generator`` seeded
@@ -82,6 +84,7 @@ from torch.nn import functional as F
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
 
@@ -166,7 +169,9 @@ def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.
         if baseline.shape not in (x.shape, x.shape[1:]):
             raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
                              f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
-        return baseline.to(x.device, x.dtype).expand_as(x)
+        baseline = baseline.to(x.device, x.dtype).expand_as(x)
+        check_finite(baseline, "option baseline", "input")
+        return baseline
     if not isinstance(baseline, str) or baseline not in BASELINES:
         raise InputError(f"option baseline={baseline!r}; expected one of {list(BASELINES)} or a tensor")
     if stats is not None:
@@ -175,6 +180,9 @@ def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.
                 torch.as_tensor(v).numel() != channels for v in stats):  # fmt: skip
             raise InputError(f"option stats: expected (mean, std), each with {channels} values (one per "
                              + ("feature)" if tabular else "channel)"))  # fmt: skip
+        for name, values in zip(("mean", "std"), stats):
+            check_finite(torch.as_tensor(values).reshape(-1), f"option stats' {name}", "feature" if tabular
+                         else "channel")  # fmt: skip
     elif tabular and baseline == "normal":
         raise InputError("option stats: baseline 'normal' on tabular rows needs stats=(mean, std), the training "
                          "set's feature means and standard deviations")  # fmt: skip
@@ -237,10 +245,11 @@ def insertion_deletion_curves(
 
 def auc(curves: torch.Tensor, fractions: torch.Tensor) -> torch.Tensor:
     """(N,) areas under curves (N, S+1) over the fractions (S+1,) of units moved: the
-    trapezoid rule, Σ_s (f_s - f_{s-1}) (p_s + p_{s-1}) / 2."""
+    trapezoid rule, Σ_s (f_s - f_{s-1}) (p_s + p_{s-1}) / 2. Curves with NaN or ±inf are refused."""
     if curves.dim() != 2 or fractions.shape != curves.shape[1:]:
         raise InputError(f"curves of shape {tuple(curves.shape)} and fractions of shape {tuple(fractions.shape)}; "
                          "expected (N, S+1) and (S+1,)")  # fmt: skip
+    check_finite(curves, "curves", "curve")
     return torch.trapezoid(curves, fractions.to(curves), dim=-1)
 
 

@@ -5,6 +5,8 @@ score, the class each input is scored on, and the scalar outputs they read.
   (N, C, H, W) take one map value per pixel, maps (N, H, W) (reduce (N, C, H, W)
   attributions with ``evaluators.maps.image_explainers.reduce_map`` first); a tabular
   model (``is_tabular``) takes rows x (N, d) and maps (N, d), one value per feature.
+  Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
+  ``InputError`` naming the input, map or output row (``evaluators.finite.check_finite``).
 * **Target** (``resolve_targets``): for images ``None`` scores each image's predicted
   class on the clean input (the argmax of its logits), else an int for all or a
   LongTensor of N labels; a tabular model is scored on its positive class
@@ -23,10 +25,12 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.image_explainers import image_targets
 from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
 
 OUTPUTS = ("logit", "probability")
+MODEL_OUTPUT = "the model's output on the inputs scored (clean or perturbed)"
 
 
 def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
@@ -36,13 +40,14 @@ def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
 
 
 def check_inputs(model: nn.Module, x) -> bool:
-    """Whether the model is tabular; InputError unless x is (N, d) rows for a tabular
-    model, (N, C, H, W) images for any other."""
+    """Whether the model is tabular; InputError unless x is finite (N, d) rows for a
+    tabular model, (N, C, H, W) images for any other."""
     tabular = is_tabular(model)
     expected = "(N, d) float rows for a tabular model" if tabular else "(N, C, H, W) float images"
     if (not isinstance(x, torch.Tensor) or x.dim() != (2 if tabular else 4) or len(x) == 0
             or not x.is_floating_point()):  # fmt: skip
         raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
+    check_finite(x, "inputs x", "input")
     return tabular
 
 
@@ -56,8 +61,7 @@ def check_inputs_and_maps(model: nn.Module, x, maps) -> tuple[bool, tuple[int, .
             f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected {(len(x), *unit_shape)}, one value per "
             + ("feature" if tabular else "pixel (reduce (N, C, H, W) maps with reduce_map)")
         )
-    if not torch.isfinite(maps).all():
-        raise InputError("maps hold NaN or infinite values; expected finite scores to rank the units by")
+    check_finite(maps, "maps", "map")
     return tabular, unit_shape
 
 
@@ -73,11 +77,18 @@ def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | 
     return image_targets(model, x, target, max_batch)
 
 
+def finite_outputs(outputs: torch.Tensor) -> torch.Tensor:
+    """``outputs`` (rows, ...) of the model, after ``check_finite`` (a row with NaN or ±inf
+    is refused, not averaged away)."""
+    check_finite(outputs, MODEL_OUTPUT, "row")
+    return outputs
+
+
 def _one_per_row(scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if scores.shape != (len(x),):
         raise InputError(f"the model's scores have shape {tuple(scores.shape)}; expected ({len(x)},): score a "
                          "population's members one at a time")  # fmt: skip
-    return scores
+    return finite_outputs(scores)
 
 
 def explained_scores(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
@@ -98,4 +109,4 @@ def target_outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
     if probabilities.dim() != 2:
         return _one_per_row(probabilities, x)
     column = torch.full((len(x), 1), POSITIVE_CLASS, device=x.device) if target is None else target[:, None]
-    return probabilities.gather(1, column)[:, 0]
+    return finite_outputs(probabilities.gather(1, column)[:, 0])

@@ -65,6 +65,10 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
   likes), on the model's device. All three scores come from one pass, which shares the
   explanations of the perturbed inputs, by far the dearest part.
 
+Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs with NaN or
+±inf are refused with one ``InputError`` naming which (``evaluators.finite``): a NaN
+output would otherwise turn a sample into a prediction flip, left out unseen.
+
 ``RelativeStability`` (a torchmetrics ``Metric``) averages the three over the inputs
 passed to ``update(model, x, maps, explain_fn, target=None)`` that have a score.
 """
@@ -78,9 +82,16 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
-from evaluators.metrics.model_scores import OUTPUTS, check_inputs_and_maps, model_device, resolve_targets
+from evaluators.metrics.model_scores import (
+    OUTPUTS,
+    check_inputs_and_maps,
+    finite_outputs,
+    model_device,
+    resolve_targets,
+)
 from evaluators.metrics.perturbations import RADIUS, check_count, check_real, uniform_noise
 from lightning_modules.interface import class_probabilities
 
@@ -143,8 +154,9 @@ def _forward(model: nn.Module, x: torch.Tensor, module: nn.Module | None, ros_ou
     if out.dim() != 2:
         raise InputError(f"the model's outputs have shape {tuple(out.shape)}; expected (N, K): score a "
                          "population's members one at a time")  # fmt: skip
+    finite_outputs(out)
     representation = out if module is None else captured[-1].flatten(1)
-    h = class_probabilities(model, x) if ros_output == "probability" else out
+    h = finite_outputs(class_probabilities(model, x)) if ros_output == "probability" else out
     return out.argmax(-1), representation, h
 
 
@@ -190,6 +202,7 @@ def relative_stability(
                 or perturbed.shape[2:] != x.shape[1:] or perturbed.shape[1] == 0:
             raise InputError(f"option perturbed of shape {tuple(getattr(perturbed, 'shape', ()))}; expected "
                              f"({len(x)}, n, {', '.join(map(str, x.shape[1:]))})")  # fmt: skip
+        check_finite(perturbed, "option perturbed", "input")
         n_samples = perturbed.shape[1]
     module = _layer(model, layer)
     relative = RELATIVE_CHANGES[change]
@@ -217,6 +230,7 @@ def relative_stability(
             if not isinstance(maps_new, torch.Tensor) or tuple(maps_new.shape) != (len(x_new), *unit_shape):
                 raise InputError(f"explain_fn returned maps of shape {tuple(getattr(maps_new, 'shape', ()))}; "
                                  f"expected {(len(x_new), *unit_shape)}, as maps")  # fmt: skip
+            check_finite(maps_new, "explain_fn's maps of the perturbed inputs", "row")
             with torch.no_grad():
                 predicted_new, representation_new, h_new = _forward_all(model, x_new, module, ros_output, max_batch)
                 explanation = relative(maps[rows], maps_new.detach().to(device, maps.dtype), p, eps_min)

@@ -29,7 +29,8 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
 
 * **Units, maps, target**: as ``evaluators.metrics.model_scores`` says (per-pixel maps
   (N, H, W), all channels of a pixel removed together; (N, d) for a tabular model,
-  scored on its positive class).
+  scored on its positive class; inputs, maps, ``feature_means`` and the model's outputs
+  with NaN or ±inf refused with one ``InputError`` naming which).
 * **Percentages**: after removing p % of the n units, ⌊n p / 100⌋ of them (as Quantus),
   for each p in ``percentages`` (0 <= p < 100; 0 scores the clean input). Default 10, 20,
   ..., 90: pytorch-grad-cam's ``ROAD*Average`` and Decker et al.'s Table 4 (their Table 3
@@ -80,11 +81,13 @@ from torch.nn import functional as F
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.insertion_deletion import unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS,
     check_inputs_and_maps,
+    finite_outputs,
     model_device,
     resolve_targets,
     target_outputs,
@@ -186,6 +189,7 @@ def _feature_means(x: torch.Tensor, feature_means, tabular: bool) -> torch.Tenso
     if not isinstance(feature_means, torch.Tensor) or feature_means.shape != x.shape[1:]:
         raise InputError(f"option feature_means: tabular rows need the training set's feature means, a tensor of "
                          f"shape {tuple(x.shape[1:])}; got {tuple(getattr(feature_means, 'shape', ())) or None}")
+    check_finite(feature_means, "option feature_means", "feature", 0)
     return feature_means.to(x.device, x.dtype)
 
 
@@ -254,7 +258,7 @@ def road_curves(
 
 def _outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, output: str) -> torch.Tensor:
     if output == "accuracy":
-        probabilities = class_probabilities(model, x)
+        probabilities = finite_outputs(class_probabilities(model, x))
         return (probabilities.argmax(-1) == (POSITIVE_CLASS if target is None else target)).to(probabilities.dtype)
     return target_outputs(model, x, target, output)
 

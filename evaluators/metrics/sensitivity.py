@@ -32,7 +32,8 @@ sees batches, never one sample at a time.
 ``sensitivities(explain_fn, x, maps, ...)`` -> (N, n) distances; ``AverageSensitivity`` and
 ``MaxSensitivity`` (torchmetrics ``Metric``s) average SENS_AVG and SENS_MAX over every input
 passed to ``update(explain_fn, x, maps, target=None)``; every update draws its noise from
-``seed`` afresh (input i of each update has the noise of index i).
+``seed`` afresh (input i of each update has the noise of index i). Inputs and maps (also
+``explain_fn``'s) with NaN or ±inf are refused with one ``InputError`` naming which.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import torch
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
+from evaluators.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise
@@ -63,12 +65,16 @@ def _check(x, maps, target) -> None:
     if isinstance(target, torch.Tensor) and (target.shape != (len(x),) or target.is_floating_point()):
         raise InputError(f"option target of shape {tuple(target.shape)}; expected None, an int or a LongTensor "
                          f"of {len(x)} labels")  # fmt: skip
+    check_finite(x, "inputs x", "input")
+    check_finite(maps, "maps", "map")
 
 
 def map_distances(noisy_maps: torch.Tensor, maps: torch.Tensor, relative: bool = True) -> torch.Tensor:
     """(N, n) distances ‖e(x + ε_s) − e(x)‖ between the maps (N, *S) and their inputs' n noisy
     copies' maps (N·n, *S, each input's n consecutive), in ``maps``' dtype; divided by
-    ‖e(x)‖ if ``relative`` (1 where it is 0)."""
+    ‖e(x)‖ if ``relative`` (1 where it is 0). Maps with NaN or ±inf are refused."""
+    check_finite(maps, "maps", "map")
+    check_finite(noisy_maps, "the maps of the noisy copies", "row")
     flat = maps.detach().flatten(1)
     difference = noisy_maps.detach().to(flat).view(len(flat), -1, flat.shape[1]) - flat[:, None]
     distances = torch.linalg.vector_norm(difference, dim=2)

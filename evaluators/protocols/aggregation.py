@@ -43,6 +43,7 @@ import yaml
 
 from datamodules.errors import InputError
 from evaluators.config import resolve_device
+from evaluators.finite import check_finite
 from evaluators.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
@@ -143,7 +144,8 @@ class AggregationConfig:
 def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> dict[str, torch.Tensor]:
     """Each explainer's maps (N, H, W) or (N, d), cached per explainer under ``maps/``; the
     k-th explainer draws from seed ``seed + k`` (``evaluators.maps.explain``), so a resumed
-    run's maps are an uninterrupted run's."""
+    run's maps are an uninterrupted run's; maps with NaN or ±inf are refused (the error
+    names the explainer) before caching."""
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:
         raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
@@ -154,6 +156,7 @@ def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> d
             options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}  # an explainer's own seed wins
             m = explain(model, inputs.x, name, target=inputs.target, **options, **extra)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
+            check_finite(m, f"explainer {name!r}", "map")
             return {"maps": m.cpu()}
 
         print(f"  base maps: {name}", flush=True)
@@ -164,7 +167,7 @@ def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> d
 # --- rows -----------------------------------------------------------------------------
 def report_rows(cfg: AggregationConfig, maps: dict[str, torch.Tensor], map_dims: int) -> dict[str, Callable]:
     """Row name -> a function computing that row's maps (N, *S), in report order."""
-    stack = {how: torch.stack([normalise(m, how, map_dims) for m in maps.values()])
+    stack = {how: torch.stack([normalise(m, how, map_dims, f"explainer {name!r}") for name, m in maps.items()])
              for how in dict.fromkeys([cfg.normalisation, *cfg.normalisations])}  # fmt: skip
     main = stack[cfg.normalisation]
     rows: dict[str, Callable] = {}
