@@ -37,6 +37,7 @@ from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
 from evaluators.config import read_yaml
+from evaluators.sources import check_checkpoint
 from lightning_modules.image_population import ImagePopulation
 from lightning_modules.image_population_io import save_image_population
 from lightning_modules.population import PopulationMLP
@@ -181,12 +182,15 @@ class TrainCLI(LightningCLI):
 
 
 def resume_args(args: list[str]) -> list[str]:
-    """``--resume RUN`` composes the run's own saved config first, so nothing need be repeated."""
+    """``--resume RUN`` composes the run's own saved config first, so nothing need be repeated;
+    the run's last checkpoint, where there is one, must be readable."""
     if "--resume" in args:
         run_dir = Path(args[args.index("--resume") + 1])
         config = run_dir / "config.yaml"
         if not config.is_file():
             raise InputError(f"--resume {run_dir}: no config.yaml there; expected a run folder written by train.py")
+        if (run_dir / "checkpoints" / "last.ckpt").exists():
+            check_checkpoint(run_dir / "checkpoints" / "last.ckpt")
         return ["--config", str(config), *args]
     return args
 
