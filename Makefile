@@ -93,6 +93,46 @@ figure9: population
 sigma: population
 	$(PY) evaluate.py sigma --config configs/sigma/$(DATASET).yaml --data_dir $(DATA_DIR) $(ARGS)
 
+# The image protocols' models (README, "Image protocols"), each trained once into the fixed
+# folder that configs/aggregation, optimised, roar and consistency name; a folder with a
+# config.yaml but no metrics.json is an interrupted run, which is resumed. CIFAR10: the
+# CIFAR-10 archive (its name names the run's dataset folder); TRAIN_ARGS: more train.py options.
+.PHONY: fashion-mnist-cnn cifar10-resnet8 fashion-mnist-members fashion-mnist-mlp-members cifar10-population
+CIFAR10 ?= $(DATA_DIR)/images/cifar10-jpeg.tar.gz
+CIFAR10_NAME := $(basename $(basename $(notdir $(CIFAR10))))
+TRAIN_ARGS ?=
+MEMBER_ARGS := --config configs/images/fashion_mnist_cnn.yaml --trainer.max_epochs 1 --model.warmup_epochs 0.3 --log_to none
+
+# $(call train_once,<output_dir>,<dataset folder>,<run name>,<train.py options>): one shell command
+define train_once
+if [ -f $(1)/$(2)/$(3)/metrics.json ]; then echo "$(1)/$(2)/$(3) is there"; \
+elif [ -f $(1)/$(2)/$(3)/config.yaml ]; then $(PY) train.py --resume $(1)/$(2)/$(3); \
+else $(PY) train.py $(4) $(TRAIN_ARGS) --output_dir $(1) --run_name $(3); fi
+endef
+
+# reference model (b): the small CNN, 5 epochs (91.89 %)
+fashion-mnist-cnn: install
+	@$(call train_once,runs,fashion_mnist,cnn-seed0,--config configs/images/fashion_mnist_cnn.yaml)
+
+# reference model (a): ResNet-8, 20 epochs (81.19 %)
+cifar10-resnet8: install
+	@$(call train_once,runs,$(CIFAR10_NAME),resnet8-seed0,--config configs/images/cifar10_resnet8.yaml --data.root $(CIFAR10))
+
+# Watson's and Ley's members: 12 small CNNs (seeds 0-11) and 10 MLPs (seeds 0-9), one epoch each,
+# each seed also its data order
+fashion-mnist-members: install
+	@for s in $$(seq 0 11); do $(call train_once,runs/consistency_images/members/cnn,fashion_mnist,seed$$s,\
+	  $(MEMBER_ARGS) --model.seed $$s --data.seed $$s) || exit 1; done
+
+fashion-mnist-mlp-members: install
+	@for s in $$(seq 0 9); do $(call train_once,runs/consistency_images/members/mlp,fashion_mnist,seed$$s,\
+	  $(MEMBER_ARGS) --model.arch mlp --model.seed $$s --data.seed $$s) || exit 1; done
+
+# eight ResNet-8s (seeds 0-7) as one ImagePopulation, 4 epochs on 20,000 images
+cifar10-population: install
+	@$(call train_once,runs/consistency_images/cifar10,$(CIFAR10_NAME),population-8,\
+	  --config configs/images/cifar10_population.yaml --data.root $(CIFAR10))
+
 test: install
 	$(PY) -m flake8
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -125,6 +125,11 @@ def new_report_dir(cfg) -> Path:
     return run_dir
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, innermost first."""
+    return [p for p in (folder, *folder.parents) if not p.exists()]
+
+
 def holds_config_only(run_dir: Path) -> bool:
     return [p.name for p in run_dir.iterdir()] == ["config.yaml"]
 
@@ -180,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
             sub.add_argument("--shard", type=parse_shard, default=None, metavar="i/k",
                              help="run cells i, i+k, ... only (SLURM arrays); the last shard writes the report")
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
-                         help="override any option of the config; VALUE is read as YAML")  # fmt: skip
+                         help="override any option of the config; VALUE is read as YAML; KEY may be a dotted "
+                              "path into a mapping option, e.g. trainer.max_epochs=1")  # fmt: skip
     argv = list(sys.argv[1:] if argv is None else argv)
     portable.enable_if_asked(argv)  # in-process callers: an error unless the process started in the mode
     args = parser.parse_args(argv)
@@ -209,10 +215,12 @@ def main(argv: list[str] | None = None) -> dict:
             raise InputError(f"--set {setting!r}: expected KEY=VALUE, e.g. --set n_background=10")
         overrides[key] = yaml.safe_load(value)
     resume = getattr(args, "resume", None)
+    made: list[Path] = []  # the output folders this run makes, removed again if it fails before writing anything
     if resume is not None:
         cfg, run_dir = resumed_config(resume, spec, overrides), resume
     else:
         cfg = load_config(args.config, spec.config, overrides)
+        made = missing_folders(Path(cfg.output_dir))
         run_dir = grid_report_dir(cfg) if args.command == "roar" else new_report_dir(cfg)
     try:
         if args.command == "roar":
@@ -227,6 +235,11 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(130) from None
         if resume is None and holds_config_only(run_dir):  # bad input found on the way: no empty run folder stays
             shutil.rmtree(run_dir)
+            for folder in made:  # nor the output folders made for it
+                try:
+                    folder.rmdir()  # only while empty: one that another process has written to stays
+                except OSError:
+                    break
         raise
     spec.write(summary, run_dir)
     print(f"report: {run_dir}")

@@ -23,8 +23,10 @@ import portable
 portable.enable_if_asked(sys.argv)  # before torch is imported: the mode's variables are read at import
 
 import argparse
+import contextlib
 import datetime
 import importlib
+import io
 import logging
 import re
 import shutil
@@ -43,6 +45,7 @@ from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
 from evaluators.config import read_yaml
+from evaluators.sources import check_checkpoint
 from lightning_modules.image_population import ImagePopulation
 from lightning_modules.image_population_io import save_image_population
 from lightning_modules.population import PopulationMLP
@@ -173,6 +176,7 @@ class TrainCLI(LightningCLI):
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_name = cfg.run_name or f"{model_name}-seed{seed}-{stamp}"
             run_dir = unique_folder(Path(cfg.output_dir) / dataset / run_name)
+        self.new_folders = [] if cfg.resume else [p for p in (run_dir, *run_dir.parents) if not p.exists()]
         cfg.trainer.default_root_dir = str(run_dir)
         previous = cfg.trainer.logger if cfg.resume else None
         cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, bool(cfg.resume), previous)
@@ -190,12 +194,15 @@ class TrainCLI(LightningCLI):
 
 
 def resume_args(args: list[str]) -> list[str]:
-    """``--resume RUN`` composes the run's own saved config first, so nothing need be repeated."""
+    """``--resume RUN`` composes the run's own saved config first, so nothing need be repeated;
+    the run's last checkpoint, where there is one, must be readable."""
     if "--resume" in args:
         run_dir = Path(args[args.index("--resume") + 1])
         config = run_dir / "config.yaml"
         if not config.is_file():
             raise InputError(f"--resume {run_dir}: no config.yaml there; expected a run folder written by train.py")
+        if (run_dir / "checkpoints" / "last.ckpt").exists():
+            check_checkpoint(run_dir / "checkpoints" / "last.ckpt")
         return ["--config", str(config), *args]
     return args
 
@@ -372,11 +379,37 @@ def main(args: list[str] | None = None) -> dict | None:
         )
     except argparse.ArgumentError as err:
         raise InputError(short_parse_error(str(err))) from None
-    if isinstance(cli.model, PopulationMLP):
-        return fit_population_run(cli)
-    if isinstance(cli.model, ImagePopulation):
-        return fit_image_population_run(cli)
-    return fit_single(cli)
+    try:
+        if isinstance(cli.model, PopulationMLP):
+            return fit_population_run(cli)
+        if isinstance(cli.model, ImagePopulation):
+            return fit_image_population_run(cli)
+        return fit_single(cli)
+    except BaseException:
+        remove_untrained_run(cli.new_folders)
+        raise
+
+
+def remove_untrained_run(new_folders: list[Path]) -> None:
+    """Remove the run folder and its parents that this process made (``new_folders``, innermost
+    first; none for ``--resume``) if no epoch ended in it (no checkpoint, chunk or population
+    file): a run that failed before training (e.g. on an unreadable image) leaves nothing to
+    resume, only its config and the logger's files. An open W&B run is finished first, quietly
+    (its files are written there, and its note on syncing them would name a folder that is gone)."""
+    if not new_folders or not new_folders[0].is_dir():
+        return
+    if any(p.suffix in (".ckpt", ".pt") for p in new_folders[0].rglob("*")):
+        return
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            wandb.finish(exit_code=1)
+    shutil.rmtree(new_folders[0], ignore_errors=True)
+    for folder in new_folders[1:]:
+        try:
+            folder.rmdir()  # only while empty
+        except OSError:
+            break
 
 
 if __name__ == "__main__":

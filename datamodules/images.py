@@ -97,13 +97,24 @@ def _cache_root(cache_dir: str | Path | None) -> Path:
 
 @contextlib.contextmanager
 def _locked(lock_path: Path):
-    """An exclusive lock between processes (e.g. DDP ranks) working on one cache entry."""
-    with open(lock_path, "a") as handle:
+    """An exclusive lock between processes (e.g. DDP ranks) working on one cache entry. Its
+    file is removed on release, by its holder, so no lock file stays in the cache; a process
+    that was waiting on a removed file sees it gone (another inode at the path, or none) and
+    locks the path anew."""
+    while True:
+        handle = open(lock_path, "a")
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    try:
+        yield
+    finally:
+        lock_path.unlink(missing_ok=True)
+        handle.close()  # releases the lock
 
 
 def archive_name(archive: Path) -> str:

@@ -7,12 +7,14 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 import yaml
 
 from datamodules.errors import InputError
 from datamodules.tabular import TabularDataModule
+from evaluators.sources import MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, check_kind, not_found
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_population, population_datamodule, read_population_file
 
@@ -35,17 +37,27 @@ def resolve_device(name: str) -> torch.device:
 
 @dataclass
 class PopulationSource:
-    """The population to evaluate, optionally another folder holding its raw data, and the
+    """The population to evaluate, optionally another folder holding its raw data, the
     device the evaluation runs on (perturbation noise is drawn there, so the same seed
-    gives the same numbers on the same kind of device). ``population``: a population file
-    written by train.py (tabular or image), or a folder of image runs (``evaluators.image_members``)."""
+    gives the same numbers on the same kind of device) and the ``kind`` of data its models
+    must be of (``tabular``, ``image``; null: either). ``population``: a population file
+    written by train.py (tabular or image), or a folder of image runs (``evaluators.image_members``).
+    An evaluator takes the population kinds of ``KINDS``; a missing population, or one of
+    another kind, is refused here (``evaluators.sources``)."""
+
+    KINDS: ClassVar[tuple[str, ...]] = POPULATIONS
 
     population: str
     data_dir: str | None = None
     device: str = "auto"
+    kind: str | None = None
 
     def __post_init__(self) -> None:
         resolve_device(self.device)  # a bad value is named before any work starts
+        if not Path(self.population).exists():
+            raise not_found(self.population, f"{POPULATION_FILE}, or {MEMBER_FOLDER}")
+        found = "image population" if self.images else "tabular population"
+        check_kind(f"option population={self.population!r}", found, self.KINDS, self.kind)
 
     @property
     def images(self) -> bool:
@@ -106,20 +118,49 @@ def read_yaml(path: Path, option: str = "--config"):
 
 def load_config(path: Path, cls, overrides: dict):
     """A dataclass config from a YAML file and command-line overrides; a file that is
-    not YAML, an unknown option or a value of the wrong type names itself."""
+    not YAML, an unknown option or a value of the wrong type names itself. An override's
+    key may be a dotted path into a mapping option (``trainer.max_epochs``; see ``set_nested``)."""
     values = read_yaml(path) or {}
     if not isinstance(values, dict):
         raise InputError(f"--config {path}: expected a mapping of option: value, got {type(values).__name__}")
-    values = {**values, **{k: v for k, v in overrides.items() if v is not None}}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    values = {**values, **{k: v for k, v in given.items() if "." not in k}}
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise InputError(f"{path}: unknown option(s) {unknown}; expected some of {sorted(known)}")
+        raise InputError(f"{path}: unknown option(s) {unknown}; expected some of {sorted(fields)}")
+    for key, value in given.items():
+        if "." in key:
+            set_nested(values, key, value, fields, path)
     for key, value in values.items():
         if not conforms(value, hints[key]):
             raise InputError(f"{path}: option {key}={value!r}; expected {describe_type(hints[key])}")
     return cls(**values)
+
+
+def set_nested(values: dict, key: str, value, fields: dict, path: Path) -> None:
+    """Set ``--set a.b.c=value`` in ``values``: key ``c`` of the mapping at ``a.b``, where ``a``
+    is an option whose value (the config's, else its default) is a mapping and every inner key
+    (``b``) is already a mapping in it; the last key may be new (what it may be is checked
+    where the mapping is used, e.g. ``trainer`` against ``pl.Trainer``)."""
+    head, *inner, leaf = key.split(".")
+    if head not in fields:
+        raise InputError(f"--set {key}: {head!r} is not an option of {path}; expected some of {sorted(fields)}")
+    if head not in values:
+        field = fields[head]
+        has_factory = field.default_factory is not dataclasses.MISSING
+        values[head] = field.default_factory() if has_factory else field.default
+    node, walked = values[head], head
+    for part in [*inner, None]:
+        if not isinstance(node, dict):
+            raise InputError(f"--set {key}: option {walked} is {node!r}, not a mapping; expected --set {walked}=VALUE")
+        if part is None:
+            break
+        if part not in node:
+            raise InputError(f"--set {key}: option {walked} has no key {part!r}; expected one of {sorted(node)}")
+        node, walked = node[part], f"{walked}.{part}"
+    node[leaf] = value
 
 
 def describe_type(hint) -> str:

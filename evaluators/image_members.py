@@ -90,7 +90,8 @@ def load_image_members(source: str | Path, device: torch.device, data_dir: str |
         return ImageMembers(members, data, [Path(source)] * population.size), payload, data
     folder = source
     runs = member_runs(folder)
-    loaded = [load_run(run, data_location=data_dir) for run in runs]
+    loaded = [load_run(run, data_location=data_dir, kinds=("image",), where=f"option population={str(folder)!r}: {run}")
+              for run in runs]  # fmt: skip
     configs = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
     arch = [(c["model"]["init_args"].get("arch"), c["data"]["class_path"]) for c in configs]
     if len(set(arch)) > 1:

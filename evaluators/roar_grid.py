@@ -29,6 +29,8 @@ grid; whoever finds every cell done collects the results (``evaluators.roar_repo
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import time
 from dataclasses import dataclass, field
@@ -97,6 +99,12 @@ class RoarGrid:
             raise InputError(f"option cells_per_population={self.cells_per_population}; expected at least 1 or null")
         if not isinstance(self.trainer, dict):
             raise InputError(f"option trainer={self.trainer!r}; expected a mapping of pl.Trainer options")
+        options = inspect.signature(pl.Trainer).parameters
+        for key in self.trainer:
+            if key not in options:
+                close = difflib.get_close_matches(key, options, n=3)
+                raise InputError(f"option trainer.{key}: not a pl.Trainer option; expected one of "
+                                 f"{close or sorted(options)}")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ interrupted protocol continue where it stopped."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,28 +20,57 @@ from datamodules import data_location_option
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.maps.image_explainers import predicted_class
+from evaluators.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
 from lightning_modules.interface import is_tabular
 
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
-             data_location: str | None = None):  # fmt: skip
+             data_location: str | None = None, kinds: tuple[str, ...] = SINGLE_MODELS, kind: str | None = None,
+             where: str | None = None):  # fmt: skip
     """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
-    CPU), the datamodule of its ``config.yaml`` and the checkpoint's path.
-    ``data_options`` override the datamodule's init arguments (e.g. ``eval_batch_size``);
-    ``data_location``: where the run's data lies now, given to the datamodule as its
-    :func:`~datamodules.data_location_option` (``data_dir``, or ``root`` for an image
-    folder or archive) in place of the path the run was trained with."""
+    CPU), the datamodule of its ``config.yaml`` and the checkpoint's path, once the run is
+    checked to hold one of ``kinds`` of model (``evaluators.sources``; ``kind``: a config's
+    ``tabular`` or ``image``), its checkpoint to be readable and ``data_options`` to be options
+    of its datamodule. ``data_options`` override the datamodule's init arguments (e.g.
+    ``eval_batch_size``); ``data_location``: where the run's data lies now, given to the
+    datamodule as its :func:`~datamodules.data_location_option` (``data_dir``, or ``root`` for an
+    image folder or archive) in place of the path the run was trained with. ``where``: how
+    errors name the run (default: its folder)."""
     config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
-    for path in (config_path, ckpt_path):
-        if not path.is_file():
-            raise InputError(f"{path}: file not found; expected a run folder written by train.py")
-    data_cfg = yaml.safe_load(config_path.read_text())["data"]
+    if not config_path.is_file():
+        raise not_found(config_path, RUN_FOLDER, "file") if run_dir.is_dir() else not_found(run_dir, RUN_FOLDER)
+    config = yaml.safe_load(config_path.read_text())
+    check_kind(where or str(run_dir), run_kind(config), kinds, kind)
+    if not ckpt_path.is_file():
+        raise not_found(ckpt_path, "a checkpoint written by train.py")
+    data_cfg = config["data"]
+    check_data_options(data_cfg["class_path"], data_options or {})
     data_cfg["init_args"].update(data_options or {})
     if data_location is not None:
         data_cfg["init_args"][data_location_option(data_cfg["class_path"])] = data_location
     data = instantiate_class((), data_cfg)
+    check_checkpoint(ckpt_path)
     model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True, map_location="cpu")
     return model.eval(), data, ckpt_path
+
+
+def check_data_options(class_path: str, options: dict) -> None:
+    """Every key of ``options`` names an init argument of the datamodule ``class_path`` (or of a
+    base class its ``**kwargs`` reach)."""
+    module, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    known: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        known |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"option data: {unknown} not an option of the run's datamodule {name}; "
+                         f"expected some of {sorted(known)}")  # fmt: skip
 
 
 def spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:

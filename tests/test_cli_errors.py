@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.helpers import assert_one_line_error
@@ -66,3 +67,97 @@ def test_describe_table1_tool_and_debug_flag(tmp_path):
                           "none.json: cannot be read as a consistency.json report")  # fmt: skip
     result = run("-m", "datamodules.describe", "--data-dir", str(tmp_path), "heloc", "--debug")
     assert result.returncode != 0 and "Traceback" in result.stderr and "InputError" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def image_population_run(tmp_path_factory) -> Path:
+    """A train.py run of a two-member ImagePopulation (ResNet-8s, 2 steps) on a tiny image folder."""
+    import train
+    from tests.test_images_data import make_folder
+
+    tmp = tmp_path_factory.mktemp("image_population")
+    make_folder(tmp / "tiny", size=32)
+    train.main([
+        "--config", "configs/images/cifar10_population.yaml", "--data.root", str(tmp / "tiny"), "--data.subset", "null",
+        "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--model.size", "2",
+        "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+        "--log_to", "none", "--output_dir", str(tmp / "runs"), "--run_name", "pop", "--trainer.enable_progress_bar",
+        "false",
+    ])  # fmt: skip
+    return tmp / "runs" / "tiny" / "pop"
+
+
+def test_a_model_of_another_kind_is_refused_with_one_line(small_population, tiny_run, image_population_run,
+                                                          tmp_path):  # fmt: skip
+    """Each evaluator checks the kind of run or population where it loads it: an image population to
+    the MLP-only protocols, a population run to a one-model command, a tabular model or population to
+    a config for images (``kind: image``); one line, status 2, and no output folder made."""
+    out = tmp_path / "out" / "nested"
+    image_file = str(image_population_run / "population.pt")
+    tabular_run = Path(small_population).parent  # a PopulationMLP's run folder
+    mlp = tmp_path / "mlp"
+    import train
+
+    train.main(["--trainer.max_epochs", "1", "--log_to", "none", "--output_dir", str(mlp), "--run_name", "m",
+                "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    cases = [
+        (["landscape", "--config", "configs/landscape/german.yaml", "--population", image_file],
+         f"option population={image_file!r}: holds an image population; expected a tabular population"),
+        (["sigma", "--config", "configs/sigma/german.yaml", "--population", str(tiny_run.parent)],
+         "holds an image population; expected a tabular population"),
+        (["consistency", "--config", "configs/consistency/fashion_mnist.yaml", "--population", small_population],
+         "holds a tabular population; expected an image population (the config's kind: image)"),
+        (["explain", str(image_population_run), "--log_to", "none"],
+         f"{image_population_run}: holds an image population; expected a tabular model or an image model"),
+        (["run", str(image_population_run)], "holds an image population; expected a tabular model or an image"),
+        (["run", str(tabular_run)], "holds a tabular population; expected a tabular model or an image model"),
+        (["roar", "--config", "configs/roar/fashion_mnist_cpu.yaml", "--run", str(mlp / "german" / "m")],
+         f"option run='{mlp / 'german' / 'm'}': holds a tabular model; expected an image model (the config's kind"),
+        (["aggregation", "--config", "configs/aggregation/cifar10.yaml", "--run", str(mlp / "german" / "m"),
+          "--set", "kind=images"], "option kind='images'; expected one of [None, 'tabular', 'image']"),
+    ]  # fmt: skip
+    for args, message in cases:
+        result = run("evaluate.py", *args, *(["--output_dir", str(out)] if args[0] not in ("run", "explain") else []))
+        assert_one_line_error(result, message)
+        assert not (tmp_path / "out").exists(), (args, list((tmp_path / "out").rglob("*")))
+    assert [p.name for p in image_population_run.iterdir() if p.name.startswith("explanations")] == []
+
+
+def test_a_damaged_checkpoint_is_named_not_unpickled(tiny_run, tmp_path):
+    """A cut or foreign ``last.ckpt``: one line naming the file, never the advice to unpickle it
+    (``weights_only=False`` runs whatever the file holds), for ``evaluate.py`` and ``train.py --resume``."""
+    import shutil
+
+    run_dir = tmp_path / "r"
+    shutil.copytree(tiny_run, run_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    for damage in (last.read_bytes()[:200], b"\x80\x04not a pickle", None):
+        if damage is None:  # a pickle that weights_only refuses: an arbitrary object
+            torch.save({"state_dict": {}, "obj": Path("x")}, last)
+        else:
+            last.write_bytes(damage)
+        for args in (["evaluate.py", "run", str(run_dir)], ["train.py", "--resume", str(run_dir)]):
+            result = run(*args)
+            assert_one_line_error(result, f"{last}: not a readable checkpoint (")
+            assert "weights_only" not in result.stderr
+
+
+def test_a_missing_run_or_population_names_the_command_that_makes_it(tmp_path):
+    """Run from a fresh folder (nothing trained), each image config's error says which make
+    target trains what it reads."""
+    cases = {
+        "configs/aggregation/fashion_mnist.yaml": "runs/fashion_mnist/cnn-seed0: folder not found; expected a run "
+                                                  "folder written by train.py (make it with: make fashion-mnist-cnn)",
+        "configs/optimised/cifar10.yaml": "(make it with: make cifar10-resnet8)",
+        "configs/consistency/fashion_mnist_watson_mlp.yaml": "runs/consistency_images/members/mlp: folder not found; "
+        "expected a folder of image runs written by train.py (make it with: make fashion-mnist-mlp-members)",
+        "configs/consistency/cifar10.yaml": "population-8/population.pt: file not found; expected a population file "
+                                            "written by train.py (make it with: make cifar10-population)",
+    }  # fmt: skip
+    for config, message in cases.items():
+        command = config.split("/")[1]
+        result = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), command, "--config", str(ROOT / config),
+                                 "--set", "device=cpu"], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=300)  # fmt: skip
+        assert_one_line_error(result, message)
+        assert list(tmp_path.iterdir()) == [], config

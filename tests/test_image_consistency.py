@@ -104,7 +104,8 @@ def test_an_image_population_file_reads_as_its_members(image_population, tmp_pat
     path = tmp_path / "population.pt"
     save_image_population(path, ImagePopulation.from_classifiers(runs.members), [0.0] * 4, metadata)
     assert ConsistencyConfig(population=str(path)).images
-    assert not ConsistencyConfig(population=str(tmp_path / "nothing.pt"), device="cpu").images
+    with pytest.raises(evaluate.InputError, match="nothing.pt: file not found; expected a population file"):
+        ConsistencyConfig(population=str(tmp_path / "nothing.pt"), device="cpu")  # refused where it is named
     loaded, loaded_payload, loaded_data = load_image_members(path, torch.device("cpu"))
     assert loaded.size == 4 and loaded_payload["metadata"]["max_epochs"] == payload["metadata"]["max_epochs"]
     x = spread_images(loaded_data, 5, "test")[0]

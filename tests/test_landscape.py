@@ -278,7 +278,8 @@ def test_deepshap_softmax_rule_reaches_the_explainer(small_population, tmp_path)
     population.hparams.explain_output = "probability"
     data = FinancialDataModule(dataset="german")
     x = data.test_tensors[0][:10]
-    background = deepshap_background(data.train_tensors[0], ConsistencyConfig(population="p", n_background=6))
+    options = ConsistencyConfig(population=small_population, n_background=6)
+    background = deepshap_background(data.train_tensors[0], options)
     maps = [explain(ENSEMBLES["average"](population, s[:1]), x, "deepshap", baselines=background,
                     softmax_rule="rescale") for s in disjoint_sets(population.size, 4, 2, 0)]  # fmt: skip
     gradient_rule = [explain(ENSEMBLES["average"](population, s[:1]), x, "deepshap", baselines=background)

@@ -90,6 +90,7 @@ class AggregationConfig:
     checkpoint: str = "last.ckpt"
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; evaluators.sources)
     n_inputs: int = 500
     explainers: dict = field(default_factory=_image_explainers)
     n_baselines: int = 64  # training inputs behind the option value ``training``
@@ -255,7 +256,8 @@ def findings(scores: dict[str, dict], rows: dict) -> dict:
 
 def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
+                              where=f"option run={cfg.run!r}")
     model = model.to(device).eval()
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device)
     map_dims = 1 if inputs.tabular else 2

@@ -35,6 +35,8 @@ from lightning_modules.population import PopulationMLP
 class LandscapeConfig(PopulationSource):
     """Options of the landscape evaluator (configs/landscape/<dataset>.yaml)."""
 
+    KINDS = ("tabular population",)  # MLP populations only (evaluators.sources)
+
     n_models: int = 4
     n_sets: int = 5
     set_seed: int = 0

@@ -119,6 +119,7 @@ class OptimisedAggregationConfig:
     checkpoint: str = "last.ckpt"
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; evaluators.sources)
     n_inputs: int = 200
     explainers: dict = field(default_factory=_decker_explainers)
     aggregators: list[str] = field(default_factory=lambda: list(OPTIMISED_AGGREGATORS))
@@ -194,7 +195,8 @@ def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[
 
 def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
+                              where=f"option run={cfg.run!r}")
     model = model.to(device).eval()
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:

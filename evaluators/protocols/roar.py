@@ -33,7 +33,7 @@ from evaluators.wandb_report import check_log_to
 
 # Options that say where things are, where results go or how cells are grouped: they change
 # no number, so they do not name another grid.
-UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_population")
+UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_population", "kind")
 
 
 @dataclass(kw_only=True)
@@ -50,6 +50,7 @@ class RoarConfig(RoarGrid):
     data_dir: str | None = None
     data: dict = dataclasses.field(default_factory=dict)
     device: str = "auto"
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; evaluators.sources)
     cache_dir: str | None = None
     log_to: str = "wandb_offline"
     output_dir: str = "runs/roar"
@@ -81,7 +82,8 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
 
 def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None = None) -> dict | None:
     """Run the cells of ``shard`` not yet done; the report once every cell is (None before)."""
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options=cfg.data, data_location=cfg.data_dir)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options=cfg.data, data_location=cfg.data_dir,
+                              kind=cfg.kind, where=f"option run={cfg.run!r}")
     model = model.to(resolve_device(cfg.device))
     epochs = yaml.safe_load((Path(cfg.run) / "config.yaml").read_text()).get("trainer", {}).get("max_epochs")
     cache = Path(cfg.cache_dir) if cfg.cache_dir else None

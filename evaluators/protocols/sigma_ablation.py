@@ -27,6 +27,8 @@ from lightning_modules.ensembles import ENSEMBLES
 class SigmaAblationConfig(PopulationSource):
     """Options of the σ ablation (configs/sigma/<dataset>.yaml)."""
 
+    KINDS = ("tabular population",)  # MLP populations only (evaluators.sources)
+
     n_models: int = 10
     n_perturb: int = 50
     sigmas: list[float] = field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2, 0.5, 1.0])

@@ -1,0 +1,108 @@
+"""What an evaluator is given, checked once where it is loaded: the kind of model a
+``train.py`` run or a population holds, whether its checkpoint can be read, and, for a run
+or population that is missing, the command that makes it.
+
+Kinds: ``tabular`` and ``image`` (one model: ``MLPClassifier``, ``ImageClassifier``),
+``tabular population`` (``PopulationMLP``) and ``image population`` (``ImagePopulation``, or
+a folder of image runs). A config's ``kind`` option (``tabular``, ``image`` or null for
+either) names the data its models must be of: an image config given a tabular model stops
+at once instead of treating features as pixels.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+
+import torch
+
+from datamodules.errors import InputError
+from datamodules.specs import DATASETS
+
+SINGLE_MODELS = ("tabular", "image")
+POPULATIONS = ("tabular population", "image population")
+CONFIG_KINDS = (None, "tabular", "image")
+RUN_KINDS = {"MLPClassifier": "tabular", "ImageClassifier": "image", "PopulationMLP": "tabular population",
+             "ImagePopulation": "image population"}  # fmt: skip
+POPULATION_FILE = "a population file written by train.py"
+RUN_FOLDER = "a run folder written by train.py"
+MEMBER_FOLDER = "a folder of image runs written by train.py"
+
+# The fixed paths that the Makefile's targets and the documented commands train (README, "From
+# the demo to every paper figure" and "Image protocols"), and that the configs name: an evaluator
+# that misses one says which command makes it. tests/test_config_paths.py checks that each
+# command makes its path and that every config's run or population is one a command makes.
+MADE_BY = {
+    "runs/fashion_mnist/cnn-seed0": (RUN_FOLDER, "make fashion-mnist-cnn"),
+    "runs/cifar10-jpeg/resnet8-seed0": (RUN_FOLDER, "make cifar10-resnet8"),
+    "runs/consistency_images/members/cnn": (MEMBER_FOLDER, "make fashion-mnist-members"),
+    "runs/consistency_images/members/mlp": (MEMBER_FOLDER, "make fashion-mnist-mlp-members"),
+    "runs/consistency_images/cifar10/cifar10-jpeg/population-8/population.pt": (POPULATION_FILE,
+                                                                                "make cifar10-population"),
+    "runs/german/mlp-seed0": (RUN_FOLDER, "python train.py --config configs/german.yaml --run_name mlp-seed0"),
+    "runs/heloc/mlp-seed0": (RUN_FOLDER, "python train.py --config configs/heloc.yaml --data.data_dir ../shared/data "
+                                         "--run_name mlp-seed0"),
+    "runs/roar/clean/adult/mlp-seed0": (RUN_FOLDER, "python train.py --config configs/adult.yaml "
+                                                    "--output_dir runs/roar/clean --run_name mlp-seed0"),
+}  # fmt: skip
+TABULAR_POPULATION = re.compile(r"(?:.*/)?runs/full/(\w+)/population-1000/population\.pt")
+
+
+def made_by(path: str | Path) -> tuple[str, str] | None:
+    """(what lies at ``path``, the command that makes it) for a path a documented command
+    makes: one of ``MADE_BY``, or a tabular population of ``make population``, also as the
+    end of a longer path (the checkout elsewhere, or an absolute path); else None."""
+    text = Path(os.path.normpath(str(path))).as_posix()
+    match = TABULAR_POPULATION.fullmatch(text)
+    if match and match.group(1) in DATASETS:
+        return POPULATION_FILE, f"make population DATASET={match.group(1)}"
+    return next((made for key, made in MADE_BY.items() if text == key or text.endswith(f"/{key}")), None)
+
+
+def not_found(path: str | Path, expected: str, noun: str | None = None) -> InputError:
+    """The error for a missing ``path`` (a ``noun``: by default "folder" where a folder is
+    expected there, else "file"): what was expected there and, where a documented command
+    makes it, that command."""
+    known = made_by(path)
+    expected, hint = (known[0], f" (make it with: {known[1]})") if known else (expected, "")
+    noun = noun or ("folder" if expected in (RUN_FOLDER, MEMBER_FOLDER) else "file")
+    return InputError(f"{path}: {noun} not found; expected {expected}{hint}")
+
+
+def run_kind(config: dict) -> str:
+    """The kind of model a run's ``config.yaml`` (read as a dict) trains; another model class by its name."""
+    name = str((config.get("model") or {}).get("class_path", "")).rsplit(".", 1)[-1]
+    return RUN_KINDS.get(name, name or "unknown model")
+
+
+def _article(kind: str) -> str:
+    noun = f"{kind} model" if kind in SINGLE_MODELS else kind
+    return f"an {noun}" if noun[0] in "aeiouAEIOU" else f"a {noun}"
+
+
+def check_kind(where: str, found: str, accepted: tuple[str, ...], kind: str | None = None) -> None:
+    """The one check of what an evaluator was given: ``found`` must be a kind the evaluator
+    takes (``accepted``) and of the config's ``kind`` of data where it names one."""
+    if kind not in CONFIG_KINDS:
+        raise InputError(f"option kind={kind!r}; expected one of {list(CONFIG_KINDS)} (the data the models are of)")
+    wanted = [k for k in accepted if kind is None or k.split()[0] == kind]
+    if not wanted:
+        raise InputError(f"option kind={kind!r}; this evaluator takes {' or '.join(_article(k) for k in accepted)}")
+    if found not in wanted:
+        because = f" (the config's kind: {kind})" if kind is not None else ""
+        raise InputError(f"{where}: holds {_article(found)}; expected "
+                         f"{' or '.join(_article(k) for k in wanted)}{because}")  # fmt: skip
+
+
+def check_checkpoint(path: Path) -> None:
+    """That ``path`` reads as a checkpoint with ``torch.load(weights_only=True)``; one that does
+    not (cut short, or holding objects other than tensors and plain values) is named."""
+    try:
+        with warnings.catch_warnings():  # torch's notes on what it met on the way: the error says enough
+            warnings.simplefilter("ignore")
+            torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as err:  # torch.load's failures differ by what is wrong (zip, pickle, EOF)
+        raise InputError(f"{path}: not a readable checkpoint ({type(err).__name__}); expected the "
+                         "checkpoint train.py writes (train the run again if it is damaged)") from None  # fmt: skip
