@@ -24,6 +24,16 @@ the figures are medians over the batches, for
 (folder) with CIFAR-10 also ``torchvision.datasets.ImageFolder`` over the unpacked JPEG
         files with the same transforms (decoding every image every epoch).
 
+Check (``check``), before timing: our first training batch equals the naive way's
+transforms of the same images with the same draws. The datamodule documents its draws
+(``EpochShuffle``: the order is ``randperm`` of ``epoch_generator(seed, 0, ORDER_STREAM)``;
+``augment_batch``: vertical offsets, horizontal offsets, then flips from ``epoch_generator(seed,
+0, AUGMENT_STREAM)``); ``replayed_draws`` makes them again and ``per_image_batch`` applies
+them with torchvision's functional pad, crop, hflip, ``to_tensor`` and ``normalize``, one
+PIL image at a time. Both compute (x / 255 - mean) / std in float32 elementwise, correctly
+rounded on any CPU, so they agree exactly; 1e-6 leaves room for a fused multiply-add. A
+crop one pixel off, a flip missed or a wrong normalisation is off by far more.
+
 The decoding into the cache (once, about 20 s for CIFAR-10) is not timed; a run with
 the cache filled reads it back in ``setup_s``. The last line is one JSON object:
 ``loader_s_per_batch``, ``step_s_per_batch``, ``loader_share`` (loader / (loader +
@@ -48,13 +58,15 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule  # noqa: E402
+from datamodules.images import (  # noqa: E402
+    AUGMENT_STREAM, ORDER_STREAM, FashionMNISTDataModule, ImageFolderDataModule, epoch_generator,
+)  # fmt: skip
 from lightning_modules.image_classifier import SGD_MOMENTUM, ImageClassifier, parameter_groups  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shared" / "data"))
 CONFIG = ROOT / "configs" / "images" / "cifar10_resnet8.yaml"
-WARMUP, N_BATCHES = 5, 30
+WARMUP, N_BATCHES, TOLERANCE = 5, 30, 1e-6
 
 
 def reference_datamodule() -> tuple[ImageFolderDataModule | FashionMNISTDataModule, dict, str]:
@@ -94,6 +106,44 @@ def per_image_transforms(data, height: int, width: int):
     ])  # fmt: skip
 
 
+def replayed_draws(data, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first training batch's image indices and its crop offsets (rows, columns) and flips,
+    drawn again as the module docstring says (epoch 0; ``n`` images in the split)."""
+    order = torch.randperm(n, generator=epoch_generator(data.seed, 0, ORDER_STREAM))[:data.batch_size]
+    generator, padding, size = epoch_generator(data.seed, 0, AUGMENT_STREAM), data.random_crop_padding, len(order)
+    rows, columns = ((torch.randint(0, 2 * padding + 1, (size,), generator=generator) for _ in range(2)) if padding
+                     else (torch.zeros(size, dtype=torch.int64),) * 2)  # fmt: skip
+    flips = (torch.rand(size, generator=generator) < 0.5 if data.horizontal_flip
+             else torch.zeros(size, dtype=torch.bool))  # fmt: skip
+    return order, rows, columns, flips
+
+
+def per_image_batch(data, images: torch.Tensor, draws) -> torch.Tensor:
+    """The naive way's transforms of ``images[order]`` with the given draws (``replayed_draws``):
+    torchvision's functional pad, crop, hflip, to_tensor and normalize, one PIL image at a time."""
+    from torchvision.transforms import functional
+
+    mean, std = data.normalization
+    height, width, padding = images.shape[2], images.shape[3], data.random_crop_padding
+    pil = PerImage(images, torch.zeros(len(images), dtype=torch.int64), lambda image: image)
+    out = []
+    for i, row, column, flip in zip(*draws):
+        image = functional.crop(functional.pad(pil[int(i)][0], padding), int(row), int(column), height, width)
+        out.append(functional.normalize(functional.to_tensor(functional.hflip(image) if flip else image), mean, std))
+    return torch.stack(out)
+
+
+def check(ours: torch.Tensor, naive: torch.Tensor) -> float:
+    """The module docstring's check of our first batch against the naive way's: the largest
+    |difference|, AssertionError where it is above ``TOLERANCE`` (or the shapes differ)."""
+    if ours.shape != naive.shape:
+        raise AssertionError(f"our first batch has shape {tuple(ours.shape)}, the naive way's {tuple(naive.shape)}")
+    difference = (ours - naive).abs().max().item()
+    if not difference <= TOLERANCE:
+        raise AssertionError(f"our first batch differs from the naive way's by {difference:.2e} (> {TOLERANCE})")
+    return difference
+
+
 def interleaved(loaders: dict[str, DataLoader], model: ImageClassifier,
                 optimizer: torch.optim.Optimizer) -> dict[str, tuple[float, float]]:  # fmt: skip
     """Per loader, the median seconds per batch getting the batch and in the training step
@@ -124,6 +174,8 @@ def main() -> dict:
     ours_loader = data.train_dataloader()
     ours_loader.sampler.set_epoch(0)
     setup_s = time.perf_counter() - start
+    difference = check(next(iter(data.train_dataloader()))[0],
+                       per_image_batch(data, images, replayed_draws(data, len(images))))  # fmt: skip
     channels, height, width = data.image_shape
     model = ImageClassifier(arch=options["arch"], num_classes=data.num_classes, in_channels=channels).train()
     # the config's optimiser (ImageClassifier.configure_optimizers without its schedule, which needs a Trainer);
@@ -159,7 +211,7 @@ def main() -> dict:
         "folder_loader_s_per_batch": None if folder_s is None else round(folder_s, 5),
         "folder_loader_share": share(folder_s, folder_step_s), "data": source, "arch": options["arch"],
         "batch_size": data.batch_size, "n_batches": N_BATCHES, "warmup": WARMUP, "setup_s": round(setup_s, 1),
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "max_first_batch_difference": difference,
     }  # fmt: skip
     print(json.dumps(result))
     return result

@@ -2,14 +2,25 @@
 and as one PopulationMLP (issue: underspecification sets at scale).
 
     python bench/population.py            # Adult (batch 128) and German (batch 32), K = 200
+MIN_IDENTICAL = 0.5
 
 (a) what a user would do: ``Trainer.fit`` on ``MLPClassifier`` per seed;
 (b) a plain PyTorch loop per seed (same model, batches and optimiser);
 (c) ``fit_population``: the members in cache-sized chunks, each a ``PopulationMLP``
     under its own ``Trainer``, test pass and chunk files included (median of 3 runs).
 Prints member-epochs/s, the ratios c/a and c/b, the effective GFLOP/s of (c) next
-to a same-run sgemm peak, peak memory, and whether the three give identical member
-test accuracies. The last line is one JSON object.
+to a same-run sgemm peak, peak memory, and how many members end with identical test
+accuracies in the three ways. The last line is one JSON object.
+
+Check (``check``): at least ``MIN_IDENTICAL`` (half) of the members end with the same test
+accuracy in (a), (b) and (c). Members are bit-exact on the CPUs measured (200 of 200 on
+both settings), but that rests on the population's products rounding as ``nn.Linear``'s
+do, which another CPU's kernels need not; there the rounding grows through training (with
+one product reordered, 40 of 200 Adult members ended with another accuracy after two
+epochs, README), so equality of all is not asked. A member trained from another seed
+matches its partner's accuracy only by chance (``identical_other_seeds``: member i of (c)
+against model i + 1 of (a), a few per cent of the members), so seeds shifted or members
+mixed up fail.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from lightning_modules import MLPClassifier, PopulationMLP  # noqa: E402
 from lightning_modules.population_fit import auto_chunk_size, fit_population  # noqa: E402
 
 K = 200
+MIN_IDENTICAL = 0.5
 SETTINGS = [  # (dataset, batch size, learning rate, epochs): the paper's batch sizes and rates
     ("adult", 128, 4e-3, 2),
     ("german", 32, 4e-3, 4),
@@ -119,6 +131,21 @@ def as_population(dataset, batch, lr, epochs, d, x_test, y_test) -> tuple[float,
     return seconds, [accuracy(trained.member(i), x_test, y_test) for i in range(K)], chunk
 
 
+def check(acc_a: list[float], acc_b: list[float], acc_c: list[float], label: str) -> dict:
+    """The module docstring's check of the members' test accuracies in the three ways (member i
+    of each from seed i); AssertionError where it fails, else the counts."""
+    if not len(acc_a) == len(acc_b) == len(acc_c) >= 2:
+        raise AssertionError(f"{label}: {len(acc_a)}, {len(acc_b)} and {len(acc_c)} members (expected K >= 2 each)")
+    same = sum(a == b == c for a, b, c in zip(acc_a, acc_b, acc_c))
+    other = sum(a == c for a, c in zip(acc_a[1:] + acc_a[:1], acc_c))
+    if not same >= MIN_IDENTICAL * len(acc_a):
+        raise AssertionError(f"{label}: {same} of {len(acc_a)} members end with the same test accuracy in the three "
+                             f"ways (expected at least {MIN_IDENTICAL:.0%}; other seeds' models: {other})")  # fmt: skip
+    worst = max(max(abs(a - c), abs(b - c)) for a, b, c in zip(acc_a, acc_b, acc_c))
+    return {"identical_member_accuracies": f"{same}/{len(acc_a)}", "identical_other_seeds": f"{other}/{len(acc_a)}",
+            "max_accuracy_difference": worst}  # fmt: skip
+
+
 def main() -> None:
     torch.set_num_threads(torch.get_num_threads())
     peak = sgemm_peak_gflops()
@@ -141,15 +168,14 @@ def main() -> None:
         t_c = statistics.median(r[0] for r in runs)
         acc_c, chunk = runs[0][1], runs[0][2]
         flops = member_epochs * rows * useful_flops_per_row([d, 128, 64, 16, 2])
-        same = sum(a == b == c for a, b, c in zip(acc_a, acc_b, acc_c))
-        worst = max(max(abs(a - c), abs(b - c)) for a, b, c in zip(acc_a, acc_b, acc_c))
+        checked = check(acc_a, acc_b, acc_c, dataset)
         res = {
             "members": K, "epochs": epochs, "rows": rows, "batch": batch, "chunk": chunk,
             "a_member_epochs_per_s": member_epochs / t_a, "b_member_epochs_per_s": member_epochs / t_b,
             "c_member_epochs_per_s": member_epochs / t_c, "ratio_c_a": t_a / t_c, "ratio_c_b": t_b / t_c,
             "c_effective_gflops": flops / t_c / 1e9, "c_fraction_of_peak": flops / t_c / 1e9 / peak,
             "peak_rss_mib": {"a": mem_a, "b": mem_b, "c": mem_c},
-            "identical_member_accuracies": f"{same}/{K}", "max_accuracy_difference": worst,
+            **checked,
             "mean_test_acc": {"a": sum(acc_a) / K, "b": sum(acc_b) / K, "c": sum(acc_c) / K},
         }  # fmt: skip
         results[dataset] = res
@@ -158,8 +184,9 @@ def main() -> None:
             f"a={res['a_member_epochs_per_s']:.2f} b={res['b_member_epochs_per_s']:.2f} "
             f"c={res['c_member_epochs_per_s']:.1f}; c/a={res['ratio_c_a']:.1f} c/b={res['ratio_c_b']:.1f}; "
             f"c at {res['c_effective_gflops']:.1f} GFLOP/s = {100 * res['c_fraction_of_peak']:.0f} % of peak; "
-            f"peak RSS MiB a={mem_a:.0f} b={mem_b:.0f} c={mem_c:.0f}; identical accuracies {same}/{K} "
-            f"(max diff {worst:.4f})"
+            f"peak RSS MiB a={mem_a:.0f} b={mem_b:.0f} c={mem_c:.0f}; identical accuracies "
+            f"{checked['identical_member_accuracies']} (other seeds {checked['identical_other_seeds']}; max diff "
+            f"{checked['max_accuracy_difference']:.4f})"
         )
     print(
         json.dumps(

@@ -11,14 +11,22 @@ random, t in {0, 10, 50, 90} %, K = 2, 1 epoch: 10 cells, 20 retrainings.
 (i) naive: cells one after another; every cell recomputes its estimator's maps of the train
 and test sets (``estimator_maps``), removes (``remove_top``), and fits each retraining under its
 own ``Trainer.fit`` from a plain ``DataLoader`` (per-row ``TensorDataset`` for tables; for
-images a per-image dataset normalising one uint8 image at a time and the default collate).
+images a per-image dataset normalising one uint8 image at a time and the default collate, in
+the datamodule's training order, its ``EpochShuffle``, so that both ways see the same batches).
 (ii) framework: ``evaluators.roar_grid.run_grid``: maps computed once per estimator and cached
 on disk, the tabular cells' 65 retrainings as ONE ``PopulationMLP``, image cells from the
 datamodule's cached tensors served in whole batches.
 
-Prints both times per kind, the ratios (``ratio``: the lesser) and whether (i) and (ii) gave the same tabular
-accuracies (they must: each population member is the model trained alone); the last line is
-one JSON object.
+Prints both times per kind and the ratios (``ratio``: the lesser); the last line is one JSON
+object.
+
+Check (``check``, per kind): at least ``MIN_IDENTICAL`` (half) of the retrainings end with
+the same test accuracy in (i) and (ii). Each population member is the model trained alone,
+and each image retraining sees the same batches in both ways, so on the CPUs measured all
+are identical (65 of 65 and 20 of 20); but that rests on kernels rounding alike for stacked
+and single models, which another CPU's need not, and rounding grows through training (see
+``population.py``), so equality of all is not asked. A cell's accuracies put in another
+cell's place or retrainings mixed up match only by chance, and fail.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules import FinancialDataModule  # noqa: E402
-from datamodules.images import MNIST5kDataModule  # noqa: E402
+from datamodules.images import EpochShuffle, MNIST5kDataModule  # noqa: E402
 from datamodules.roar import model_inputs, remove_top, training_fill  # noqa: E402
 from evaluators.maps.roar_estimators import estimator_maps  # noqa: E402
 from evaluators.roar_grid import CLEAN, RoarGrid, grid_cells, read_cells, run_grid  # noqa: E402
@@ -48,6 +56,7 @@ IMAGES = RoarGrid(estimators={"saliency": {}, "smoothgrad_sq": {"nt_samples": 15
                   fractions=[0.0, 0.1, 0.5, 0.9], retrainings=2, trainer={"accelerator": "cpu", "max_epochs": 1})
 CLEAN_TRAINING = {"tabular": {"accelerator": "cpu", "max_epochs": 5}, "images": {"accelerator": "cpu", "max_epochs": 1}}
 CNN = {"arch": "small_cnn", "num_classes": 10, "in_channels": 1, "optimizer": "adamw", "lr": 3e-3}
+MIN_IDENTICAL = 0.5
 
 
 def quiet_trainer(options: dict) -> pl.Trainer:
@@ -96,12 +105,28 @@ def naive_grid(clean, data, grid: RoarGrid, tabular: bool) -> list[list[float]]:
         for k in range(grid.retrainings):
             model = (MLPClassifier(in_features=clean.hparams.in_features, seed=grid.seed + k) if tabular
                      else ImageClassifier(**CNN, seed=grid.seed + k))  # fmt: skip
-            loader = DataLoader(train_set, batch_size=data.batch_size, shuffle=False)
+            order = None if tabular else EpochShuffle(len(train_set), data.seed)
+            loader = DataLoader(train_set, batch_size=data.batch_size, sampler=order)
             quiet_trainer(grid.trainer).fit(model, loader)
             with torch.no_grad():
                 row.append((model.eval()(x_test).argmax(1) == y_test).double().mean().item())
         accuracies.append(row)
     return accuracies
+
+
+def check(naive: list[list[float]], ours: list[list[float]], kind: str) -> dict:
+    """The module docstring's check of the cells' accuracies (cells x K) of (i) and (ii);
+    AssertionError where it fails, else the count and the largest difference."""
+    if [len(row) for row in naive] != [len(row) for row in ours] or not naive:
+        raise AssertionError(f"{kind}: (i) has {[len(r) for r in naive]} accuracies per cell, (ii) "
+                             f"{[len(r) for r in ours]}")  # fmt: skip
+    pairs = [(a, b) for r, q in zip(naive, ours) for a, b in zip(r, q)]
+    same = sum(a == b for a, b in pairs)
+    if not same >= MIN_IDENTICAL * len(pairs):
+        raise AssertionError(f"{kind}: {same} of {len(pairs)} retrainings end with the same test accuracy in (i) "
+                             f"and (ii) (expected at least {MIN_IDENTICAL:.0%})")  # fmt: skip
+    return {f"identical_accuracies_{kind}": f"{same}/{len(pairs)}",
+            f"max_accuracy_difference_{kind}": max(abs(a - b) for a, b in pairs)}  # fmt: skip
 
 
 def timed(run):
@@ -128,11 +153,7 @@ def main() -> dict:
             _, t_ours = timed(lambda: run_grid(clean, data, grid, Path(tmp)))
             ours = [c["retrain_acc"] for c in read_cells(Path(tmp), grid)]
         result.update({f"seconds_naive_{kind}": round(t_naive, 2), f"seconds_framework_{kind}": round(t_ours, 2),
-                       f"ratio_{kind}": round(t_naive / t_ours, 2),
-                       f"max_accuracy_difference_{kind}": max(abs(a - b) for r, s in zip(naive, ours)
-                                                              for a, b in zip(r, s))})  # fmt: skip
-        if kind == "tabular" and result["max_accuracy_difference_tabular"] > 1e-12:
-            raise RuntimeError("tabular: the population's accuracies differ from the models trained alone")
+                       f"ratio_{kind}": round(t_naive / t_ours, 2), **check(naive, ours, kind)})  # fmt: skip
         print(f"{kind}: {len(grid_cells(grid))} cells x K = {grid.retrainings}: naive {t_naive:.1f} s, "
               f"framework {t_ours:.1f} s, ratio {t_naive / t_ours:.1f}")  # fmt: skip
     result["ratio"] = min(result["ratio_tabular"], result["ratio_images"])
