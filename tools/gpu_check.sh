@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, on a machine with a CUDA GPU, within 9 minutes:
+#   the `gpu` tests (tests/test_gpu.py), then the GPU figures of the benches that run on a
+#   GPU where one exists: image_explainers.py and insertion_deletion.py (--device cuda),
+#   optimised_aggregation.py and image_population.py (they pick the GPU themselves).
+#     bash tools/gpu_check.sh          # from the repository root; outputs under ${OUT:-gpu_out}/
+# Each step has its own timeout (capped by what is left of TOTAL_S) and the next runs
+# whatever it ended with; the last line printed (and ${OUT}/summary.json) is one JSON object
+# with each step's status, seconds and result (a bench's JSON line, pytest's summary line).
+#
+# Python: $PYTHON if set, else .venv/bin/python where it imports torch, else python3. The
+# GPU machine may have no internet, so nothing is downloaded unless the chosen python lacks
+# torch, captum or pytorch_lightning: then one `pip install` of setup.cfg's pins is tried
+# (120 s), which needs a package index. Quantus (insertion_deletion's reference) is
+# optional: without it that bench says "skipped" in its JSON. Data: the benches read
+# ${RELIABLE_EXPLANATIONS_DATA:-../shared/data} and fall back to random images where it is
+# missing (said in their JSON); image_population needs Fashion-MNIST
+# (/usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist) and fails without it.
+set -u
+cd "$(dirname "$0")/.."
+OUT_DIR=${OUT:-gpu_out}
+mkdir -p "$OUT_DIR"
+TOTAL_S=${TOTAL_S:-530}
+START=$(date +%s)
+STEPS=()
+
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then PYTHON=.venv/bin/python
+  else PYTHON=python3; fi
+fi
+if ! "$PYTHON" -c "import torch, captum, pytorch_lightning" 2>"$OUT_DIR/python.log"; then
+  echo ">> $PYTHON lacks torch, captum or pytorch_lightning: trying pip install of setup.cfg's pins" | tee -a "$OUT_DIR/python.log"
+  timeout 120 bash -c "'$PYTHON' -m pip install --quiet $(python3 tools/pins.py)" >>"$OUT_DIR/python.log" 2>&1
+fi
+
+# run NAME SECONDS COMMAND...: the command under `timeout`, its output in $OUT_DIR/NAME.log
+run() {
+  local name=$1 limit=$2 left rc began
+  shift 2
+  left=$((TOTAL_S - ($(date +%s) - START)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 10 ]; then STEPS+=("$name skipped 0"); echo ">> $name: skipped (time is up)"; return; fi
+  echo ">> $name (at most ${limit} s)"
+  began=$(date +%s)
+  timeout "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1
+  rc=$?
+  STEPS+=("$name $([ $rc = 0 ] && echo ok || { [ $rc = 124 ] && echo timeout || echo "failed_rc_$rc"; }) $(($(date +%s) - began))")
+  tail -n 3 "$OUT_DIR/$name.log"
+}
+
+run environment 45 "$PYTHON" -c "import torch; print(torch.__version__, torch.cuda.is_available(), \
+torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
+run gpu_tests 170 "$PYTHON" -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider
+if [ "$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null)" = 1 ]; then
+  run image_explainers 110 "$PYTHON" bench/image_explainers.py --device cuda
+  run insertion_deletion 50 "$PYTHON" bench/insertion_deletion.py --device cuda
+  run optimised_aggregation 100 "$PYTHON" bench/optimised_aggregation.py
+  run image_population 70 "$PYTHON" bench/image_population.py
+else  # the last two would run on the CPU, for many minutes
+  for name in image_explainers insertion_deletion optimised_aggregation image_population; do
+    STEPS+=("$name skipped_no_cuda 0"); done
+fi
+
+printf '%s\n' "${STEPS[@]}" | python3 -c '
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+steps = {}
+for line in sys.stdin.read().split("\n"):
+    if not line:
+        continue
+    name, status, seconds = line.split()
+    log = out / f"{name}.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    result = lines[-1] if lines else None
+    try:
+        result = json.loads(result)
+    except (TypeError, ValueError):
+        pass
+    steps[name] = {"status": status, "seconds": int(seconds), "result": result}
+summary = {"python": sys.argv[2], "out": str(out), "steps": steps}
+(out / "summary.json").write_text(json.dumps(summary, indent=1))
+print(json.dumps(summary))
+' "$OUT_DIR" "$PYTHON"
