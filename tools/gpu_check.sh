@@ -9,9 +9,18 @@
 # with each step's status, seconds and result (a bench's JSON line, pytest's summary line).
 #
 # Python: $PYTHON if set, else .venv/bin/python where it imports torch, else python3. The
-# GPU machine may have no internet, so nothing is downloaded unless the chosen python lacks
-# torch, captum or pytorch_lightning: then one `pip install` of setup.cfg's pins is tried
-# (120 s), which needs a package index. Quantus (insertion_deletion's reference) is
+# GPU machine may have no internet. Wheels in .whl/ (git-excluded) are installed first into
+# /tmp/site (--no-index --no-deps, then on PYTHONPATH): the lent machines' python3 (3.12,
+# with its own torch, torchvision, pytorch-lightning, torchmetrics, timm, scikit-image,
+# OpenCV) lacks captum, cvxpy and jsonargparse. Prepare them here once, before the call:
+#   P="--no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+#      --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
+#      --platform manylinux2014_x86_64"
+#   python3 -m pip download $P -d .whl captum==0.9.0 cvxpy==1.9.3 jsonargparse==4.53.0 quantus==0.6.0 osqp \
+#      clarabel scs==3.2.7.post2 highspy qdldl 'sparsediffpy<0.7' docstring-parser typeshed-client
+# (34 MB; scs 3.3 alone is 43 MB, over the transfer limit with the rest) and pass carry [".whl"].
+# Without them, if the chosen python lacks torch, captum or pytorch_lightning, one
+# `pip install` of setup.cfg's pins is tried (120 s), which needs a package index. Quantus (insertion_deletion's reference) is
 # optional: without it that bench says "skipped" in its JSON. Data: the benches read
 # ${RELIABLE_EXPLANATIONS_DATA:-../shared/data} and fall back to random images where it is
 # missing (said in their JSON); image_population needs Fashion-MNIST
@@ -27,6 +36,10 @@ STEPS=()
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then PYTHON=.venv/bin/python
   else PYTHON=python3; fi
+fi
+if compgen -G ".whl/*.whl" >/dev/null; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >"$OUT_DIR/wheels.log" 2>&1 && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if ! "$PYTHON" -c "import torch, captum, pytorch_lightning" 2>"$OUT_DIR/python.log"; then
   echo ">> $PYTHON lacks torch, captum or pytorch_lightning: trying pip install of setup.cfg's pins" | tee -a "$OUT_DIR/python.log"
