@@ -23,8 +23,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install fashion-mnist demo test test-all test-oldest bench lint env-key clean-env population table1 figure9 sigma \
-	check-dataset
+.PHONY: install fashion-mnist demo test test-all test-oldest bench lint env-key clean-env
+.PHONY: population table1 figure9 sigma check-dataset
 
 install: $(VENV)/.complete fashion-mnist
 

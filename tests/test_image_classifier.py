@@ -351,7 +351,8 @@ def test_evaluate_run_of_an_image_run_whose_folder_moved(tmp_path):
 def test_evaluate_run_data_dir_of_a_datamodule_without_a_path_is_refused(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")  # refused before it is read
-    (tmp_path / "config.yaml").write_text("data:\n  class_path: datamodules.MNIST5kDataModule\n  init_args: {}\n")
+    (tmp_path / "config.yaml").write_text("model:\n  class_path: lightning_modules.ImageClassifier\n"
+                                          "data:\n  class_path: datamodules.MNIST5kDataModule\n  init_args: {}\n")
     with pytest.raises(InputError, match="datamodule MNIST5kDataModule reads its data from no path"):
         evaluate.main(["run", str(tmp_path), "--data_dir", str(tmp_path)])
 
