@@ -20,7 +20,7 @@ variable ``RELIABLE_EXPLANATIONS_PORTABLE=1``; either overrides any of those var
 environment already sets. The variables take effect only if set before ``torch`` is
 imported, so the entry points call :func:`enable_if_asked` first, before any other import
 of the project; a process that imported torch already cannot switch (an error says so).
-It is slower (README, "Portable mode") and so opt in. What it cannot fix: another build of
+It runs on one thread without oneDNN, so it is opt in. What it cannot fix: another build of
 torch or MKL (the pins in setup.cfg fix them) and GPUs (cuBLAS and cuDNN choose their own
 kernels; portable mode is for CPU runs).
 """
