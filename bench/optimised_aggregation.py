@@ -50,10 +50,11 @@ by more than ``TOLERANCE`` pass if their objectives under (a)'s Γ agree to
 ``OBJECTIVE_TOLERANCE`` relative (``max_objective_gap``), as the GPU test of the solver
 checks objectives rather than weights. That holds on any CPU and GPU: where other kernels
 flip a few ReLU gates, a map changes at a few values by a few per cent of its largest
-(``bench/_agreement.py``), Γ by less after the maps' blur and normalisation, and the gap
-|ω_bᵀΓ_aω_b − ω_aᵀΓ_aω_a| is at most 2 max_ω |ωᵀ(Γ_b − Γ_a)ω| (each ω minimises its own Γ):
-measured 1.2e-5 of the objective on an H100, against 1e-4 allowed. Weights that are not the
-minimiser (permuted, another vertex) are off by far more.
+(``bench/_agreement.py``) and Γ with it, and the gap |ω_bᵀΓ_aω_b − ω_aᵀΓ_aω_a| is at most
+2 max_ω |ωᵀ(Γ_b − Γ_a)ω| over the simplex (each ω minimises its own Γ), first order in Γ's
+change, not amplified by a nearly singular Γ as the weights are: measured 1.2e-5 of the
+objective on an H100, against 1e-4 allowed. Weights that are not the minimiser (permuted,
+another vertex) are off by far more.
 
 ``gradient_floor_s_per_input``: the model's forward and backward passes alone on as many
 rows as AGG_robust explains per input ((m + 1) times ``rows_per_image``), the floor of
