@@ -19,8 +19,8 @@ do, which another CPU's kernels need not; there the rounding grows through train
 one product reordered, 40 of 200 Adult members ended with another accuracy after two
 epochs, README), so equality of all is not asked. A member trained from another seed
 matches its partner's accuracy only by chance (``identical_other_seeds``: member i of (c)
-against model i + 1 of (a), a few per cent of the members), so seeds shifted or members
-mixed up fail.
+against model i + 1 of (a): 8 and 17 of 200 on Adult and German, measured), so seeds
+shifted or members mixed up fail.
 """
 
 from __future__ import annotations
