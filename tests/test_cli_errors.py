@@ -51,7 +51,7 @@ def test_evaluate_bad_config_population_and_values(small_population, tmp_path):
     for args, message in cases:
         result = run("evaluate.py", *args)
         assert_one_line_error(result, message)
-        assert not out.exists() or not any(out.iterdir()), (args, list(out.iterdir()))  # no run folder left
+        assert not out.exists(), (args, list(out.rglob("*")))  # no run folder left, nor the output folder made for it
 
 
 def test_missing_population_names_the_command_that_makes_it(tmp_path):
@@ -113,6 +113,8 @@ def test_a_model_of_another_kind_is_refused_with_one_line(small_population, tiny
         (["run", str(tabular_run)], "holds a tabular population; expected a tabular model or an image model"),
         (["roar", "--config", "configs/roar/fashion_mnist_cpu.yaml", "--run", str(mlp / "german" / "m")],
          f"option run='{mlp / 'german' / 'm'}': holds a tabular model; expected an image model (the config's kind"),
+        (["roar", "--config", "configs/roar/fashion_mnist_cpu.yaml", "--run", str(tiny_run), "--set", "data.subsett=5"],
+         "option data: ['subsett'] not an option of the run's datamodule ImageFolderDataModule; expected some of"),
         (["aggregation", "--config", "configs/aggregation/cifar10.yaml", "--run", str(mlp / "german" / "m"),
           "--set", "kind=images"], "option kind='images'; expected one of [None, 'tabular', 'image']"),
     ]  # fmt: skip
