@@ -4,7 +4,7 @@ seeded models and inputs, as a SHA-256 of each tensor's bytes plus readable summ
 ``python -m tests.golden.record --write`` rewrites ``tests/golden/record.json``;
 ``python -m tests.golden.record --out FILE`` writes the record computed now to FILE (what
 ``tests/test_golden.py`` runs). Both run in portable mode (``portable.py``: set here before
-torch is imported) with OpenBLAS's generic kernels (:data:`OPENBLAS`), so the record holds on
+torch and numpy are imported; it includes OpenBLAS's generic kernels), so the record holds on
 any x86-64 CPU with the pinned packages.
 Rewriting the record is a decision: state which entries changed and why in the closing note.
 
@@ -28,17 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORD = Path(__file__).resolve().parent / "record.json"
 
 
-# numpy's and scipy's OpenBLAS (scikit-learn's LIME/KernelSHAP regressions and logistic
-# regression, the RBM aggregator) also pick kernels by CPU (Haswell here, SkylakeX on AVX-512):
-# its generic SSE kernels and one thread, which portable.py does not set, for the same reason.
-OPENBLAS = {"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1"}
-
-
 def _portable() -> None:
     """Portable mode before torch (and numpy) is imported: the same bits on any x86-64 CPU."""
     sys.path.insert(0, str(ROOT))
     os.environ["RELIABLE_EXPLANATIONS_PORTABLE"] = "1"
-    os.environ.update(OPENBLAS)
     import portable
 
     portable.enable_if_asked([])
