@@ -36,6 +36,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
+from lightning_modules.interface import POSITIVE_CLASS, explained_output, output_kind
 from lightning_modules.mlp import (
     ExplainOutput,
     LossOn,
@@ -72,6 +73,8 @@ class PopulationMLP(pl.LightningModule):
             written right after (``subset``, ``concatenate``, loading a file): building
             M seeded MLPs only to overwrite them costs about 0.8 ms per member.
     """
+
+    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(
         self,
@@ -125,10 +128,7 @@ class PopulationMLP(pl.LightningModule):
 
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
         """Positive-class logit or probability of every member, shape (M, B)."""
-        logits = self(x)
-        if self.hparams.explain_output == "probability":
-            return logits.softmax(dim=-1)[..., 1]
-        return logits[..., 1]
+        return explained_output(self, x, POSITIVE_CLASS, output_kind(self))
 
     # --- members --------------------------------------------------------------
     def member_initialisation(self, i: int) -> MLPClassifier:

@@ -125,7 +125,7 @@ def subset_perturbations(
                 removed = unit_masks(groups[i], chosen[i, s])
                 removed = removed if tabular else removed[:, None]  # all channels of a pixel
                 perturbed = torch.where(removed, base[i], x[i])
-                outputs.append(explained_scores(model, perturbed, None if target is None else target[i]))
+                outputs.append(explained_scores(model, perturbed, target[i]))
             deltas = clean[:, None] - torch.cat(outputs).view(len(x), n_samples)
     finally:
         model.train(was_training)

@@ -147,15 +147,15 @@ def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> d
     k-th explainer draws from seed ``seed + k`` (``evaluators.maps.explain``), so a resumed
     run's maps are an uninterrupted run's; maps with NaN or ±inf are refused (the error
     names the explainer) before caching."""
-    unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
+    names = explainer_names(model, inputs.x)
+    unknown = sorted(set(cfg.explainers) - set(names))
     if unknown:
-        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
+        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {names}")
     maps = {}
     for k, (name, options) in enumerate(cfg.explainers.items()):
         def compute(name=name, options=options, k=k) -> dict:
-            extra = {} if inputs.tabular else {"max_batch": cfg.max_batch}
             options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}  # an explainer's own seed wins
-            m = explain(model, inputs.x, name, target=inputs.target, **options, **extra)
+            m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
             check_finite(m, f"explainer {name!r}", "map")
             return {"maps": m.cpu()}

@@ -240,7 +240,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
             noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
-            noisy_target = None if target is None else target[part].repeat_interleave(cfg.m_sens)
+            noisy_target = target[part].repeat_interleave(cfg.m_sens)
             noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, **map_options,
                                          **copies_seed(part, cfg.m_sens))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
@@ -271,9 +271,9 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
             perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation", offset=start)
-            part_target = None if target is None else target[part]
-            noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), None if target is None else
-                                         part_target.repeat_interleave(n), explainers, **map_options,
+            part_target = target[part]
+            noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), part_target.repeat_interleave(n),
+                                         explainers, **map_options,
                                          **copies_seed(part, n))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():

@@ -19,7 +19,7 @@ import torch
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.config import PopulationSource
-from evaluators.maps import TABULAR_EXPLAINERS, explain
+from evaluators.maps import EXPLAINERS, explain
 from lightning_modules.ensembles import ENSEMBLES
 
 
@@ -42,10 +42,9 @@ class SigmaAblationConfig(PopulationSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.method not in TABULAR_EXPLAINERS:
-            raise InputError(
-                f"option method={self.method!r}: unknown explainer; expected one of {sorted(TABULAR_EXPLAINERS)}"
-            )
+        names = sorted(n for n, spec in EXPLAINERS.items() if spec.fixed is not None)
+        if self.method not in names:
+            raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {names}")
 
 
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
