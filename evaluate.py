@@ -24,7 +24,7 @@ test split it serves (``evaluators/protocols/explanation_grid.py``; ``--data_dir
 (``evaluators/protocols/consistency.py``), ``aggregation`` pixel-level aggregation of
 explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``),
 ``optimised`` Decker et al.'s optimised aggregation (``evaluators/protocols/optimised_aggregation.py``),
-``roar`` Hooker et al.'s remove-and-retrain grid (``evaluators/protocols/roar.py``: its folder is
+``roar`` Hooker et al.'s remove-and-retrain grid (``evaluators/protocols/roar/protocol.py``: its folder is
 named by its config, so a re-run or a ``--shard`` process continues the same grid).
 Each makes a new folder
 ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
@@ -53,17 +53,17 @@ import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
-from evaluators.config import load_config
+from evaluators.inputs.config import load_config
 from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
 from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.protocols.explanation_grid import explanation_grid
-from evaluators.roar_grid import parse_shard
-from evaluators.run_inputs import load_run
+from evaluators.protocols.roar.grid import parse_shard
+from evaluators.inputs.runs import load_run
 from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.protocols.optimised_aggregation import (
     OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
 )  # fmt: skip
-from evaluators.protocols.roar import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
+from evaluators.protocols.roar.protocol import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 from train import unique_folder
 

@@ -201,7 +201,7 @@ class RemoveAndRetrainDataModule(pl.LightningDataModule):
     KAR), served as ``datamodule`` serves them.
 
     ``train_scores`` and ``test_scores``: maps shaped like the splits' model inputs, in
-    dataset order (``evaluators.roar_maps.dataset_maps``); ``"test"`` is the image
+    dataset order (``evaluators.protocols.roar.maps.dataset_maps``); ``"test"`` is the image
     datamodule's evaluation split (``test/``, else ``val/``). Drop-in for
     ``pl.Trainer.fit``/``test``/``predict``: training batches in the wrapped datamodule's
     seeded order, with its augmentation applied to the modified images; no validation split

@@ -6,7 +6,7 @@ score, the class each input is scored on, and the scalar outputs they read.
   attributions with ``evaluators.maps.image_explainers.reduce_map`` first); a tabular
   model (``is_tabular``) takes rows x (N, d) and maps (N, d), one value per feature.
   Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
-  ``InputError`` naming the input, map or output row (``evaluators.finite.check_finite``).
+  ``InputError`` naming the input, map or output row (``evaluators.inputs.finite.check_finite``).
 * **Target** (``resolve_targets``): for images ``None`` scores each image's predicted
   class on the clean input (the argmax of its logits), else an int for all or a
   LongTensor of N labels; a tabular model is scored on its positive class
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import image_targets
 from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
 
