@@ -48,7 +48,8 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules.errors import InputError
-from datamodules.images import ImageDataModule, InMemoryImageBatches, channel_stats
+from datamodules.image_base import ImageDataModule
+from datamodules.image_batches import InMemoryImageBatches, channel_stats
 from datamodules.tabular import TabularDataModule
 
 FRACTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)

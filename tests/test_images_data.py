@@ -15,7 +15,8 @@ from PIL import Image
 
 from datamodules import FashionMNISTDataModule, ImageFolderDataModule, InputError, MNIST5kDataModule, unpack_archive
 from datamodules.describe import main as describe_main
-from datamodules.images import AUGMENT_STREAM, COMPLETE_MARKER, ORDER_STREAM, augment_batch
+from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, augment_batch
+from datamodules.image_cache import COMPLETE_MARKER
 
 CLASSES = ["cat", "bird", "dog"]  # written unsorted: discovery sorts them
 
