@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._agreement import check_float32, check_float64  # noqa: E402
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.config import resolve_device  # noqa: E402
+from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.maps.image_explainers import last_conv_block, predicted_class, resolve_max_batch  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402

@@ -78,7 +78,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from evaluators.config import resolve_device  # noqa: E402
+from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.maps.image_explainers import reduce_map  # noqa: E402
 from evaluators.metrics.insertion_deletion import insertion_deletion_curves  # noqa: E402
@@ -100,7 +100,7 @@ def model_and_images(n: int) -> tuple[nn.Module, torch.Tensor, str]:
     """The reference ResNet-8 and the first ``n`` CIFAR-10 test images, or a random
     ResNet-8 on random images (and what was used)."""
     if (REFERENCE_RUN / "checkpoints" / "last.ckpt").is_file():
-        from evaluators.run_inputs import load_run
+        from evaluators.inputs.runs import load_run
 
         model, data, _ = load_run(REFERENCE_RUN, data_options={"eval_batch_size": n})
         data.setup("test")

@@ -38,8 +38,8 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
-from evaluators.map_grid import plot_map_grid
+from evaluators.inputs.finite import check_finite
+from evaluators.reports.map_grid import plot_map_grid
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS
@@ -52,7 +52,7 @@ from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.relative_stability import STABILITIES, relative_stability
-from evaluators.run_inputs import spread_images
+from evaluators.inputs.runs import spread_images
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip

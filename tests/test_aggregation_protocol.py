@@ -19,9 +19,9 @@ from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.pixel_aggregators import aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators import run_inputs
+from evaluators.inputs import runs as run_inputs
 from evaluators.protocols import aggregation
-from evaluators.run_inputs import load_run, spread_images
+from evaluators.inputs.runs import load_run, spread_images
 
 
 def small_config(tmp_path, run, **extra) -> dict:

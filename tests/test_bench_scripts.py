@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluators.roar_grid import RoarGrid
+from evaluators.protocols.roar.grid import RoarGrid
 
 ROOT = Path(__file__).resolve().parent.parent
 ROAR_STEPS = {"accelerator": "cpu", "max_epochs": 1, "limit_train_batches": 2}

@@ -52,7 +52,7 @@ def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_met
     from evaluators.maps.image_explainers import reduce_map
     from evaluators.maps.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
-    from evaluators.run_inputs import spread_images
+    from evaluators.inputs.runs import spread_images
     from lightning_modules import ImageClassifier
 
     data = fashion_mnist_or_skip()
@@ -189,7 +189,7 @@ class TwoImageMembers(pl.LightningModule):
 
 def test_image_population_consistency_is_logged_per_pixel_on_a_two_epoch_run(tmp_path):
     from evaluators.maps.image_explainers import reduce_map
-    from evaluators.run_inputs import spread_images
+    from evaluators.inputs.runs import spread_images
 
     data = fashion_mnist_or_skip()
     population = TwoImageMembers()

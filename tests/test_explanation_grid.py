@@ -10,7 +10,7 @@ from PIL import Image
 
 import evaluate
 from datamodules.errors import InputError
-from evaluators.run_inputs import load_run
+from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
 

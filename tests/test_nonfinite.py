@@ -19,7 +19,7 @@ from torch import nn
 import evaluate
 from datamodules import FinancialDataModule
 from datamodules.errors import InputError, run_entry_point
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate

@@ -90,7 +90,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
 from evaluators.maps.normalisations import normalise

@@ -6,7 +6,7 @@ score, the class each input is scored on, and the scalar outputs they read.
   attributions with ``evaluators.maps.image_explainers.reduce_map`` first); rows x (N, d)
   (the only inputs of a tabular model) take maps (N, d), one value per feature.
   Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
-  ``InputError`` naming the input, map or output row (``evaluators.finite.check_finite``).
+  ``InputError`` naming the input, map or output row (``evaluators.inputs.finite.check_finite``).
 * **Target** (``resolve_targets``, ``interface.default_targets``): a LongTensor (N,):
   ``None`` scores each input's default target (the predicted class on the clean input, the
   argmax of its class probabilities; a tabular model's positive class, ``POSITIVE_CLASS``,
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from lightning_modules.interface import class_probabilities, default_targets, explained_output, fixed_target
 from lightning_modules.interface import model_device, output_kind  # noqa: F401 (model_device: the metrics' import)

@@ -66,7 +66,7 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
   explanations of the perturbed inputs, by far the dearest part.
 
 Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs with NaN or
-±inf are refused with one ``InputError`` naming which (``evaluators.finite``): a NaN
+±inf are refused with one ``InputError`` naming which (``evaluators.inputs.finite``): a NaN
 output would otherwise turn a sample into a prediction flip, left out unseen.
 
 ``RelativeStability`` (a torchmetrics ``Metric``) averages the three over the inputs
@@ -82,7 +82,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import (

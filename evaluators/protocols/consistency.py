@@ -57,13 +57,15 @@ from rich.progress import Progress
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements, pair_separations
-from evaluators.config import PopulationSource
-from evaluators.image_members import ImageMembers
+from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.image_members import ImageMembers
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
-from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves
-from evaluators.run_inputs import spread_images
+from evaluators.protocols.population_sets import (
+    disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
+)  # fmt: skip
+from evaluators.inputs.runs import spread_images
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.image_ensembles import IMAGE_ENSEMBLES
 

@@ -18,7 +18,7 @@ import torch
 
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
-from evaluators.config import PopulationSource
+from evaluators.inputs.config import PopulationSource
 from evaluators.maps import EXPLAINERS, explain
 from lightning_modules.ensembles import ENSEMBLES
 
@@ -27,7 +27,7 @@ from lightning_modules.ensembles import ENSEMBLES
 class SigmaAblationConfig(PopulationSource):
     """Options of the σ ablation (configs/sigma/<dataset>.yaml)."""
 
-    KINDS = ("tabular population",)  # MLP populations only (evaluators.sources)
+    KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
 
     n_models: int = 10
     n_perturb: int = 50

@@ -62,7 +62,7 @@ def _imports():
     from evaluators.metrics.relative_stability import relative_stability  # noqa: F401
     from evaluators.metrics.road import road_curves  # noqa: F401
     from evaluators.metrics.sensitivity import sensitivities  # noqa: F401
-    from evaluators.roar_grid import RoarGrid, run_grid  # noqa: F401
+    from evaluators.protocols.roar.grid import RoarGrid, run_grid  # noqa: F401
     from lightning_modules import ImagePopulation, MLPClassifier, PopulationMLP, create_image_model  # noqa: F401
     from lightning_modules.curve_population import curves_between  # noqa: F401
     from lightning_modules.curves import CurveModel, MLPCurve  # noqa: F401

@@ -20,7 +20,7 @@ from datamodules import data_location_option
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.maps.image_explainers import predicted_class
-from evaluators.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
+from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
 
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
@@ -28,7 +28,7 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
              where: str | None = None):  # fmt: skip
     """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
     CPU), the datamodule of its ``config.yaml`` and the checkpoint's path, once the run is
-    checked to hold one of ``kinds`` of model (``evaluators.sources``; ``kind``: a config's
+    checked to hold one of ``kinds`` of model (``evaluators.inputs.sources``; ``kind``: a config's
     ``tabular`` or ``image``), its checkpoint to be readable and ``data_options`` to be options
     of its datamodule. ``data_options`` override the datamodule's init arguments (e.g.
     ``eval_batch_size``); ``data_location``: where the run's data lies now, given to the

@@ -2,7 +2,7 @@
 scored, cell by cell, resumable and shardable.
 
 A cell (e, t) removes the fraction t of every training and test input's elements that the
-estimator e ranks highest (its maps of the clean model, ``evaluators.roar_maps.dataset_maps``,
+estimator e ranks highest (its maps of the clean model, ``evaluators.protocols.roar.maps.dataset_maps``,
 computed once per estimator and cached on disk; the removal is ``datamodules.roar``), then
 
 * retrains K fresh models from random initialisation (seeds ``seed``, ..., ``seed + K - 1``)
@@ -24,7 +24,7 @@ Every finished cell is written atomically to ``<out>/cells/<estimator>-t<pct>.js
 skips the cells already there, so a grid killed at any moment loses at most the cells in
 flight (an image cell; a tabular population's cells). ``shard=(i, k)`` runs cells i, i+k,
 i+2k, ... of the fixed order (``grid_cells``), so k processes or SLURM array tasks split a
-grid; whoever finds every cell done collects the results (``evaluators.roar_report``).
+grid; whoever finds every cell done collects the results (``evaluators.protocols.roar.report``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.maps.image_explainers import rows_within
-from evaluators.roar_maps import dataset_maps
+from evaluators.protocols.roar.maps import dataset_maps
 from lightning_modules.interface import class_probabilities
 from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP
