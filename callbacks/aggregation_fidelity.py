@@ -42,9 +42,9 @@ from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import plot_map_grid
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
-from evaluators.maps.normalisations import NORMALISATIONS
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate_all
-from evaluators.maps.optimised_aggregators import (
+from evaluators.aggregators.normalisations import NORMALISATIONS
+from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate_all
+from evaluators.aggregators.optimised_aggregators import (
     OPTIMISED_AGGREGATORS, VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
 )  # fmt: skip
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation

@@ -21,9 +21,9 @@ from datamodules import FinancialDataModule
 from datamodules.errors import InputError, run_entry_point
 from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS
-from evaluators.maps.normalisations import NORMALISATIONS, normalise
-from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
+from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
+from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate
+from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import Infidelity, infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC, auc, insertion_deletion_curves

@@ -14,7 +14,7 @@ import yaml
 
 import evaluate
 from evaluators.maps.image_explainers import predicted_class
-from evaluators.maps.optimised_aggregators import combine, explainer_maps, optimised_aggregation
+from evaluators.aggregators.optimised_aggregators import combine, explainer_maps, optimised_aggregation
 from evaluators.protocols import optimised_aggregation as protocol
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
@@ -81,7 +81,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
 
 
 def test_blank_maps_are_counted_in_the_json_and_named_under_the_table(tiny_run, tmp_path, monkeypatch):
-    from evaluators.maps import optimised_aggregators
+    from evaluators.aggregators import optimised_aggregators
 
     explain = optimised_aggregators.explain
 

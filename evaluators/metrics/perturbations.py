@@ -41,7 +41,7 @@ CPU ``torch.Generator`` of its own per input, seeded from (seed, stream, kind, i
 through NumPy's ``SeedSequence`` (``sample_generator``): ``index`` is the input's position
 in the call (plus ``offset``), ``kind`` is ``"noise"`` or ``"subsets"`` and ``stream`` is
 ``"evaluation"`` (the metrics: Infidelity, Sensitivity) or ``"fitting"`` (the aggregation
-weights of ``evaluators.maps.optimised_aggregators``). Distinct tuples give independent
+weights of ``evaluators.aggregators.optimised_aggregators``). Distinct tuples give independent
 streams (``SeedSequence``'s hashing), so the m_agg fitting samples and the m_eval
 evaluation samples of the same input and seed are independent draws, not the same
 samples reused, and an input's samples do not depend on the other inputs of the batch,

@@ -47,8 +47,8 @@ from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
-from evaluators.maps.normalisations import NORMALISATIONS, normalise
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
+from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.reports.wandb_log import check_log_to, log_report

@@ -71,11 +71,11 @@ from evaluators.inputs.config import resolve_device
 from evaluators.reports.map_grid import blank_note, count_blank_maps
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import resolve_max_batch
-from evaluators.maps.optimised_aggregators import (
+from evaluators.aggregators.optimised_aggregators import (
     OPTIMISED_AGGREGATORS, combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
 from evaluators.maps.seeds import derived_seed
-from evaluators.maps.simplex_qp import solve_simplex_qp
+from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import M_EVAL, infidelity, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise

@@ -6,7 +6,7 @@ maps (below), E = (φ_1, …, φ_k) ∈ R^{d×k} (d pixels or features), ω ∈ 
 and the aggregate φ_ω = E ω = Σ_i ω_i φ_i. A generalised L2 metric Q(φ) = E‖γ_1 φ − γ_2‖²
 (Definition 4.1) is, over Ω (where γ_2 = γ_2 Σ_i ω_i), a quadratic form Q(φ_ω) = ωᵀΓω with
 Γ = E[(γ_1 E − γ_2 1ᵀ)ᵀ(γ_1 E − γ_2 1ᵀ)] (k × k, symmetric PSD), so the best weights solve the
-QP min_{ω∈Ω} ωᵀΓω (``evaluators.maps.simplex_qp``). Theorem 4.2: Q(φ_ω) ≤ Σ_i ω_i Q(φ_i), so the
+QP min_{ω∈Ω} ωᵀΓω (``evaluators.aggregators.simplex_qp``). Theorem 4.2: Q(φ_ω) ≤ Σ_i ω_i Q(φ_i), so the
 minimiser is at least as good as every single explainer (ω = e_i) on the samples Γ is
 estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2), drawn from the
 ``"fitting"`` stream of ``evaluators.metrics.perturbations``, independent of the metrics'
@@ -93,10 +93,10 @@ from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
-from evaluators.maps.normalisations import normalise
-from evaluators.maps.pixel_aggregators import aggregate
+from evaluators.aggregators.normalisations import normalise
+from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.maps.seeds import derived_seed, input_index
-from evaluators.maps.simplex_qp import solve_simplex_qp
+from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
 from evaluators.metrics.model_scores import check_inputs, model_device, resolve_targets
 from evaluators.metrics.perturbations import (

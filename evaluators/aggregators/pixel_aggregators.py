@@ -1,7 +1,7 @@
 """Aggregators of an ensemble of normalised explanation maps (Mahlau & Nolde 2022, §3.2).
 
 ``aggregate(stack, name, map_dims=2, **params)`` merges a stack (k, N, *S) of k base
-attributions of N inputs, already normalised (``evaluators.maps.normalisations``; the
+attributions of N inputs, already normalised (``evaluators.aggregators.normalisations``; the
 paper's Table 1 uses z-scores), into one map per input, (N, *S): S is (H, W) for pixel
 maps (``map_dims=2``) and (d,) for tabular feature maps (``map_dims=1``). Every
 aggregator but ``rbm`` works pixel by pixel, in torch, batched on the stack's device; the
@@ -65,7 +65,7 @@ from sklearn.neural_network import BernoulliRBM
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.normalisations import check_maps, linear, normalise
+from evaluators.aggregators.normalisations import check_maps, linear, normalise
 
 
 def _real(option: str, value, expected: str = "a finite real number", valid: Callable = lambda v: True) -> float:
