@@ -139,8 +139,8 @@ def _explain(v, t):
     return v.sum(1)
 
 
-def _update(metric, *args):
-    metric.update(*args)
+def _update(metric, *args, **kwargs):
+    metric.update(*args, **kwargs)
     return metric.compute()
 
 
@@ -155,13 +155,13 @@ MAP_CALLS = {  # name -> call(model, x, maps) of each public function and Metric
     "FaithfulnessCorrelation": lambda m, x, a: _update(FaithfulnessCorrelation(n_samples=4), m, x, a),
     "sensitivities": lambda m, x, a: sensitivities(_explain, x, a, n_samples=2),
     "map_distances": lambda m, x, a: map_distances(a.repeat_interleave(2, 0), a),
-    "AverageSensitivity": lambda m, x, a: _update(AverageSensitivity(n_samples=2), _explain, x, a),
-    "MaxSensitivity": lambda m, x, a: _update(MaxSensitivity(n_samples=2), _explain, x, a),
+    "AverageSensitivity": lambda m, x, a: _update(AverageSensitivity(n_samples=2), m, x, a, explain_fn=_explain),
+    "MaxSensitivity": lambda m, x, a: _update(MaxSensitivity(n_samples=2), m, x, a, explain_fn=_explain),
     "road_curves": lambda m, x, a: road_curves(m, x, a, percentages=(20, 50)),
     "ROADMoRF": lambda m, x, a: _update(ROADMoRF(percentages=(20,)), m, x, a),
     "ROADLeRF": lambda m, x, a: _update(ROADLeRF(percentages=(20,)), m, x, a),
     "relative_stability": lambda m, x, a: relative_stability(m, x, a, _explain, n_samples=2),
-    "RelativeStability": lambda m, x, a: _update(RelativeStability(n_samples=2), m, x, a, _explain),
+    "RelativeStability": lambda m, x, a: _update(RelativeStability(n_samples=2), m, x, a, explain_fn=_explain),
 }
 INPUT_CALLS = {name: call for name, call in MAP_CALLS.items() if name != "map_distances"}
 INPUT_CALLS["subset_perturbations"] = lambda m, x, a: subset_perturbations(m, x, n_samples=4)

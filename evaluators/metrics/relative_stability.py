@@ -79,11 +79,11 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import (
     OUTPUTS,
@@ -250,46 +250,36 @@ def relative_stability(
     return {**{name: torch.where(kept > 0, torch.cat(v), torch.nan) for name, v in best.items()}, "kept": kept}
 
 
-class RelativeStability(Metric):
+class RelativeStability(MeanOverInputs):
     """Mean RIS, RRS and ROS (lower is better) over the inputs scored by ``update`` that
     have a score; ``compute()`` returns {"ris", "rrs", "ros"}.
 
-    ``update(model, x, maps, explain_fn, target=None)`` scores inputs x with their maps
+    ``update(model, x, maps, target=None, explain_fn=...)`` scores inputs x with their maps
     through ``relative_stability`` with this metric's options; one metric yields all three
-    because they share the explanations of the perturbed inputs. As
-    ``evaluators.metrics.insertion_deletion``'s metrics, it holds no model (nor
-    ``explain_fn``), its states are sums reduced with ``dist_reduce_fx="sum"`` (the mean
-    over every process's inputs under DDP), and every ``update`` draws its noise from
-    ``seed`` afresh, so two updates equal the mean of two functional calls. Inputs whose
-    samples all flipped the prediction are counted in the state ``unscored``.
+    because they share the explanations of the perturbed inputs (the states, a vector of
+    the three sums, and their reduction: ``evaluators.metrics.base``). Inputs whose
+    samples all flipped the prediction are counted in the state ``left_out``.
 
     Args (those of ``relative_stability``): n_samples, radius, p, eps_min, change, layer,
     ros_output, seed, max_batch.
     """
 
-    full_state_update = False
     higher_is_better = False
+    leaves_out_undefined = True
 
     def __init__(self, n_samples: int = M_EVAL, radius: float = RADIUS, p: float = 2.0, eps_min: float = EPS_MIN,
                  change: str = "elementwise", layer: str | None = None, ros_output: str = "logit", seed: int = 0,
                  max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
         _check_options(n_samples, radius, p, eps_min, change, ros_output)
-        self.options = {"n_samples": n_samples, "radius": radius, "p": p, "eps_min": eps_min, "change": change,
-                        "layer": layer, "ros_output": ros_output, "seed": seed, "max_batch": max_batch}  # fmt: skip
-        for name in STABILITIES:
-            self.add_state(f"{name}_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("unscored", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        super().__init__({"n_samples": n_samples, "radius": radius, "p": p, "eps_min": eps_min, "change": change,
+                          "layer": layer, "ros_output": ros_output, "seed": seed, "max_batch": max_batch},
+                         (len(STABILITIES),), **kwargs)  # fmt: skip
 
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, explain_fn: Callable, target=None) -> None:
-        scores = relative_stability(model, x, maps, explain_fn, target, **self.options)
-        scored = scores["kept"] > 0
-        for name in STABILITIES:
-            total = getattr(self, f"{name}_sum")
-            total += scores[name][scored].double().sum().to(total.device)
-        self.count += int(scored.sum())
-        self.unscored += int((~scored).sum())
+    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None,
+               explain_fn: Callable | None = None) -> torch.Tensor:  # fmt: skip
+        """(N, 3) RIS, RRS, ROS; NaN where every sample flipped the prediction."""
+        scores = relative_stability(model, x, maps, require_explain_fn(explain_fn, self), target, **self.options)
+        return torch.stack([scores[name] for name in STABILITIES], 1)
 
     def compute(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, f"{name}_sum") / self.count for name in STABILITIES}
+        return dict(zip(STABILITIES, super().compute()))

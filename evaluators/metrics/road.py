@@ -78,11 +78,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.insertion_deletion import unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS,
@@ -263,42 +263,32 @@ def _outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor, output: st
     return target_outputs(model, x, target, output)
 
 
-class _ROAD(Metric):
+class _ROAD(MeanOverInputs):
     """The mean ROAD curve over every input scored by ``update``.
 
     ``update(model, x, maps, target=None)`` scores inputs x with their maps through
-    ``road_curves`` with this metric's options. As ``evaluators.metrics.insertion_deletion``'s
-    metrics, it holds no model, its states are sums reduced with ``dist_reduce_fx="sum"``
-    (the mean over every process's inputs under DDP), and every ``update`` draws its
-    random numbers from ``seed`` afresh, so two updates equal the mean of two functional
-    calls. ``compute()`` is the mean curve (P,) over the inputs, at ``self.percentages``;
-    its ``.mean()`` is the AUC-like summary.
+    ``road_curves`` with this metric's options (the states, their reduction and the random
+    numbers of each update: ``evaluators.metrics.base``). ``compute()`` is the mean curve
+    (P,) over the inputs, at ``self.percentages``; its ``.mean()`` is the AUC-like summary.
 
     Args (those of ``road_curves``): percentages, output, difference, noise,
     feature_means, seed, max_batch.
     """
 
-    full_state_update = False
     order: str
 
     def __init__(self, percentages: Sequence[float] = PERCENTAGES, output: str = "probability",
                  difference: bool = False, noise: float = NOISE, feature_means: torch.Tensor | None = None,
                  seed: int = 0, max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
         _check_options(self.order, output, noise)
-        self.percentages = _check_percentages(percentages)
-        self.options = {"percentages": self.percentages, "output": output, "difference": difference, "noise": noise,
-                        "feature_means": feature_means, "seed": seed, "max_batch": max_batch}  # fmt: skip
-        self.add_state("curve_sum", torch.zeros(len(self.percentages), dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        percentages = _check_percentages(percentages)
+        super().__init__({"percentages": percentages, "output": output, "difference": difference, "noise": noise,
+                          "feature_means": feature_means, "seed": seed, "max_batch": max_batch},
+                         (len(percentages),), **kwargs)  # fmt: skip
+        self.percentages = percentages
 
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
-        _, curves = road_curves(model, x, maps, self.order, target=target, **self.options)
-        self.curve_sum += curves.double().sum(0).to(self.curve_sum.device)
-        self.count += len(curves)
-
-    def compute(self) -> torch.Tensor:
-        return self.curve_sum / self.count
+    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn=None):
+        return road_curves(model, x, maps, self.order, target=target, **self.options)[1]
 
 
 class ROADMoRF(_ROAD):
