@@ -32,29 +32,16 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
   ω = e_i it is explainer i's normalised infidelity (β_i is the least-squares scale, so
   (1/m) Σ_s (β_i a_{s,i} − Δ_s)² = min_β …), hence min_ω ωᵀΓ_faith ω ≤ min_i INFD(φ_i) on the
   fitting samples, and INFD(ψ_ω) (normalised) ≤ ωᵀΓ_faith ω since normalising can only
-  lower it. The map returned is φ_ω = Σ_i ω_i φ_i, as the paper's φ_ω and the reference
-  code's ``np.average(explanations, weights=ω)``: it points in ψ_ω's direction (and then has
-  its normalised infidelity) when the β_i of the explainers with positive weight are
-  equal, not in general, so the theorem's bound is ψ_ω's, not φ_ω's, whenever the β_i differ.
-  The reference estimates β over groups of its samples (the mean over the first axis of a
-  (batch_size, m / batch_size) array: m / batch_size values of β per explainer, each from
-  batch_size samples); here β uses all m samples of the input, as Yeh et al. and Captum.
+  lower it. The map returned is φ_ω = Σ_i ω_i φ_i, the paper's φ_ω (the bound is ψ_ω's;
+  docs/optimised_aggregation.md says when they differ and where this departs from the reference).
 * ``agg_opt``: Γ = λ Γ_robust / ‖Γ_robust‖_F + (1 − λ) Γ_faith / ‖Γ_faith‖_F, λ = ½ (App. C.2:
   "normalized both metrics using the Frobenius norm of the respective parameter matrix";
-  a zero matrix contributes nothing). The reference code divides by the Frobenius norm of
-  the stack of its per-sample (per-group) matrices rather than of their mean, which weighs
-  the two terms by their sample counts and spread; here the norm is of Γ itself, as the
-  paper states. The reference also draws its robust samples with its infidelity sample
-  count (its ``num_samples_robust`` is unused); both use m_agg = ``n_samples`` here.
+  a zero matrix contributes nothing). Both use m_agg = ``n_samples``.
 * ``agg_mean``: ω = (1/k, …, 1/k) (Rieger & Hansen's AGG-Mean).
 * ``agg_var``: (1/k) Σ_i φ_i / (σ + ε) = μ / (σ + ε), σ the feature-wise population std of
   the k maps (Decker et al.'s statement of Rieger & Hansen's AGG-Var, §3.2; computed by
   ``pixel_aggregators.var`` with its ε = 1 and δ = ``eps``). Per-feature weights, so no
-  ω is returned (None). The paper gives no ε; the default is the reference code's 0.226,
-  which it adds to the unbiased variance instead, (1/k) Σ_i φ_i / (s² + 0.226). A small ε
-  is unstable: where the k maps agree (σ ≈ 0) the aggregate is μ / ε, and a noisy copy that
-  moves σ slightly away from 0 changes it by orders of magnitude (German Credit, ε = 1e-7:
-  average sensitivity in the thousands against 0.12 for ``agg_mean``).
+  ω is returned (None). ε = 0.226 (the reference code's).
 
 **Maps.** Each explainer i of ``explainers`` (registry name -> options for
 ``evaluators.maps.explain``) explains the target class (images: the predicted class

@@ -66,18 +66,13 @@ from sklearn.neural_network import BernoulliRBM
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.aggregators.normalisations import check_maps, linear, normalise
+from evaluators.metrics.perturbations import check_count
 
 
 def _real(option: str, value, expected: str = "a finite real number", valid: Callable = lambda v: True) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not valid(value):
         raise InputError(f"option {option}={value!r}; expected {expected}")
     return float(value)
-
-
-def _count(option: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise InputError(f"option {option}={value!r}; expected an integer >= {minimum}")
-    return int(value)
 
 
 def moments(stack: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,7 +163,7 @@ def ci(stack: torch.Tensor, map_dims: int = 2) -> torch.Tensor:
 def _exploration_grid(a, b, n) -> list[float]:
     """Eqs. 14-15's n rates ε_m = a + m (b − a) / (n − 1)."""
     a, b = _real("a", a), _real("b", b, f"a finite real number > a={a}", lambda v: v > a)
-    n = _count("n", n, 2)
+    n = check_count("n", n, 2)
     return [a + m * (b - a) / (n - 1) for m in range(n)]
 
 
@@ -229,8 +224,8 @@ def rbm(stack: torch.Tensor, map_dims: int = 2, alpha: float = 1e-4, k: int = 10
     iterations, not the ensemble size.
     """
     alpha = _real("alpha", alpha, "a finite number > 0", lambda v: v > 0)
-    k, batch_size = _count("k", k, 1), _count("batch_size", batch_size, 1)
-    seed = _count("seed", seed, 0)
+    k, batch_size = check_count("k", k, 1), check_count("batch_size", batch_size, 1)
+    seed = check_count("seed", seed, 0)
     maps = stack.detach().to("cpu", torch.float64)
     pixels = math.prod(stack.shape[-map_dims:])
     feed = linear(maps, map_dims).reshape(stack.shape[0], -1, pixels).permute(1, 2, 0).numpy()

@@ -42,11 +42,8 @@ passed to ``update(model, x, maps, target=None)`` where it is defined.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from evaluators.metrics.base import MeanOverInputs
-from evaluators.metrics.infidelity import M_EVAL, SubsetSamples, check_maps, subset_perturbations
-from evaluators.metrics.perturbations import BLUR_SIGMA, COMPACTNESS, N_SEGMENTS, SHARE
+from evaluators.metrics.infidelity import SubsetMetric, SubsetSamples, check_maps
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -72,31 +69,13 @@ def faithfulness_correlation(maps: torch.Tensor, samples: SubsetSamples) -> torc
     return pearson(samples.attribution_sums(maps.to(dtype)), deltas.to(dtype))
 
 
-class FaithfulnessCorrelation(MeanOverInputs):
-    """The mean faithfulness correlation over the inputs scored by ``update`` where it is
-    defined (higher is better).
-
-    ``update(model, x, maps, target=None)`` draws ``subset_perturbations`` with this
-    metric's options and scores the maps on them (the states and their reduction:
-    ``evaluators.metrics.base``; input i of each update has the samples of index i).
-    Inputs whose FCOR is undefined are left out of the mean and counted in the state
-    ``left_out``.
-
-    Args: the options of ``subset_perturbations`` (n_samples, share, baseline, blur_sigma,
-    n_segments, compactness, units, seed, max_batch).
-    """
+class FaithfulnessCorrelation(SubsetMetric):
+    """The mean faithfulness correlation (higher is better) over the inputs where it is
+    defined; the others are counted in the state ``left_out``. Args: those of ``SubsetMetric``
+    (input i of each update has the samples of index i)."""
 
     higher_is_better = True
     leaves_out_undefined = True
 
-    def __init__(self, n_samples: int = M_EVAL, share: float = SHARE, baseline: torch.Tensor | None = None,
-                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
-                 units: str = "superpixels", seed: int = 0, max_batch: int | None = None,
-                 **kwargs) -> None:  # fmt: skip
-        super().__init__({"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
-                          "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
-                          "max_batch": max_batch}, **kwargs)  # fmt: skip
-
-    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn=None):
-        samples = subset_perturbations(model, x, target, **self.options)
-        return faithfulness_correlation(maps.to(samples.deltas.device), samples)
+    def score(self, maps: torch.Tensor, samples: SubsetSamples) -> torch.Tensor:
+        return faithfulness_correlation(maps, samples)

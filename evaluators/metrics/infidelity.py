@@ -161,26 +161,33 @@ def infidelity(maps: torch.Tensor, samples: SubsetSamples, normalize: bool = Tru
     return (beta * sums - deltas).pow(2).mean(1)
 
 
-class Infidelity(MeanOverInputs):
-    """The mean infidelity over every input scored by ``update(model, x, maps, target=None)``
-    (``subset_perturbations`` with this metric's options, then ``infidelity``; the states
-    and their reduction: ``evaluators.metrics.base``). Lower is better.
+class SubsetMetric(MeanOverInputs):
+    """The mean over inputs of ``score(maps, samples)`` (N,), the maps scored on
+    ``subset_perturbations`` drawn with this metric's options (n_samples, share, baseline,
+    blur_sigma, n_segments, compactness, units, seed, max_batch) by every ``update(model, x,
+    maps, target=None)`` (the states and their reduction: ``evaluators.metrics.base``)."""
 
-    Args: normalize, and the options of ``subset_perturbations`` (n_samples, share,
-    baseline, blur_sigma, n_segments, compactness, units, seed, max_batch).
-    """
-
-    higher_is_better = False
-
-    def __init__(self, normalize: bool = True, n_samples: int = M_EVAL, share: float = SHARE,
-                 baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
-                 compactness: float = COMPACTNESS, units: str = "superpixels", seed: int = 0,
-                 max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
+    def __init__(self, n_samples: int = M_EVAL, share: float = SHARE, baseline: torch.Tensor | None = None,
+                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
+                 units: str = "superpixels", seed: int = 0, max_batch: int | None = None,
+                 **kwargs) -> None:  # fmt: skip
         super().__init__({"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
                           "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
                           "max_batch": max_batch}, **kwargs)  # fmt: skip
-        self.normalize = normalize
 
     def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn=None):
         samples = subset_perturbations(model, x, target, **self.options)
-        return infidelity(maps.to(samples.deltas.device), samples, self.normalize)
+        return self.score(maps.to(samples.deltas.device), samples)
+
+
+class Infidelity(SubsetMetric):
+    """The mean infidelity (lower is better); args: ``normalize`` and those of ``SubsetMetric``."""
+
+    higher_is_better = False
+
+    def __init__(self, normalize: bool = True, **options) -> None:
+        super().__init__(**options)
+        self.normalize = normalize
+
+    def score(self, maps: torch.Tensor, samples: SubsetSamples) -> torch.Tensor:
+        return infidelity(maps, samples, self.normalize)

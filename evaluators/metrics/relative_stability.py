@@ -70,7 +70,7 @@ Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs w
 output would otherwise turn a sample into a prediction flip, left out unseen.
 
 ``RelativeStability`` (a torchmetrics ``Metric``) averages the three over the inputs
-passed to ``update(model, x, maps, explain_fn, target=None)`` that have a score.
+passed to ``update(model, x, maps, target=None, explain_fn=...)`` that have a score.
 """
 
 from __future__ import annotations

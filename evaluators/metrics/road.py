@@ -52,15 +52,7 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
   ``max_batch`` rows, without gradients, in eval mode (restored afterwards), on the
   model's device. The solve holds about six float64 copies of a chunk.
 
-Where this departs from the references: pytorch-grad-cam (Decker et al.'s
-implementation) names its MoRF argument a percentile and removes the pixels at or above
-it (``ROADMostRelevantFirst(percentile=90)`` removes the top 10 %, ties included); here p
-is the share removed. Quantus 0.6.0's ``ROAD`` broadcasts the map to the image's shape
-and ranks its C H W channel elements, but removes ⌊H W p / 100⌋ of them and imputes by
-pixel index: on one-channel images this is ROAD, on colour images an element index past
-H W raises an IndexError (tried with 3 x 8 x 8 images, a map of one channel or three);
-it reports accuracy only, MoRF only, and has an open report of returning 0 at every
-percentage. The tests compare with it on one-channel images, without noise.
+Where this departs from pytorch-grad-cam and Quantus: docs/fidelity_metrics.md.
 
 ``ROADMoRF`` and ``ROADLeRF`` (torchmetrics ``Metric``s) average the curves over every
 input passed to ``update(model, x, maps, target=None)``: ``compute()`` is the mean curve

@@ -31,7 +31,7 @@ sees batches, never one sample at a time.
 
 ``sensitivities(explain_fn, x, maps, ...)`` -> (N, n) distances; ``AverageSensitivity`` and
 ``MaxSensitivity`` (torchmetrics ``Metric``s) average SENS_AVG and SENS_MAX over every input
-passed to ``update(explain_fn, x, maps, target=None)``; every update draws its noise from
+passed to ``update(model, x, maps, target=None, explain_fn=...)``; every update draws its noise from
 ``seed`` afresh (input i of each update has the noise of index i). Inputs and maps (also
 ``explain_fn``'s) with NaN or ±inf are refused with one ``InputError`` naming which.
 """
