@@ -12,25 +12,19 @@ from datamodules.errors import InputError
 from evaluators.aggregators import optimised_aggregators as optimised
 from evaluators.aggregators import pixel_aggregators as pixel
 
-NEEDS = {"pixel": ("maps",), "optimised": ("model", "x", "explainers")}
-
 
 @dataclass(frozen=True)
 class Aggregator:
     """One aggregator: ``kind`` "pixel" (``function(stack, map_dims, **options)`` merges a
     stack (k, N, *S) of normalised maps into (N, *S)) or "optimised" (``function(model, x,
     target, explainers, **options)`` -> maps (N, *S) and weights (N, k) or None);
-    ``run``, the checked entry point: ``pixel_aggregators.aggregate(stack, map_dims=2,
-    **options)`` or ``optimised_aggregators.optimised_aggregation(model, x, explainers,
-    target=None, **options)``, bound to this name."""
+    ``run``, the checked entry point: ``run(stack, map_dims=2, **options)`` or ``run(model,
+    x, explainers, target=None, **options)``; ``needs``: what it reads."""
 
     kind: str
     function: Callable
     run: Callable
-
-    @property
-    def needs(self) -> tuple[str, ...]:
-        return NEEDS[self.kind]
+    needs: tuple[str, ...]
 
 
 def _run_pixel(name: str, stack, map_dims: int = 2, **options):
@@ -42,8 +36,9 @@ def _run_optimised(name: str, model, x, explainers: dict, target=None, **options
 
 
 AGGREGATORS: dict[str, Aggregator] = {
-    **{name: Aggregator("pixel", f, partial(_run_pixel, name)) for name, f in pixel.PIXEL_AGGREGATORS.items()},
-    **{name: Aggregator("optimised", f, partial(_run_optimised, name))
+    **{name: Aggregator("pixel", f, partial(_run_pixel, name), ("maps",))
+       for name, f in pixel.PIXEL_AGGREGATORS.items()},
+    **{name: Aggregator("optimised", f, partial(_run_optimised, name), ("model", "x", "explainers"))
        for name, f in optimised.OPTIMISED_AGGREGATORS.items()},
 }
 

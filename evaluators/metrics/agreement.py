@@ -1,9 +1,8 @@
 """Explanation agreement as torchmetrics ``Metric``s (functional core: ``agreement_functional``).
 
 ``PairwiseAgreement(name, k)`` accumulates, over batches of individuals, the mean
-and spread of a pairwise agreement score across all model pairs and individuals.
-Its states are sums with ``dist_reduce_fx="sum"``, so under DDP each process scores
-its own individuals and ``compute`` returns the score over all of them.
+and spread of a pairwise agreement score across all model pairs and individuals
+(states summed under DDP: ``evaluators.metrics.base``).
 """
 
 from __future__ import annotations

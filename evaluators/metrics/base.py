@@ -1,22 +1,10 @@
-"""The torchmetrics base of the fidelity metrics and the agreement metric: the mean over
-inputs of a per-input score.
-
-States (``dist_reduce_fx="sum"``, so under DDP ``compute`` is the mean over every
-process's inputs): ``total``, the float64 sum of the scores (a scalar, or a vector of
-``shape``: ROAD's curve, the three relative stabilities); ``count``, the number of inputs
-summed; ``left_out``, the number of inputs whose score is undefined (NaN: a faithfulness
-correlation of constant samples, a relative stability whose samples all flipped the
-prediction), left out of the mean where the metric allows it (``leaves_out_undefined``).
-
-The fidelity metrics share one signature, ``update(model, x, maps, target=None,
-explain_fn=None)``: inputs x (N, ...), their maps, the target (None: the model's default
-target, an int or one label per input) and, for the metrics that explain perturbed inputs
-(sensitivity, relative stability), ``explain_fn(inputs, target) -> maps``. A metric holds
-no model nor ``explain_fn``: a metric that held one would register it as a submodule (its
-weights in the metric's ``state_dict``), and one metric can score any model. Every
-``update`` draws its random numbers from the metric's ``seed`` afresh, as one call of the
-functional core does, so two updates equal the mean of two functional calls.
-"""
+"""The torchmetrics base of the fidelity metrics and the agreement metric, ``MeanOverInputs``:
+the mean over inputs of a per-input score, states ``total`` (float64), ``count`` and
+``left_out`` (undefined scores), all ``dist_reduce_fx="sum"``; the fidelity metrics' one
+``update(model, x, maps, target=None, explain_fn=None)``. A metric holds no model nor
+``explain_fn`` (they would become submodules), and every update draws its random numbers
+from the metric's ``seed`` afresh, so two updates equal the mean of two functional calls.
+docs/fidelity_metrics.md explains it."""
 
 from __future__ import annotations
 

@@ -29,9 +29,7 @@ every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for i
 maps, a baseline tensor and the model's outputs with NaN or ±inf are refused with one
 ``InputError`` naming which (``evaluators.inputs.finite``), not scored as NaN.
 
-``Infidelity`` (a torchmetrics ``Metric``) averages INFD over every input passed to
-``update(model, x, maps, target=None)``; every update draws its samples from ``seed``
-afresh (input i of each update has the samples of index i).
+``Infidelity`` (a ``Metric``, ``SubsetMetric``) averages INFD over the inputs of its updates.
 """
 
 from __future__ import annotations

@@ -29,15 +29,11 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
   r = 0.1 (the uniform noise radius of Decker et al.'s sensitivity metrics) and n = 200
   (their m_eval). Drawn by ``evaluators.metrics.perturbations.uniform_noise`` in its
   "evaluation" stream: with the same seed, the very noisy copies Average- and
-  Max-Sensitivity score, independent of the aggregators' fitting samples. (OpenXAI
-  perturbs tabular rows with Gaussian noise; Quantus's ``RelativeInputStability`` default
-  noise is U[0.02, 0.2], one-sided.) ``perturbed`` takes given x' instead: a tensor
-  (N, n, ...) of n perturbed copies per input.
+  Max-Sensitivity score, independent of the aggregators' fitting samples. ``perturbed``
+  takes given x' instead: a tensor (N, n, ...) of n perturbed copies per input.
 * **Prediction flips**: a sample x' whose predicted class (argmax of the model's output)
   differs from x's is left out, as the definitions require; an input whose n samples all
-  flip has no score (NaN; ``kept`` counts each input's samples kept). Quantus 0.6.0
-  instead returns NaN for an input as soon as one sample flips (its max over samples
-  propagates the NaN); OpenXAI skips flipped samples as here.
+  flip has no score (NaN; ``kept`` counts each input's samples kept).
 * **Norms and ε_min**: ‖·‖_p over all of an input's values (flattened), p = 2 by default
   (Quantus's only norm, OpenXAI's default); ε_min = 1e-6 (Quantus; the
   denominators' floor, max(·, ε_min) as Agarwal et al. write it, where Quantus adds ε_min

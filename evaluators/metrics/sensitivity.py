@@ -11,14 +11,7 @@ with ‖·‖₂ the Euclidean (Frobenius) norm over all of a map's entries, and
 
     SENS_AVG = (1/n) Σ_s d_s,   SENS_MAX = max_s d_s.
 
-Lower is better. The norm and the division: Decker et al. compute both metrics with
-Quantus (App. C.1), whose ``AvgSensitivity``/``MaxSensitivity`` (0.6) divide the Frobenius
-norm of the difference by the Frobenius norm of e(x), as Captum's ``sensitivity_max``
-does; so ``relative=True`` is the default here. Where ‖e(x)‖ = 0 the divisor is 1, as
-Captum's (Quantus would divide by zero). Quantus draws its noise from U[−0.2, 0.2] unless
-``lower_bound`` is set: Decker et al. state r = 0.1. The undivided squared distance
-d_s² is the generalised L2 metric Decker et al. optimise (AGG_robust, their §4), which
-``evaluators.aggregators.optimised_aggregators`` fits on m_agg = 50 samples.
+Lower is better. The division is Quantus's and Captum's (docs/fidelity_metrics.md).
 
 ``explain_fn(x_rows, target_rows) -> maps`` explains a batch of perturbed inputs: rows of
 x's shape, and ``target_rows`` the targets expanded to the rows (None stays None, an int
