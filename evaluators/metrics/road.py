@@ -16,13 +16,8 @@ with w = 1/6 for the 4 direct and 1/12 for the 4 diagonal neighbours (neighbours
 the image are dropped, so s_i < 1 on the border), one linear system per image and
 channel over the removed pixels, and then Gaussian noise N(0, noise²) is added to every
 imputed value (``noise`` = 0.01, Rong et al.'s and pytorch-grad-cam's default; in input
-units: standardised units for this framework's images). The system matrix A = D_s − W
-is symmetric and, while at least one pixel is kept (p < 100), positive definite (every
-connected set of removed pixels borders a kept one), so ``linear_imputation`` solves all
-systems of a batch at once by preconditioned conjugate gradients on the pixel grid
-(neighbour sums from 8 shifted copies of the grid; preconditioner D_s), in float64, to a
-relative residual of 1e-12: the tests check it against ``scipy.sparse.linalg.spsolve``, one image
-at a time, as Rong et al.'s code solves it. Tabular rows have no neighbours: a removed
+units: standardised units for this framework's images). ``linear_imputation`` solves the
+systems (how: docs/fidelity_metrics.md). Tabular rows have no neighbours: a removed
 feature takes the training set's mean (``feature_means``) plus the same noise.
 
 ``road_curves(model, x, maps, order, percentages, ...)`` -> (percentages (P,), curves (N, P)):
