@@ -31,7 +31,7 @@ strategies' ensembles of one set see the same noise, so strategies are compared 
 paired draws.
 
 An image population (a folder of image runs or an ``ImagePopulation`` file; see
-``image_task``) goes through the same loop: ensembles from ``IMAGE_ENSEMBLES``, test
+``image_task``) goes through the same loop: ensembles from the same registry, test
 images explained for their labels, maps reduced per pixel and flattened, SA/SSA/CDC over
 the top-k pixels plus the angular difference and Watson et al.'s C
 (docs/image_consistency.md).
@@ -64,8 +64,7 @@ from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves
 from evaluators.run_inputs import spread_images
-from lightning_modules.ensembles import ENSEMBLES
-from lightning_modules.image_ensembles import IMAGE_ENSEMBLES
+from lightning_modules.ensembles import build_ensemble
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
@@ -139,40 +138,20 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
             "q45": float(q45), "q55": float(q55)}  # fmt: skip
 
 
-def build_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
-    """Set s's ensemble of a strategy (built one at a time: a ``combine`` ensemble holds
-    2,500-5,000 MLPs, and 50 of them at once outgrow a 24 GB machine): from
-    ``lightning_modules.ensembles.ENSEMBLES`` for a tabular population,
-    ``lightning_modules.image_ensembles.IMAGE_ENSEMBLES`` for ``ImageMembers`` (whose
-    curve samples take their start members as templates and recompute BatchNorm
-    statistics over the training images)."""
-    noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part}
-    t_seed = cfg.seed + s if cfg.t_sampling == "uniform" else None
-    if isinstance(population, ImageMembers):
-        registry, extra = IMAGE_ENSEMBLES, {"loader": population.bn_loader()}
-
-        def of(indices):
-            return ([population.members[i] for i in indices],)
-
-        def along():
-            return curves[s], [population.members[a] for a, _ in member_pairs(members)]
-    else:
-        registry, extra = ENSEMBLES, {}
-
-        def of(indices):
-            return population, indices
-
-        def along():
-            return (curves[s],)
+def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
+    """Set s's ensemble of a strategy (``lightning_modules.ensembles.build_ensemble``; built one
+    at a time: a ``combine`` ensemble holds 2,500-5,000 MLPs, and 50 of them at once outgrow a
+    24 GB machine). ``single``: the set's first member. Image curve samples recompute their
+    BatchNorm statistics over the training images."""
     if strategy == "single":
-        return registry["average"](*of(members[:1]))
-    if strategy in ("average", "majority"):
-        return registry[strategy](*of(members))
-    if strategy == "perturb":
-        return registry["perturb"](*of(members), **noise, seed=cfg.seed + s)
-    if strategy == "connect":
-        return registry["connect"](*along(), n_t=cfg.n_t, t_seed=t_seed, **extra)
-    return registry["combine"](*along(), n_t=cfg.n_t, **noise, seed=cfg.seed + s, t_seed=t_seed, **extra)
+        return build_ensemble(population, "average", members[:1])
+    noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": cfg.seed + s}
+    along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None}
+    if strategy in ("average", "majority", "perturb"):
+        return build_ensemble(population, strategy, members, **(noise if strategy == "perturb" else {}))
+    if isinstance(population, ImageMembers):
+        along["loader"] = population.bn_loader()
+    return build_ensemble(population, strategy, members, curves[s], **along, **(noise if strategy == "combine" else {}))
 
 
 def explanation_seed(seed: int, n: int, s: int) -> int:
@@ -248,7 +227,7 @@ def tabular_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
         return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
 
     def results(strategy, s, members, set_curves, seed):
-        ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
+        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg)
         return ensemble_results(ensemble, x_test, y_test, background, cfg, seed)
 
     def scores(e):
@@ -285,7 +264,7 @@ def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, dat
         return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
 
     def results(strategy, s, members, set_curves, seed):
-        ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
+        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg)
         rows = image_rows_per_pass(x_test, ensemble.size)
         accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
         explained = {}
