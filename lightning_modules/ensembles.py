@@ -11,10 +11,9 @@ population: ``build_ensemble(population, strategy, members, curves, **options)``
   t sampled on [0, 1] along every curve are averaged;
 * ``combine``: the curve samples, each perturbed as in ``perturb``.
 
-A population gives its members as one ensemble (``population.ensemble(indices, reduction)``)
-and the models on curves between them (``population.curve_ensemble``); an ensemble gives its
-perturbed copy (``perturbed``). For tabular populations that is an ``MLPEnsemble`` (this
-module), for image populations an ``ImageEnsemble`` (``image_ensembles``).
+A population gives its members as one ensemble (``ensemble(indices, reduction)``) and the
+models on curves between them (``curve_ensemble``), an ensemble its perturbed copy
+(``perturbed``): ``MLPEnsemble`` (below) for tabular populations, else ``ImageEnsemble``.
 
 ``MLPEnsemble``: an ordinary ``nn.Module`` over M stacked MLPs (see ``stacked.py``), so
 Captum and the evaluators explain it like one model, and all M members run in one batched

@@ -1,13 +1,9 @@
-"""What every population shares: classifiers of one architecture that differ in their
-initialisation seed s_1..s_M, trained at once under one ``Trainer``, saved as one file
-(``population_io``), each member extractable as the model it equals alone.
-
-Kinds: ``PopulationMLP`` (tabular MLPs, parameters stacked along a member axis) and
-``ImagePopulation`` (image networks). ``forward(x)`` gives every member's logits, (M, N, K).
-The test loop counts each member's correct predictions; after a test ``member_test_acc``
-holds each member's accuracy (M,) and the mean, std, min and max over the members are logged
-under the kind's ``TEST_LOG`` name.
-"""
+"""What every population shares: M classifiers of one architecture, initialisation seeds
+s_1..s_M, trained at once under one ``Trainer``, saved as one file (``population_io``), member
+i extractable as the model it equals alone. Kinds: ``PopulationMLP`` (stacked tabular MLPs) and
+``ImagePopulation``; ``forward(x)`` gives every member's logits (M, N, K). After a test,
+``member_test_acc`` holds each member's accuracy (M,), and their mean, std, min and max are
+logged under the kind's ``TEST_LOG`` name."""
 
 from __future__ import annotations
 
@@ -59,8 +55,7 @@ class Population(pl.LightningModule):
         raise NotImplementedError
 
     @classmethod
-    def from_file(cls, hparams: dict, seeds: list[int]) -> "Population":
-        """An instance to load a saved state dict into."""
+    def from_file(cls, hparams: dict, seeds: list[int]) -> "Population":  # to load a saved state dict into
         return cls(**hparams, seeds=seeds)
 
     def on_fit_start(self) -> None:

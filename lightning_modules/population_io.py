@@ -75,8 +75,7 @@ def read_population_file(path: str | Path, mmap: bool = False, kind: str | None 
 
 
 def load_population(path: str | Path, kind: str | None = None) -> tuple[Population, dict]:
-    """The population (on the CPU) and the rest of the file (seeds, accuracies, metadata);
-    ``kind``: the class name it must be of (None: any)."""
+    """The population (on the CPU, of class ``kind`` where given) and the rest of the file."""
     payload = read_population_file(path, kind=kind)
     population = KINDS[payload["class"]].from_file(payload["hparams"], payload["seeds"])
     population.load_state_dict(payload["state_dict"])
@@ -84,8 +83,7 @@ def load_population(path: str | Path, kind: str | None = None) -> tuple[Populati
 
 
 def load_member(path: str | Path, index: int) -> nn.Module:
-    """Member ``index`` of a saved population as the model it equals alone (``MLPClassifier``,
-    ``ImageClassifier``)."""
+    """Member ``index`` of a saved population as the model it equals alone (e.g. ``MLPClassifier``)."""
     population, _ = load_population(path)
     if not 0 <= index < population.size:
         raise InputError(f"member index {index}: expected 0 <= index < {population.size}")
