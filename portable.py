@@ -13,7 +13,12 @@ AVX-512 machine. Portable mode fixes every choice that depends on the CPU:
 * oneDNN off (``torch.backends.mkldnn.enabled = False``): convolutions by PyTorch's own
   im2col and MKL's matrix product, whose blocking does not depend on the CPU's caches;
 * one thread (``OMP_NUM_THREADS=MKL_NUM_THREADS=1``, ``torch.set_num_threads(1)``): parallel
-  reductions split by the thread count.
+  reductions split by the thread count;
+* numpy's and scipy's OpenBLAS on its generic kernels and one thread
+  (``OPENBLAS_CORETYPE=Prescott``, ``OPENBLAS_NUM_THREADS=1``): scikit-learn's regressions
+  behind LIME, KernelSHAP, Watson's logistic regression and the RBM aggregator otherwise run
+  OpenBLAS's Haswell or SkylakeX kernels by CPU (measured: 26 LIME/KernelSHAP entries of the
+  golden record change between the two).
 
 It is asked for by ``--portable`` on ``train.py`` or ``evaluate.py`` or by the environment
 variable ``RELIABLE_EXPLANATIONS_PORTABLE=1``; either overrides any of those variables the
@@ -38,6 +43,8 @@ SETTINGS = {
     "ATEN_CPU_CAPABILITY": "default",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
+    "OPENBLAS_CORETYPE": "Prescott",
+    "OPENBLAS_NUM_THREADS": "1",
 }
 
 

@@ -2,7 +2,7 @@
 
     python bench/insertion_deletion.py [--device auto]   (Quantus: pip install quantus==0.6.0, see setup.cfg)
 
-``N_IMAGES`` CIFAR-10 test images, the CIFAR-10 reference ResNet-8 (``REFERENCE_RUN``; a
+``N_IMAGES`` CIFAR-10 test images, the CIFAR-10 reference ResNet-8 (``REFERENCE_RUN``, ``make cifar10-resnet8``; a
 randomly initialised ResNet-8 on random images where that run folder is missing, said
 so in the JSON), maps: Saliency of the predicted class from ``explain_image``, reduced
 per pixel with ``reduce_map(maps, "abs_sum")``. Mahlau et al.'s random-normal baseline
@@ -86,7 +86,7 @@ from lightning_modules.interface import class_probabilities  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_RUN = Path(os.environ.get("RELIABLE_EXPLANATIONS_CIFAR10_RUN",
-                                    ROOT / "runs" / "cifar10-jpeg" / "ImageClassifier-seed0-20261126-193259"))
+                                    ROOT / "runs" / "cifar10-jpeg" / "resnet8-seed0"))
 N_IMAGES, STEPS, SEED = 100, 32, 0
 # rows per forward pass: 64 on a CPU (the README's CPU figures); on a GPU all 100 x 33 rows
 # in one pass, since a ResNet-8 at 32x32 is launch-bound there (the H100 figure of 2026-11-26

@@ -10,7 +10,7 @@ SmoothGrad and VarGrad with 10 noise samples), each map post-processed as the
 aggregators do (channel sum, |·|, min-max, Gaussian σ = 1), for:
 
 (CIFAR-10) ``N_BATCHED`` test images of CIFAR-10 (``spread_images``) with the reference
-           ResNet-8 (``REFERENCE_RUN``, loaded with ``load_run``; a random ResNet-8
+           ResNet-8 (``REFERENCE_RUN``, ``make cifar10-resnet8``, loaded with ``load_run``; a random ResNet-8
            (``random_model``) on random images where that run folder is missing, said so);
 (224)      ``N_BATCHED_224`` images of the ImageNet-style validation folder at 224 × 224
            (``DATA_DIR``/images; random images where it is missing, said so) with a random
@@ -99,7 +99,7 @@ from lightning_modules.image_classifier import create_image_model  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shared" / "data"))
 REFERENCE_RUN = Path(os.environ.get("RELIABLE_EXPLANATIONS_CIFAR10_RUN",
-                                    ROOT / "runs" / "cifar10-jpeg" / "ImageClassifier-seed0-20261126-193259"))
+                                    ROOT / "runs" / "cifar10-jpeg" / "resnet8-seed0"))
 EXPLAINERS = {
     "saliency": {}, "guided_backprop": {}, "deeplift": {}, "integrated_gradients": {"n_steps": 20},
     "input_x_gradient": {}, "smoothgrad": {"nt_samples": 10}, "vargrad": {"nt_samples": 10},

@@ -116,6 +116,9 @@ class ConsistencyConfig(PopulationSource):
         unknown = [m for m in self.methods if m not in registry]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(registry)}")
+        if self.n_sets < 2:
+            raise InputError(f"option n_sets={self.n_sets}: agreement is scored between pairs of disjoint sets; "
+                             "expected at least 2")  # fmt: skip
         if self.images and self.curve_mode != "fixed":
             raise InputError(f"option curve_mode={self.curve_mode!r}; image populations take 'fixed' (curves "
                              "between the trained members)")  # fmt: skip
