@@ -138,7 +138,6 @@ class ImagePopulation(Population, ImageNetworks):
         self.lrs = list(member_lrs) if member_lrs is not None else [lr] * len(seeds)
         # ImageClassifier checks the shared options (optimizer, schedule, lr, ...) once per member
         self.nets = nn.ModuleList(ImageClassifier(**self.member_kwargs(i)).net for i in range(len(seeds)))
-        self.member_test_acc: torch.Tensor | None = None
         self._member_batches = None  # per-member data order: each member's batch iterator this epoch
 
     # --- members --------------------------------------------------------------

@@ -106,7 +106,6 @@ class PopulationMLP(Population):
         self.biases = nn.ParameterList([nn.Parameter(b) for b in biases])
         self._order_generators: list[torch.Generator] | None = None
         self._epoch_order: torch.Tensor | None = None
-        self.member_test_acc: torch.Tensor | None = None
 
     # --- forward --------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -41,8 +41,7 @@ class Population(pl.LightningModule):
     and the test loop."""
 
     TEST_LOG: ClassVar[tuple[str, str]]  # (name, suffix of the mean): "test/member_acc" + "_mean"
-
-    seeds: list[int]
+    member_test_acc: torch.Tensor | None = None  # after a test
 
     @property
     def size(self) -> int:
