@@ -24,7 +24,7 @@ test split it serves (``evaluators/protocols/explanation_grid.py``; ``--data_dir
 (``evaluators/protocols/consistency.py``), ``aggregation`` pixel-level aggregation of
 explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``),
 ``optimised`` Decker et al.'s optimised aggregation (``evaluators/protocols/optimised_aggregation.py``),
-``roar`` Hooker et al.'s remove-and-retrain grid (``evaluators/protocols/roar.py``: its folder is
+``roar`` Hooker et al.'s remove-and-retrain grid (``evaluators/protocols/roar/protocol.py``: its folder is
 named by its config, so a re-run or a ``--shard`` process continues the same grid).
 Each makes a new folder
 ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
@@ -46,25 +46,16 @@ import json
 import shutil
 from argparse import RawDescriptionHelpFormatter
 from pathlib import Path
-from typing import Callable, NamedTuple
 
 import pytorch_lightning as pl
 import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
-from evaluators.config import load_config
-from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
-from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
+from evaluators.inputs.config import load_config
+from evaluators.inputs.runs import load_run
 from evaluators.protocols.explanation_grid import explanation_grid
-from evaluators.roar_grid import parse_shard
-from evaluators.run_inputs import load_run
-from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
-from evaluators.protocols.optimised_aggregation import (
-    OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
-)  # fmt: skip
-from evaluators.protocols.roar import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
-from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
+from evaluators.protocols.registry import PROTOCOLS, Protocol
 from train import unique_folder
 
 if portable.is_active():
@@ -86,35 +77,6 @@ def evaluate_run(
             "test_loss": tested["test/loss"], "data": data.describe()}  # fmt: skip
 
 
-class Evaluator(NamedTuple):
-    help: str
-    config: type
-    evaluate: Callable
-    write: Callable
-    report: str  # the file whose presence marks a finished run
-    has_sets: bool  # whether --n_sets applies
-    resumable: bool  # evaluate(cfg, run_dir) keeps its finished work in run_dir
-    source: str = "population"  # the option naming what is evaluated: a population file or a train.py run
-
-
-EVALUATORS = {
-    "landscape": Evaluator("ensembles over the loss landscape (Ley et al.)", LandscapeConfig,
-                           evaluate_landscape, write_landscape_report, "landscape.json", True, False),
-    "sigma": Evaluator("sigma ablation of perturbed models (Ley et al., Fig. 4-5)", SigmaAblationConfig,
-                       evaluate_sigma, write_sigma_report, "sigma_ablation.json", False, False),
-    "consistency": Evaluator("Ley et al.'s consistency protocol (Table 1, Figure 6)", ConsistencyConfig,
-                             evaluate_consistency, write_consistency_report, "consistency.json", True, True),
-    "aggregation": Evaluator("pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
-                             AggregationConfig, evaluate_aggregation, write_aggregation_report, "aggregation.json",
-                             False, True, "run"),
-    "optimised": Evaluator("optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
-                           OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
-                           "optimised_aggregation.json", False, True, "run"),
-    "roar": Evaluator("remove and retrain: accuracy of models retrained without each estimator's top pixels "
-                      "(Hooker et al.)", RoarConfig, evaluate_roar, write_roar_report, "roar.json", False, True, "run"),
-}  # fmt: skip
-
-
 def new_report_dir(cfg) -> Path:
     """``<output_dir>/<dataset>-<stamp>``, made now and never an existing folder, holding
     the run's ``config.yaml``."""
@@ -134,7 +96,7 @@ def holds_config_only(run_dir: Path) -> bool:
     return [p.name for p in run_dir.iterdir()] == ["config.yaml"]
 
 
-def resumed_config(run_dir: Path, spec: Evaluator, overrides: dict):
+def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
     """The config an interrupted run folder was started with; only ``data_dir`` may change
     (where the raw data lies on this machine): any other option would change its numbers."""
     if not (run_dir / "config.yaml").is_file():
@@ -167,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
     grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")
-    for name, spec in EVALUATORS.items():
+    for name, spec in PROTOCOLS.items():
         sub = commands.add_parser(name, help=spec.help)
         start = sub.add_mutually_exclusive_group(required=True)
         start.add_argument("--config", type=Path)
@@ -181,9 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
         sub.add_argument("--output_dir", default=None)
         if spec.has_sets:
             sub.add_argument("--n_sets", type=int, default=None)
-        if name == "roar":
-            sub.add_argument("--shard", type=parse_shard, default=None, metavar="i/k",
-                             help="run cells i, i+k, ... only (SLURM arrays); the last shard writes the report")
+        for option, keywords in (spec.options or {}).items():
+            sub.add_argument(f"--{option}", **keywords)
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                          help="override any option of the config; VALUE is read as YAML; KEY may be a dotted "
                               "path into a mapping option, e.g. trainer.max_epochs=1")  # fmt: skip
@@ -207,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
                                   log_to=args.log_to, data_location=args.data_dir)  # fmt: skip
         print(f"grid: {report['png']}")
         return report
-    spec = EVALUATORS[args.command]
+    spec = PROTOCOLS[args.command]
     overrides = {k: getattr(args, k, None) for k in ("population", "run", "data_dir", "n_sets", "output_dir")}
     for setting in args.settings:
         key, sep, value = setting.partition("=")
@@ -221,14 +182,12 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         cfg = load_config(args.config, spec.config, overrides)
         made = missing_folders(Path(cfg.output_dir))
-        run_dir = grid_report_dir(cfg) if args.command == "roar" else new_report_dir(cfg)
+        run_dir = (spec.report_dir or new_report_dir)(cfg)
+    options = {option: getattr(args, option) for option in spec.options or {}}
     try:
-        if args.command == "roar":
-            summary = evaluate_roar(cfg, run_dir, args.shard)
-            if summary is None:  # cells left to other shards
-                return {}
-        else:
-            summary = spec.evaluate(cfg, run_dir) if spec.resumable else spec.evaluate(cfg)
+        summary = spec.evaluate(cfg, run_dir, **options) if spec.resumable else spec.evaluate(cfg)
+        if summary is None:  # nothing to report yet, e.g. a ROAR grid's cells left to other shards
+            return {}
     except BaseException as err:
         if spec.resumable and isinstance(err, KeyboardInterrupt) and not holds_config_only(run_dir):
             print(f"interrupted; continue with: python evaluate.py {args.command} --resume {run_dir}", file=sys.stderr)

@@ -44,8 +44,9 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
-from evaluators.config import read_yaml
-from evaluators.sources import check_checkpoint
+from evaluators.inputs.config import read_yaml
+from evaluators.inputs.sources import check_checkpoint
+from evaluators.reports.wandb_log import WANDB_PROJECT
 from lightning_modules.image_population import ImagePopulation
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
@@ -57,7 +58,6 @@ if portable.is_active():
 ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = [str(ROOT / "configs" / "defaults.yaml"), str(ROOT / "configs" / "german.yaml")]
 LogTo = Literal["wandb_offline", "wandb_online", "csv", "none"]
-WANDB_PROJECT = "reliable-explanations"
 # The seed is in every run's config.yaml; its log line would only stand before errors.
 logging.getLogger("lightning_fabric.utilities.seed").setLevel(logging.WARNING)
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # Lightning's own, every fit

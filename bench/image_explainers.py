@@ -1,4 +1,4 @@
-"""Explaining image models: one image per Captum call vs ``explain_image`` batched.
+"""Explaining image models: one image per Captum call vs ``evaluators.maps.explain`` batched.
 
     python bench/image_explainers.py [--checkpoint <run>/checkpoints/last.ckpt] [--device auto]
 
@@ -15,7 +15,7 @@ class of:
 
 (i) one image per Captum call, as the public reference code of the aggregation papers
     explains (a loop over images, each ``attribute`` on a batch of one);
-(ii) ``evaluators.maps.image_explainers.explain_image`` on the whole batch (``max_batch``
+(ii) ``evaluators.maps.explain`` on the whole batch (``max_batch``
     rows per forward pass: on a CPU its default, ``resolve_max_batch``: 256 rows at 32x32,
     5 at 224x224);
 (floor) the model's forward and backward passes alone on as many rows as each method's
@@ -63,10 +63,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._agreement import check_float32, check_float64  # noqa: E402
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.config import resolve_device  # noqa: E402
-from evaluators.maps.image_explainers import (  # noqa: E402
-    explain_image, last_conv_block, predicted_class, resolve_max_batch,
-)  # fmt: skip
+from evaluators.inputs.config import resolve_device  # noqa: E402
+from evaluators.maps import explain  # noqa: E402
+from evaluators.maps.image_explainers import last_conv_block, predicted_class, resolve_max_batch  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +75,7 @@ METHODS = ["saliency", "guided_backprop", "deeplift", "integrated_gradients", "i
 DETERMINISTIC = {"saliency", "guided_backprop", "deeplift", "integrated_gradients", "input_x_gradient", "gradcam"}
 N_CIFAR, N_224, STEPS, STEPS_224 = 64, 16, 50, 8
 N_CHECK, N_CHECK_224, CHECK_MAX_BATCH = 4, 2, 3  # images and rows per pass of the float64 check
-# rows per forward pass of (ii): explain_image's default (None) on a CPU; on a GPU, where 256
+# rows per forward pass of (ii): explain's default (None) on a CPU; on a GPU, where 256
 # rows of a ResNet-8 leave it idle between launches, every image's steps in one pass at 32x32
 # (the H100 figures of 2026-11-26 used 256 for both; these are not yet measured)
 MAX_BATCH = {"cpu": {"cifar10": None, "224": None}, "cuda": {"cifar10": 4096, "224": 256}}
@@ -120,7 +119,7 @@ def method_options(method: str, steps: int) -> dict:
 
 
 def batched(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int, max_batch: int) -> torch.Tensor:
-    return explain_image(model, x, method, target=target, max_batch=max_batch, **method_options(method, steps))
+    return explain(model, x, method, target=target, max_batch=max_batch, **method_options(method, steps))
 
 
 def timed(run, device: torch.device) -> tuple[torch.Tensor, float]:

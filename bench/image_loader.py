@@ -16,7 +16,7 @@ below in turn, batch by batch (so that other work on a shared machine slows them
 the figures are medians over the batches, for
 
 (ours)  ``ImageFolderDataModule.train_dataloader()``: batches cut from the decoded uint8
-        tensor, augmented and normalised as whole batches (``datamodules/images.py``);
+        tensor, augmented and normalised as whole batches (``datamodules/image_batches.py``);
 (naive) the torchvision way: a Dataset turning one image at a time into a PIL image
         (as ``torchvision.datasets.CIFAR10`` does with its decoded arrays), then
         ``RandomCrop(32, padding=4)``, ``RandomHorizontalFlip``, ``ToTensor``,
@@ -58,9 +58,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.images import (  # noqa: E402
-    AUGMENT_STREAM, ORDER_STREAM, FashionMNISTDataModule, ImageFolderDataModule, epoch_generator,
-)  # fmt: skip
+from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, epoch_generator  # noqa: E402
+from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule  # noqa: E402
 from lightning_modules.image_classifier import SGD_MOMENTUM, ImageClassifier, parameter_groups  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

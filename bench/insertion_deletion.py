@@ -4,7 +4,7 @@
 
 ``N_IMAGES`` CIFAR-10 test images, the CIFAR-10 reference ResNet-8 (``REFERENCE_RUN``, ``make cifar10-resnet8``; a
 randomly initialised ResNet-8 on random images where that run folder is missing, said
-so in the JSON), maps: Saliency of the predicted class from ``explain_image``, reduced
+so in the JSON), maps: Saliency of the predicted class from ``evaluators.maps.explain``, reduced
 per pixel with ``reduce_map(maps, "abs_sum")``. Mahlau et al.'s random-normal baseline
 (each image's own channel means and standard deviations, the default), ``STEPS`` = 32
 increments of 32 pixels: a step that divides the 1,024 pixels, as Quantus requires.
@@ -78,8 +78,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from evaluators.config import resolve_device  # noqa: E402
-from evaluators.maps.image_explainers import explain_image, reduce_map  # noqa: E402
+from evaluators.inputs.config import resolve_device  # noqa: E402
+from evaluators.maps import explain  # noqa: E402
+from evaluators.maps.image_explainers import reduce_map  # noqa: E402
 from evaluators.metrics.insertion_deletion import insertion_deletion_curves  # noqa: E402
 from lightning_modules.image_classifier import create_image_model  # noqa: E402
 from lightning_modules.interface import class_probabilities  # noqa: E402
@@ -99,7 +100,7 @@ def model_and_images(n: int) -> tuple[nn.Module, torch.Tensor, str]:
     """The reference ResNet-8 and the first ``n`` CIFAR-10 test images, or a random
     ResNet-8 on random images (and what was used)."""
     if (REFERENCE_RUN / "checkpoints" / "last.ckpt").is_file():
-        from evaluators.run_inputs import load_run
+        from evaluators.inputs.runs import load_run
 
         model, data, _ = load_run(REFERENCE_RUN, data_options={"eval_batch_size": n})
         data.setup("test")
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
     model, x, source = model_and_images(N_IMAGES)
     model, x = model.to(device), x.to(device)
     target = class_probabilities(model, x).argmax(-1).detach()
-    maps = reduce_map(explain_image(model, x, "saliency", target=target).detach(), "abs_sum").cpu()
+    maps = reduce_map(explain(model, x, "saliency", target=target).detach(), "abs_sum").cpu()
     n_pixels = maps[0].numel()
     ties = len(x) * n_pixels - sum(len(torch.unique(m)) for m in maps)
     perms, baseline = documented_draws(x.cpu(), SEED)

@@ -85,7 +85,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.config import resolve_device  # noqa: E402
+from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps.image_explainers import predicted_class  # noqa: E402
 from evaluators.maps.optimised_aggregators import explainer_maps, optimised_aggregation  # noqa: E402
 from evaluators.maps.seeds import derived_seed  # noqa: E402
@@ -117,7 +117,7 @@ def cifar_model_and_images(n: int) -> tuple[nn.Module, torch.Tensor, str]:
     """The reference ResNet-8 and ``n`` test images spread over the split, or a random
     ResNet-8 on random images (and what was used)."""
     if (REFERENCE_RUN / "checkpoints" / "last.ckpt").is_file():
-        from evaluators.run_inputs import load_run, spread_images
+        from evaluators.inputs.runs import load_run, spread_images
 
         model, data, _ = load_run(REFERENCE_RUN)
         data.setup("test")

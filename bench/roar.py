@@ -13,7 +13,7 @@ and test sets (``estimator_maps``), removes (``remove_top``), and fits each retr
 own ``Trainer.fit`` from a plain ``DataLoader`` (per-row ``TensorDataset`` for tables; for
 images a per-image dataset normalising one uint8 image at a time and the default collate, in
 the datamodule's training order, its ``EpochShuffle``, so that both ways see the same batches).
-(ii) framework: ``evaluators.roar_grid.run_grid``: maps computed once per estimator and cached
+(ii) framework: ``evaluators.protocols.roar.grid.run_grid``: maps computed once per estimator and cached
 on disk, the tabular cells' 65 retrainings as ONE ``PopulationMLP``, image cells from the
 datamodule's cached tensors served in whole batches.
 
@@ -43,10 +43,11 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules import FinancialDataModule  # noqa: E402
-from datamodules.images import EpochShuffle, MNIST5kDataModule  # noqa: E402
+from datamodules.image_batches import EpochShuffle  # noqa: E402
+from datamodules.images import MNIST5kDataModule  # noqa: E402
 from datamodules.roar import model_inputs, remove_top, training_fill  # noqa: E402
-from evaluators.maps.roar_estimators import estimator_maps  # noqa: E402
-from evaluators.roar_grid import CLEAN, RoarGrid, grid_cells, read_cells, run_grid  # noqa: E402
+from evaluators.protocols.roar.estimators import estimator_maps  # noqa: E402
+from evaluators.protocols.roar.grid import CLEAN, RoarGrid, grid_cells, read_cells, run_grid  # noqa: E402
 from lightning_modules import ImageClassifier, MLPClassifier  # noqa: E402
 
 TABULAR = RoarGrid(estimators={"saliency": {}, "smoothgrad": {"nt_samples": 15}, "vargrad": {"nt_samples": 15},

@@ -38,8 +38,8 @@ import torch
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
-from evaluators.map_grid import plot_map_grid
+from evaluators.inputs.finite import check_finite
+from evaluators.reports.map_grid import plot_map_grid
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS
@@ -52,8 +52,7 @@ from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.relative_stability import STABILITIES, relative_stability
-from evaluators.run_inputs import spread_images
-from lightning_modules.interface import is_tabular
+from evaluators.inputs.runs import spread_images
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
@@ -117,7 +116,7 @@ class AggregationFidelity(pl.Callback):
         data = trainer.datamodule
         if data is None:
             raise InputError("AggregationFidelity needs a datamodule (trainer.fit(model, datamodule=...))")
-        if is_tabular(pl_module):
+        if not hasattr(data, "normalization"):  # rows: a tabular datamodule
             x_train = data.train_tensors[0]
             x, y = (t[: self.n_probe] for t in data.test_tensors)
             stats = (x_train.mean(0), x_train.std(0, unbiased=False))
@@ -135,12 +134,12 @@ class AggregationFidelity(pl.Callback):
                 self._probe = self._load_probe(trainer, pl_module)
             x, y = (t.to(pl_module.device) for t in self._probe[:2])
             stats = None if self._probe[2] is None else tuple(s.to(pl_module.device) for s in self._probe[2])
-            tabular = is_tabular(pl_module)
+            tabular = x.dim() == 2
             was_training = pl_module.training
             pl_module.eval()
             try:
                 explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
-                target = None if tabular else predicted_class(pl_module, x)
+                target = predicted_class(pl_module, x)  # the default target: a tabular model's positive class
                 maps, weights = self._maps(pl_module, x, target, explainers, stats)
                 scores = self._scores(pl_module, x, maps, stats)
                 if "relative_stability" in self.metrics:
@@ -154,10 +153,10 @@ class AggregationFidelity(pl.Callback):
 
     def _maps(self, pl_module: pl.LightningModule, x: torch.Tensor, target, explainers: dict, stats,
               weights: dict | None = None) -> tuple[dict[str, torch.Tensor], dict]:  # fmt: skip
-        """Base, aggregated and optimised maps of x for ``target`` (None: a tabular model's
-        positive class), and the optimised aggregators' weights: fitted on x, or the given
-        ``weights`` (name -> (len(x), k), None for ``agg_var``) applied to the explainers' maps."""
-        tabular = is_tabular(pl_module)
+        """Base, aggregated and optimised maps of x for ``target`` (N,), and the optimised
+        aggregators' weights: fitted on x, or the given ``weights`` (name -> (len(x), k), None
+        for ``agg_var``) applied to the explainers' maps."""
+        tabular = x.dim() == 2
         base = {}
         for k, (name, options) in enumerate(explainers.items()):
             m = explain(pl_module, x, name, target=target, **{"seed": self.seed + k, **(options or {})}).detach()
@@ -185,8 +184,8 @@ class AggregationFidelity(pl.Callback):
         n = self.n_samples
         perturbed = uniform_noise(x, n, RADIUS, self.seed, "evaluation")
         repeated = {name: None if w is None else w.repeat_interleave(n, 0) for name, w in weights.items()}
-        noisy, _ = self._maps(pl_module, perturbed.flatten(0, 1), None if target is None else
-                              target.repeat_interleave(n), explainers, stats, repeated)  # fmt: skip
+        noisy, _ = self._maps(pl_module, perturbed.flatten(0, 1), target.repeat_interleave(n), explainers, stats,
+                              repeated)  # fmt: skip
         scores = {}
         for name, m in maps.items():
             result = relative_stability(pl_module, x, m, lambda v, t, name=name: noisy[name], target,

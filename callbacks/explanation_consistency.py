@@ -50,7 +50,7 @@ class ExplanationConsistency(pl.Callback):
         if isinstance(pl_module, PopulationMLP):
             x = trainer.datamodule.test_tensors[0][: self.probe_size].to(pl_module.device)
             return explain(pl_module, x, self.method).detach()
-        from evaluators.run_inputs import spread_images
+        from evaluators.inputs.runs import spread_images
 
         if self._probe is None:
             self._probe = spread_images(trainer.datamodule, self.probe_size, "test")

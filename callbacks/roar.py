@@ -1,5 +1,5 @@
 """ROAR at the end of training (Hooker et al. 2019): the remove-and-retrain grid of
-``evaluators.roar_grid`` run for the configured estimators with the model just trained as
+``evaluators.protocols.roar.grid`` run for the configured estimators with the model just trained as
 the clean model, on the run's datamodule.
 
 At ``on_fit_end``, on the global rank 0 only: every cell (estimator, t) retrains
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import WandbLogger
 
-from evaluators.roar_grid import RoarGrid, run_grid
-from evaluators.roar_report import COLUMNS, collect
+from evaluators.protocols.roar.grid import RoarGrid, run_grid
+from evaluators.protocols.roar.report import COLUMNS, collect
 
 
 class ROAR(pl.Callback):
@@ -37,7 +37,7 @@ class ROAR(pl.Callback):
         keep: bool = False,
         seed: int = 0,
     ) -> None:
-        """Options as ``evaluators.roar_grid.RoarGrid`` (``None``: its defaults)."""
+        """Options as ``evaluators.protocols.roar.grid.RoarGrid`` (``None``: its defaults)."""
         given = {"estimators": estimators, "fractions": fractions, "trainer": trainer}
         self.grid = RoarGrid(**{k: v for k, v in given.items() if v is not None}, retrainings=retrainings,
                              unit=unit, square=square, keep=keep, seed=seed)  # fmt: skip

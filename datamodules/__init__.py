@@ -4,13 +4,9 @@
 import importlib
 
 from datamodules.errors import InputError
-from datamodules.images import (
-    FashionMNISTDataModule,
-    ImageDataModule,
-    ImageFolderDataModule,
-    MNIST5kDataModule,
-    unpack_archive,
-)
+from datamodules.image_base import ImageDataModule
+from datamodules.image_cache import unpack_archive
+from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
 from datamodules.specs import DATASETS, DatasetSpec, get_spec
 from datamodules.tabular import FinancialDataModule, TabularDataModule, TwoMoonsDataModule
 

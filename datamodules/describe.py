@@ -18,13 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from datamodules.errors import InputError, OneLineParser, run_entry_point
-from datamodules.images import (
-    FashionMNISTDataModule,
-    ImageFolderDataModule,
-    MNIST5kDataModule,
-    describe_archive,
-    is_archive,
-)
+from datamodules.image_cache import describe_archive, is_archive
+from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
 from datamodules.specs import DATASETS
 from datamodules.tabular import FinancialDataModule
 

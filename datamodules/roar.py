@@ -48,7 +48,8 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules.errors import InputError
-from datamodules.images import ImageDataModule, InMemoryImageBatches, channel_stats
+from datamodules.image_base import ImageDataModule
+from datamodules.image_batches import InMemoryImageBatches, channel_stats
 from datamodules.tabular import TabularDataModule
 
 FRACTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
@@ -201,7 +202,7 @@ class RemoveAndRetrainDataModule(pl.LightningDataModule):
     KAR), served as ``datamodule`` serves them.
 
     ``train_scores`` and ``test_scores``: maps shaped like the splits' model inputs, in
-    dataset order (``evaluators.roar_maps.dataset_maps``); ``"test"`` is the image
+    dataset order (``evaluators.protocols.roar.maps.dataset_maps``); ``"test"`` is the image
     datamodule's evaluation split (``test/``, else ``val/``). Drop-in for
     ``pl.Trainer.fit``/``test``/``predict``: training batches in the wrapped datamodule's
     seeded order, with its augmentation applied to the modified images; no validation split

@@ -17,8 +17,8 @@ models on curves between them (``curve_ensemble``), an ensemble its perturbed co
 
 ``MLPEnsemble``: an ordinary ``nn.Module`` over M stacked MLPs (see ``stacked.py``), so
 Captum and the evaluators explain it like one model, and all M members run in one batched
-forward pass. ``forward`` gives class probabilities (B, 2) (vote shares for
-``majority``), which the predictions come from. ``explained_output``, the scalar
+forward pass. ``forward`` gives the members' mean logit (B, 2), ``probabilities`` the mean
+probability (vote shares for ``majority``), which the predictions come from. ``explained_output``, the scalar
 explainers differentiate, is for every ensemble the members' mean positive-class
 output, logit or probability as the population's ``explain_output`` (the same
 output a single model explains), so a gradient explanation of the ensemble is the
@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
+from lightning_modules.interface import POSITIVE_CLASS, explained_output
 from lightning_modules.stacked import rows_per_pass, stacked_forward
 
 Reduction = Literal["average", "majority"]
@@ -48,6 +49,8 @@ PREDICT_BLOCK_FLOATS = 2**24  # 64 MiB of float32 activations per piece of rows 
 
 class MLPEnsemble(nn.Module):
     """M stacked MLPs reduced to one classifier (see module docstring)."""
+
+    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(
         self,
@@ -82,6 +85,11 @@ class MLPEnsemble(nn.Module):
         return stacked_forward(*self.stacked, x, activations=list(self.relus))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The members' mean logit (B, K)."""
+        return self.member_logits(x).mean(0)
+
+    def probabilities(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, K) mean member probabilities (vote shares for ``majority``)."""
         logits = self.member_logits(x)
         if self.reduction == "majority":
             return nn.functional.one_hot(logits.argmax(-1), 2).float().mean(0)
@@ -89,10 +97,7 @@ class MLPEnsemble(nn.Module):
 
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
         """The positive-class scalar per row, shape (B,)."""
-        logits = self.member_logits(x)
-        if self.explain_output == "probability":
-            return logits.softmax(-1)[..., 1].mean(0)
-        return logits[..., 1].mean(0)
+        return explained_output(self, x, POSITIVE_CLASS, self.explain_output)
 
     def perturbed(self, n_perturb: int, sigma: float, layer: int = 0, part: Part = "weight",
                   seed: int = 0) -> "MLPEnsemble":  # fmt: skip
@@ -121,7 +126,7 @@ class MLPEnsemble(nn.Module):
         ``PREDICT_BLOCK_FLOATS`` values: a 2,500-MLP ``combine`` ensemble took 15 GB for
         Adult's 6,513 test rows at once."""
         rows = rows_per_pass(self.size, max(w.shape[1] for w in self.stacked[0]), PREDICT_BLOCK_FLOATS)
-        scores = torch.cat([self(piece) for piece in x.split(rows)])
+        scores = torch.cat([self.probabilities(piece) for piece in x.split(rows)])
         return (scores[:, 1] >= scores[:, 0]).long()
 
 

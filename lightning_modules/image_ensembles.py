@@ -4,7 +4,7 @@ by the registry of ``ensembles.py`` from an image population (``ImageNetworks``)
 The tabular ensembles (``ensembles.py``) stack M MLPs' weight matrices; an image network
 (a CNN, a ResNet with BatchNorm) has no such common shape, so an ``ImageEnsemble`` holds
 its M networks as an ``nn.ModuleList`` and runs them one after another on each batch:
-every explainer of ``IMAGE_EXPLAINERS`` (hook-based ones too: GuidedBackprop and DeepLift
+every explainer of ``evaluators.maps.EXPLAINERS`` (hook-based ones too: GuidedBackprop and DeepLift
 act on every member's ReLU modules) explains it like one model. With the members g_i
 (logits) and K classes:
 

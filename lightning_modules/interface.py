@@ -1,16 +1,11 @@
-"""The one interface every explained model meets, and the functions that read it.
+"""The contract every explained classifier meets, and the functions that read it (docs/explainers.md).
 
-A classifier here is an ``nn.Module`` whose ``forward`` maps a batch of inputs (N, ...)
-to class scores (N, K): logits for a single model (``MLPClassifier``,
-``ImageClassifier``, any torchvision or timm network), the members' mean probability
-for an ``MLPEnsemble`` (vote shares for ``majority``), the members' mean logit for an
-``ImageEnsemble`` (whose predictions come from its ``probabilities``). A ``PopulationMLP`` maps to
-(M, N, K), one block per member.
-
-Tabular models (``MLPClassifier``, ``PopulationMLP``, ``MLPEnsemble``) also have
-``explained_output``: the positive-class scalar (logit or probability, as trained)
-that explainers differentiate. For every other classifier the explained scalar is the
-logit of a target class, chosen per input.
+A classifier is an ``nn.Module`` whose ``forward`` maps inputs (N, ...) to class logits
+(N, K) (an ensemble's: its members' mean logit; a ``PopulationMLP``'s: (M, N, K)); any
+``nn.Module`` meets it with no wrapper. A model may also define ``probabilities(x)``
+(where they are not the softmax of its logits), ``member_logits(x)`` (M, N, K),
+``explained_class`` (the one class it explains) and ``explain_output`` (``"logit"`` or
+``"probability"``, the output explained).
 """
 
 from __future__ import annotations
@@ -18,21 +13,68 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lightning_modules.ensembles import MLPEnsemble
-from lightning_modules.image_ensembles import ImageEnsemble
+from datamodules.errors import InputError
 
 POSITIVE_CLASS = 1  # the class a tabular model explains (Ley et al.: label 1)
 
 
-def is_tabular(model: nn.Module) -> bool:
-    """Whether ``model`` explains a fixed positive-class output (``explained_output``)."""
-    return callable(getattr(model, "explained_output", None))
-
-
 def class_probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Class probabilities (N, K) of any classifier ((M, N, K) for a population): the
-    softmax of its logits, or an ensemble's own mean probabilities (vote shares)."""
-    if isinstance(model, ImageEnsemble):
-        return model.probabilities(x)
-    scores = model(x)
-    return scores if isinstance(model, MLPEnsemble) else scores.softmax(-1)
+    """Class probabilities (N, K) ((M, N, K) for a population): ``probabilities``, else the softmax of the logits."""
+    own = getattr(model, "probabilities", None)
+    return own(x) if callable(own) else model(x).softmax(-1)
+
+
+def fixed_target(model: nn.Module) -> int | None:
+    """The class every explanation of ``model`` is of (``explained_class``), None for a
+    classifier explained per input (by default its predicted class)."""
+    return getattr(model, "explained_class", None)
+
+
+def output_kind(model: nn.Module) -> str:
+    """The output ``model``'s explanations differentiate: ``"logit"`` or ``"probability"``
+    (its ``explain_output``, as an attribute or a hyperparameter)."""
+    return getattr(model, "explain_output", None) or getattr(getattr(model, "hparams", None), "explain_output", "logit")
+
+
+def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
+    """The device of the model's parameters (x's device for a model without any)."""
+    parameter = next(model.parameters(), None)
+    return x.device if parameter is None else parameter.device
+
+
+def default_targets(model: nn.Module, x: torch.Tensor, target=None, rows: int | None = None) -> torch.Tensor:
+    """The explained class per input, a LongTensor (N,) on x's device: ``target`` (an int or N
+    labels), else the model's fixed class (the only one it takes), else its predicted class
+    (the argmax of ``class_probabilities``, ``rows`` inputs at a time, without gradients)."""
+    fixed = fixed_target(model)
+    if target is None and fixed is None:
+        with torch.no_grad():
+            return torch.cat([class_probabilities(model, part).argmax(-1) for part in x.split(rows or len(x) or 1)])
+    target = fixed if target is None else target
+    if isinstance(target, int) and not isinstance(target, bool):
+        target = torch.full((len(x),), target, dtype=torch.long, device=x.device)
+    if not isinstance(target, torch.Tensor) or target.shape != (len(x),) or target.is_floating_point():
+        raise InputError(f"option target={target!r}; expected None (the model's default), an int or a LongTensor "
+                         f"of {len(x)} labels")  # fmt: skip
+    if fixed is not None and bool((target != fixed).any()):
+        raise InputError(f"option target={target.tolist()!r}: this model explains its class {fixed} only")
+    return target.to(x.device, torch.long)
+
+
+def _pick(scores: torch.Tensor, target) -> torch.Tensor:
+    """Column ``target`` of ``scores`` (..., N, K): one index where every input has the same class."""
+    if isinstance(target, torch.Tensor) and len(target) and bool(target.min() == target.max()):
+        target = int(target[0])
+    if isinstance(target, int):
+        return scores[..., target]
+    return scores.gather(-1, target.view(-1, 1).expand(*scores.shape[:-1], 1))[..., 0]
+
+
+def explained_output(model: nn.Module, x: torch.Tensor, target, output: str = "logit") -> torch.Tensor:
+    """The scalar (N,) ((M, N) for a population) an explanation of ``target`` (an int or N
+    labels) differentiates: its logit or (``output="probability"``) its softmax probability;
+    with ``member_logits``, the members' mean of theirs."""
+    members = getattr(model, "member_logits", None)
+    logits = members(x) if callable(members) else model(x)
+    scores = _pick(logits.softmax(-1) if output == "probability" else logits, target)
+    return scores.mean(0) if callable(members) else scores

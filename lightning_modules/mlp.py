@@ -17,6 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from lightning_modules.interface import POSITIVE_CLASS, explained_output, output_kind
 
 ExplainOutput = Literal["logit", "probability"]
 LossOn = Literal["logits", "probabilities"]
@@ -95,6 +96,8 @@ class MLPClassifier(pl.LightningModule):
             cross-entropy of the softmax output; see ``classification_loss``).
     """
 
+    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
+
     def __init__(
         self,
         in_features: int,
@@ -121,10 +124,7 @@ class MLPClassifier(pl.LightningModule):
 
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
         """The positive-class logit or probability, shape ``(N,)``."""
-        logits = self(x)
-        if self.hparams.explain_output == "probability":
-            return logits.softmax(dim=-1)[:, 1]
-        return logits[:, 1]
+        return explained_output(self, x, POSITIVE_CLASS, output_kind(self))
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch

@@ -33,6 +33,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.ensembles import MLPEnsemble, Reduction
+from lightning_modules.interface import POSITIVE_CLASS, explained_output, output_kind
 from lightning_modules.mlp import (
     ExplainOutput,
     LossOn,
@@ -71,6 +72,7 @@ class PopulationMLP(Population):
     """
 
     TEST_LOG = ("test/member_acc", "_mean")
+    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(
         self,
@@ -114,10 +116,7 @@ class PopulationMLP(Population):
 
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
         """Positive-class logit or probability of every member, shape (M, B)."""
-        logits = self(x)
-        if self.hparams.explain_output == "probability":
-            return logits.softmax(dim=-1)[..., 1]
-        return logits[..., 1]
+        return explained_output(self, x, POSITIVE_CLASS, output_kind(self))
 
     # --- members --------------------------------------------------------------
     def member_initialisation(self, i: int) -> MLPClassifier:

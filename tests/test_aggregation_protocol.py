@@ -14,13 +14,14 @@ import torch
 import evaluate
 import train
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import explain_image, predicted_class, reduce_map
+from evaluators.maps import explain
+from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.pixel_aggregators import aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators import run_inputs
+from evaluators.inputs import runs as run_inputs
 from evaluators.protocols import aggregation
-from evaluators.run_inputs import load_run, spread_images
+from evaluators.inputs.runs import load_run, spread_images
 
 
 def small_config(tmp_path, run, **extra) -> dict:
@@ -58,10 +59,10 @@ def test_report_rows_files_and_scores_equal_a_direct_computation(tiny_run, tmp_p
     maps = []
     for k, name in enumerate(["saliency", "gradcam"]):
         torch.manual_seed(k)
-        maps.append(normalise(reduce_map(explain_image(model, x, name), "abs_sum"), "z"))
+        maps.append(normalise(reduce_map(explain(model, x, name), "abs_sum"), "z"))
     torch.manual_seed(2)
     blurred = run_inputs.blurred(x)
-    maps.append(normalise(reduce_map(explain_image(model, x, "integrated_gradients", n_steps=4, baselines=blurred),
+    maps.append(normalise(reduce_map(explain(model, x, "integrated_gradients", n_steps=4, baselines=blurred),
                                      "abs_sum"), "z"))  # fmt: skip
     ucb = aggregate(torch.stack(maps), "ucb")
     fractions, curves = insertion_deletion_curves(model, x, ucb, "insertion", target=target, steps=4, seed=0)

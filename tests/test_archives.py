@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from datamodules.errors import InputError
-from datamodules.images import unpack_archive
+from datamodules.image_cache import unpack_archive
 
 
 @pytest.fixture(params=["native", "no-filters"])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluators.roar_grid import RoarGrid
+from evaluators.protocols.roar.grid import RoarGrid
 
 ROOT = Path(__file__).resolve().parent.parent
 ROAR_STEPS = {"accelerator": "cpu", "max_epochs": 1, "limit_train_batches": 2}
@@ -184,13 +184,14 @@ def test_simplex_qp_check():
 def test_insertion_deletion_check(monkeypatch):
     bench = load_bench("insertion_deletion")
     monkeypatch.setattr(bench, "REFERENCE_RUN", ROOT / "no-such-run")
-    from evaluators.maps.image_explainers import explain_image, reduce_map
+    from evaluators.maps import explain
+    from evaluators.maps.image_explainers import reduce_map
     from evaluators.metrics.insertion_deletion import insertion_deletion_curves
     from lightning_modules.interface import class_probabilities
 
     model, x, _ = bench.model_and_images(3)
     target = class_probabilities(model, x).argmax(-1)
-    maps = reduce_map(explain_image(model, x, "saliency", target=target).detach(), "abs_sum")
+    maps = reduce_map(explain(model, x, "saliency", target=target).detach(), "abs_sum")
     perms, baseline = bench.documented_draws(x, 0)
     for mode in ("insertion", "deletion"):
         _, ours = insertion_deletion_curves(model, x, maps, mode, target=target, steps=4, seed=0, max_batch=8)

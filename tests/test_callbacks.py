@@ -48,10 +48,11 @@ def fashion_mnist_or_skip():
 
 
 def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_metrics(tmp_path):
-    from evaluators.maps.image_explainers import explain_image, reduce_map
+    from evaluators.maps import explain
+    from evaluators.maps.image_explainers import reduce_map
     from evaluators.maps.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
-    from evaluators.run_inputs import spread_images
+    from evaluators.inputs.runs import spread_images
     from lightning_modules import ImageClassifier
 
     data = fashion_mnist_or_skip()
@@ -71,7 +72,7 @@ def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_met
     base = {}
     for k, name in enumerate(["saliency", "gradcam"]):
         pl.seed_everything(k)
-        base[f"base_{name}"] = reduce_map(explain_image(model, x, name), "abs_sum")
+        base[f"base_{name}"] = reduce_map(explain(model, x, name), "abs_sum")
     maps = {**base, **aggregate_all(base, "z", {"mean": {}, "ucb": {}})}
     final = callback.history[-1]
     for name, m in maps.items():
@@ -188,7 +189,7 @@ class TwoImageMembers(pl.LightningModule):
 
 def test_image_population_consistency_is_logged_per_pixel_on_a_two_epoch_run(tmp_path):
     from evaluators.maps.image_explainers import reduce_map
-    from evaluators.run_inputs import spread_images
+    from evaluators.inputs.runs import spread_images
 
     data = fashion_mnist_or_skip()
     population = TwoImageMembers()

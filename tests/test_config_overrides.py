@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from datamodules import InputError
-from evaluators.config import load_config
+from evaluators.inputs.config import load_config
 from evaluators.protocols.aggregation import AggregationConfig
-from evaluators.protocols.roar import RoarConfig
+from evaluators.protocols.roar.protocol import RoarConfig
 from tests.helpers import assert_one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@ makes: a Makefile target (its commands as ``make -n`` prints them) or a ``train.
 the README or docs/ with a fixed ``--run_name``. So no config names a folder that only one
 machine had (``runs/<data>/<Model>-seed0-<time>``), and a newcomer's commands make what the
 configs read. The command an evaluator names for a missing run or population
-(``evaluators.sources.made_by``) is checked to make it, too."""
+(``evaluators.inputs.sources.made_by``) is checked to make it, too."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import yaml
 from jsonargparse import Namespace
 
 from datamodules.specs import DATASETS
-from evaluators.sources import MADE_BY, made_by
+from evaluators.inputs.sources import MADE_BY, made_by
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIGS = ["configs/defaults.yaml", "configs/german.yaml"]  # train.py's own, composed first

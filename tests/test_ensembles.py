@@ -24,7 +24,9 @@ def test_average_predicts_mean_member_probability_and_explains_mean_output(popul
     x = torch.randn(10, 5)
     ensemble = ENSEMBLES["average"](population, [1, 3])
     expected = torch.stack([population.member(i)(x).softmax(-1) for i in (1, 3)]).mean(0)
-    torch.testing.assert_close(ensemble(x), expected)
+    torch.testing.assert_close(ensemble.probabilities(x), expected)
+    members = torch.stack([population.member(i)(x) for i in (1, 3)])
+    torch.testing.assert_close(ensemble(x), members.mean(0))  # forward: the members' mean logit
     # explained: the mean member logit (the population explains logits), not the mean probability
     mean_logit = torch.stack([population.member(i)(x)[:, 1] for i in (1, 3)]).mean(0)
     torch.testing.assert_close(ensemble.explained_output(x), mean_logit)
@@ -36,7 +38,7 @@ def test_majority_votes_and_explains_mean_member_output(population):
     x = torch.randn(50, 5)
     ensemble = ENSEMBLES["majority"](population, [0, 1, 2])
     votes = torch.stack([population.member(i)(x).argmax(-1) for i in range(3)]).float().mean(0)
-    torch.testing.assert_close(ensemble(x)[:, 1], votes)
+    torch.testing.assert_close(ensemble.probabilities(x)[:, 1], votes)
     assert torch.equal(ensemble.predict(x), (votes >= 0.5).long())
     mean_logit = torch.stack([population.member(i)(x)[:, 1] for i in range(3)]).mean(0)
     torch.testing.assert_close(ensemble.explained_output(x), mean_logit)
@@ -46,7 +48,7 @@ def test_perturbed_with_sigma_zero_equals_base_model(population):
     x = torch.randn(10, 5)
     ensemble = ENSEMBLES["perturb"](population, [2], n_perturb=7, sigma=0.0)
     assert ensemble.size == 7
-    torch.testing.assert_close(ensemble(x), population.member(2)(x).softmax(-1))
+    torch.testing.assert_close(ensemble.probabilities(x), population.member(2)(x).softmax(-1))
 
 
 @pytest.mark.parametrize(("layer", "part"), [(0, "weight"), (0, "bias"), (2, "weight")])
@@ -72,8 +74,8 @@ def test_perturb_is_a_mean_of_perturbed_models(population):
     for i in range(2):  # "perturbed model" i: the mean of its 4 variants
         rows = slice(4 * i, 4 * i + 4)
         variant = MLPEnsemble([w[rows] for w in weights], [b[rows] for b in biases])
-        per_model.append(variant(x))
-    torch.testing.assert_close(ensemble(x), torch.stack(per_model).mean(0))
+        per_model.append(variant.probabilities(x))
+    torch.testing.assert_close(ensemble.probabilities(x), torch.stack(per_model).mean(0))
 
 
 def test_connect_and_combine_average_points_along_curves():
@@ -82,10 +84,10 @@ def test_connect_and_combine_average_points_along_curves():
     x = torch.randn(8, 5)
     ensemble = build_ensemble(ends, "connect", [0, 1, 2, 3], curves, n_t=3)
     expected = torch.stack([c.classifier_at(t)(x).softmax(-1) for c in curves for t in (0.0, 0.5, 1.0)]).mean(0)
-    torch.testing.assert_close(ensemble(x), expected)
+    torch.testing.assert_close(ensemble.probabilities(x), expected)
     combined = build_ensemble(ends, "combine", [0, 1, 2, 3], curves, n_t=3, n_perturb=5, sigma=0.0)
     assert combined.size == 2 * 3 * 5
-    torch.testing.assert_close(combined(x), expected)
+    torch.testing.assert_close(combined.probabilities(x), expected)
 
 
 @pytest.mark.parametrize("kind", ["average", "majority", "perturb", "connect", "combine"])
@@ -120,5 +122,5 @@ def test_predict_in_row_pieces_equals_one_pass(population, monkeypatch):
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=5, sigma=0.3, seed=1)
     monkeypatch.setattr(ensembles, "PREDICT_BLOCK_FLOATS", ensemble.size * 128 * 10)  # pieces of 10 rows
     pieces = ensemble.predict(x)
-    scores = ensemble(x)
+    scores = ensemble.probabilities(x)
     assert torch.equal(pieces, (scores[:, 1] >= scores[:, 0]).long())

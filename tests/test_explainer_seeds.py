@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from datamodules.errors import InputError
-from evaluators.maps import explain
-from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, PER_IMAGE_DRAWS, explain_image
+from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.seeds import call_seed, derived_seed, image_seeds
-from evaluators.maps.tabular_explainers import TABULAR_EXPLAINERS
 from lightning_modules.image_classifier import create_image_model
 from lightning_modules.mlp import MLPClassifier
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
-SAMPLING = sorted(PER_IMAGE_DRAWS | {"rise"})
+IMAGE_EXPLAINERS = sorted(name for name, spec in EXPLAINERS.items() if spec.takes != "rows")
+TABULAR_EXPLAINERS = sorted(name for name, spec in EXPLAINERS.items() if spec.fixed is not None)
+SAMPLING = sorted(name for name in IMAGE_EXPLAINERS if EXPLAINERS[name].draws)
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +57,26 @@ def reseed_globals(seed: int) -> None:
     random.seed(seed)
 
 
-@pytest.mark.parametrize("method", sorted(IMAGE_EXPLAINERS))
+@pytest.mark.parametrize("method", IMAGE_EXPLAINERS)
 def test_image_maps_depend_on_the_seed_alone_and_leave_global_generators_alone(net, x, method):
     reseed_globals(0)
     before = global_states()
-    first = explain_image(net, x, method, **image_options(method))
+    first = explain(net, x, method, **image_options(method))
     assert_same_states(before, global_states())
     reseed_globals(1)  # other global states: the same maps
-    assert torch.equal(first, explain_image(net, x, method, **image_options(method)))
-    assert torch.equal(first, explain_image(net, x, method, seed=0, **image_options(method)))
+    assert torch.equal(first, explain(net, x, method, **image_options(method)))
+    assert torch.equal(first, explain(net, x, method, seed=0, **image_options(method)))
     if method in SAMPLING:
-        assert not torch.allclose(first, explain_image(net, x, method, seed=1, **image_options(method)))
+        assert not torch.allclose(first, explain(net, x, method, seed=1, **image_options(method)))
 
 
-@pytest.mark.parametrize("method", sorted(IMAGE_EXPLAINERS))
+@pytest.mark.parametrize("method", IMAGE_EXPLAINERS)
 def test_image_maps_do_not_depend_on_max_batch_or_the_other_images(net, x, method):
-    whole = explain_image(net, x, method, seed=3, **image_options(method))
+    whole = explain(net, x, method, seed=3, **image_options(method))
     for max_batch in (1, 3):
-        torch.testing.assert_close(explain_image(net, x, method, seed=3, max_batch=max_batch,
-                                                 **image_options(method)), whole, **TOL)  # fmt: skip
-    part = explain_image(net, x[2:4], method, seed=3, index=torch.tensor([2, 3]), **image_options(method))
+        torch.testing.assert_close(explain(net, x, method, seed=3, max_batch=max_batch, **image_options(method)),
+                                   whole, **TOL)  # fmt: skip
+    part = explain(net, x[2:4], method, seed=3, index=torch.tensor([2, 3]), **image_options(method))
     torch.testing.assert_close(part, whole[2:4], **TOL)
 
 
@@ -93,13 +93,13 @@ def test_image_seeds_are_numpy_seed_sequences_of_seed_and_index():
 
 def test_image_explainer_refuses_a_bad_seed_or_index(net, x):
     with pytest.raises(InputError, match="option seed=-2"):
-        explain_image(net, x, "saliency", seed=-2)
+        explain(net, x, "saliency", seed=-2)
     with pytest.raises(InputError, match=r"option index of shape \(2,\)"):
-        explain_image(net, x, "smoothgrad", index=torch.tensor([0, 1]))
+        explain(net, x, "smoothgrad", index=torch.tensor([0, 1]))
     with pytest.raises(InputError, match="option nt_samples=0; expected a positive integer"):
-        explain_image(net, x, "vargrad", nt_samples=0)
+        explain(net, x, "vargrad", nt_samples=0)
     with pytest.raises(InputError, match="option stdevs=-0.1; expected a non-negative number"):
-        explain_image(net, x, "gradient_shap", stdevs=-0.1, **image_options("gradient_shap"))
+        explain(net, x, "gradient_shap", stdevs=-0.1, **image_options("gradient_shap"))
 
 
 def tabular_options(method: str) -> dict:
@@ -111,7 +111,7 @@ def tabular_options(method: str) -> dict:
     return {"n_samples": 12} if method in ("lime", "kernel_shap") else {}
 
 
-@pytest.mark.parametrize("method", sorted(TABULAR_EXPLAINERS))
+@pytest.mark.parametrize("method", TABULAR_EXPLAINERS)
 def test_tabular_maps_depend_on_the_seed_alone_and_leave_global_generators_alone(method):
     torch.manual_seed(0)
     model = MLPClassifier(in_features=5, hidden=(8,)).eval()

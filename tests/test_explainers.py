@@ -10,7 +10,7 @@ from captum import attr
 from lightning_modules import MLPClassifier, PopulationMLP
 from datamodules.errors import InputError
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
-from evaluators.maps import TABULAR_EXPLAINERS, explain
+from evaluators.maps import EXPLAINERS, explain
 
 DETERMINISTIC = ["saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift",
                  "feature_ablation", "deepshap"]  # fmt: skip
@@ -78,7 +78,7 @@ def test_population_in_one_call_equals_members_one_by_one(population, method):
         torch.testing.assert_close(batched[i], alone, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", sorted(TABULAR_EXPLAINERS))
+@pytest.mark.parametrize("method", sorted(name for name, spec in EXPLAINERS.items() if spec.fixed is not None))
 def test_every_explainer_runs_on_an_ensemble(population, method):
     ensemble = ENSEMBLES["perturb"](population, [0, 2], n_perturb=3, sigma=0.1)
     x = torch.randn(4, 6)
@@ -120,7 +120,7 @@ def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method
     x = torch.randn(5, 6)
     options = {"baselines": torch.randn(3, 6)} if method == "deepshap" else {}
     torch.manual_seed(1)
-    whole = explainers.TABULAR_EXPLAINERS[method](explainers.ExplainedOutput(ensemble), x, **options)
+    whole = EXPLAINERS[method].fixed(explainers.ExplainedOutput(ensemble), x, **options)
     # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 5 * rows_per_input * 210 * 5)
     torch.testing.assert_close(explain(ensemble, x, method, seed=1, **options), whole, rtol=1e-5, atol=1e-6)

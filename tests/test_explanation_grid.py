@@ -10,8 +10,9 @@ from PIL import Image
 
 import evaluate
 from datamodules.errors import InputError
-from evaluators.run_inputs import load_run
-from evaluators.maps.image_explainers import explain_image, reduce_map
+from evaluators.inputs.runs import load_run
+from evaluators.maps import explain
+from evaluators.maps.image_explainers import reduce_map
 
 
 def test_grid_png_and_json_hold_every_method_and_image(tiny_run):
@@ -33,7 +34,7 @@ def test_grid_maps_are_the_explainers_maps_of_the_predicted_class(tiny_run, monk
                         or path)  # fmt: skip
     grid.explanation_grid(tiny_run, tmp_path / "grid", ["saliency"], n_images=2, log_to="none")
     model, _, _ = load_run(tiny_run)
-    expected = reduce_map(explain_image(model, drawn["x"], "saliency"), "abs_sum")
+    expected = reduce_map(explain(model, drawn["x"], "saliency"), "abs_sum")
     torch.testing.assert_close(drawn["maps"]["saliency"], expected)
 
 
@@ -93,7 +94,7 @@ def test_blank_maps_are_named_on_their_cells_counted_and_printed(tiny_run, monke
 
     import evaluators.protocols.explanation_grid as grid
 
-    explain = grid.explain_image
+    explain = grid.explain
 
     def with_blanks(model, x, method, **options):
         maps = explain(model, x, method, **options)
@@ -105,7 +106,7 @@ def test_blank_maps_are_named_on_their_cells_counted_and_printed(tiny_run, monke
     written = []
     text = matplotlib.axes.Axes.text
     monkeypatch.setattr(matplotlib.axes.Axes, "text", lambda ax, *a, **k: written.append(a[2]) or text(ax, *a, **k))
-    monkeypatch.setattr(grid, "explain_image", with_blanks)
+    monkeypatch.setattr(grid, "explain", with_blanks)
     report = grid.explanation_grid(tiny_run, tmp_path / "grid", ["saliency", "gradcam"], n_images=3, log_to="none")
     assert report["blank_maps"] == {"saliency": {"all_zero": 0, "constant": 0, "images": []},
                                     "gradcam": {"all_zero": 1, "constant": 1, "images": [1, 2]}}  # fmt: skip

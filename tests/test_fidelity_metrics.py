@@ -497,7 +497,7 @@ def test_relative_stability_tabular_rows():
                                    lambda v: model(v).detach().numpy())  # fmt: skip
     for k in ("ris", "rrs", "ros"):
         np.testing.assert_allclose(scores[k].numpy(), expected[k], rtol=1e-9)
-    assert seen and all(t is None for t in seen)
+    assert seen and all(torch.equal(t, torch.ones(len(t), dtype=torch.long)) for t in seen)  # the positive class
 
 
 def test_relative_stability_is_seeded_and_the_metric_is_the_mean():

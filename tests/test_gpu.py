@@ -10,7 +10,7 @@ same computation on the CPU.
 Image models (ResNet-8 and torchvision's ResNet-18 with the small-input stem, random
 weights, 32x32 random images) are compared in float64, where the two devices differ only
 by the order of their sums (float32 would add cuDNN's TF32 convolutions, about 1e-3
-relative): logits to 1e-10, and explain_image's saliency, integrated gradients, GradCAM
+relative): logits to 1e-10, and explain's saliency, integrated gradients, GradCAM
 and RISE (masks drawn on the CPU from its seed) to 1e-7 relative. SmoothGrad's noise
 comes from a generator on the input's device seeded per image (``evaluators.maps.seeds``),
 so a GPU run draws other numbers than a CPU run of the same seed: one test draws the GPU
@@ -34,8 +34,7 @@ import evaluate
 import train
 from datamodules import FinancialDataModule
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
-from evaluators.maps import explain
-from evaluators.maps.image_explainers import explain_image
+from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.simplex_qp import solve_simplex_qp
 from lightning_modules import ImageClassifier, MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
@@ -178,7 +177,7 @@ def test_smoothgrad_of_an_ensemble_in_chunks_on_gpu_sees_one_noise(ensembles, mo
 
     ensemble, x = copy.deepcopy(ensembles["combine"]).to(GPU), torch.randn(20, 6, device=GPU)
     torch.manual_seed(5)
-    whole = explainers.TABULAR_EXPLAINERS["smoothgrad"](explainers.ExplainedOutput(ensemble), x)
+    whole = EXPLAINERS["smoothgrad"].fixed(explainers.ExplainedOutput(ensemble), x)
     monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cuda", 1)  # one member per chunk
     cpu_state, gpu_state = torch.get_rng_state(), torch.cuda.get_rng_state()
     torch.testing.assert_close(explain(ensemble, x, "smoothgrad", seed=5), whole, rtol=1e-4, atol=1e-6)
@@ -292,8 +291,8 @@ def test_image_classifier_logits_on_gpu_equal_cpu_in_float64(image_model):
 )  # fmt: skip
 def test_image_explanations_on_gpu_equal_cpu_in_float64(image_model, method, options):
     x, target = random_images(2), torch.tensor([3, 7])
-    on_cpu = explain_image(image_model, x, method, target=target, **options)
-    on_gpu = explain_image(copy.deepcopy(image_model).to(GPU), x.to(GPU), method, target=target.to(GPU), **options)
+    on_cpu = explain(image_model, x, method, target=target, **options)
+    on_gpu = explain(copy.deepcopy(image_model).to(GPU), x.to(GPU), method, target=target.to(GPU), **options)
     assert_maps_close(on_gpu, on_cpu)
 
 
@@ -304,12 +303,12 @@ def test_image_smoothgrad_on_gpu_with_the_cpu_noise_equals_cpu(image_model, monk
     import evaluators.maps.image_explainers as image_explainers
 
     x, target = random_images(2), torch.tensor([3, 7])
-    on_cpu = explain_image(image_model, x, "smoothgrad", target=target, nt_samples=8, seed=5)
+    on_cpu = explain(image_model, x, "smoothgrad", target=target, nt_samples=8, seed=5)
     normal = image_explainers._normal
     monkeypatch.setattr(image_explainers, "_normal", lambda shape, stdevs, seed, device: normal(
         shape, stdevs, seed, torch.device("cpu")).to(device))
-    on_gpu = explain_image(copy.deepcopy(image_model).to(GPU), x.to(GPU), "smoothgrad", target=target.to(GPU),
-                           nt_samples=8, seed=5)  # fmt: skip
+    on_gpu = explain(copy.deepcopy(image_model).to(GPU), x.to(GPU), "smoothgrad", target=target.to(GPU),
+                     nt_samples=8, seed=5)  # fmt: skip
     assert_maps_close(on_gpu, on_cpu)
 
 
@@ -323,8 +322,8 @@ def test_image_smoothgrad_with_the_gpu_noise_agrees_in_distribution():
 
     def smoothgrad(seed: int, device: torch.device) -> torch.Tensor:
         on = copy.deepcopy(model).to(device)
-        return explain_image(on, x.to(device), "smoothgrad", target=target.to(device), nt_samples=32,
-                             seed=seed).cpu()  # fmt: skip
+        return explain(on, x.to(device), "smoothgrad", target=target.to(device), nt_samples=32,
+                       seed=seed).cpu()  # fmt: skip
 
     cpu = torch.device("cpu")
     reference, other, on_gpu = smoothgrad(0, cpu), smoothgrad(2, cpu), smoothgrad(1, GPU)
@@ -345,12 +344,12 @@ def test_image_sampling_on_gpu_draws_from_gpu_generators_of_its_seed(monkeypatch
 
     monkeypatch.setattr(torch, "normal", recorded)
     cpu_state, gpu_state = torch.get_rng_state(), torch.cuda.get_rng_state()
-    first = explain_image(model, x, method, seed=3, **options)
+    first = explain(model, x, method, seed=3, **options)
     assert set(devices) == {"cuda"} and len(devices) == 5  # one generator per image
     assert torch.equal(torch.get_rng_state(), cpu_state) and torch.equal(torch.cuda.get_rng_state(), gpu_state)
     torch.manual_seed(1)
     torch.cuda.manual_seed(1)
-    torch.testing.assert_close(explain_image(model, x, method, seed=3, max_batch=2, **options), first,
+    torch.testing.assert_close(explain(model, x, method, seed=3, max_batch=2, **options), first,
                                rtol=1e-6, atol=1e-9 * first.abs().max().item())  # fmt: skip
-    part = explain_image(model, x[3:], method, seed=3, index=torch.tensor([3, 4]), **options)
+    part = explain(model, x[3:], method, seed=3, index=torch.tensor([3, 4]), **options)
     torch.testing.assert_close(part, first[3:], rtol=1e-6, atol=1e-9 * first.abs().max().item())

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import evaluate
-from evaluators.image_members import load_image_members
+from evaluators.inputs.image_members import load_image_members
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.agreement_functional import separability
-from evaluators.population_sets import disjoint_sets
+from evaluators.protocols.population_sets import disjoint_sets
 from evaluators.protocols.consistency import image_rows_per_pass
-from evaluators.run_inputs import spread_images
+from evaluators.inputs.runs import spread_images
 
 
 @pytest.fixture(scope="module")

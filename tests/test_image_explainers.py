@@ -13,9 +13,9 @@ from captum import attr
 from torch import nn
 
 from datamodules.errors import InputError
+from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import (
-    IMAGE_EXPLAINERS, explain_image, last_conv_block, reduce_map, resolve_max_batch, rise_masks, rows_within,
-    upsample_masks,
+    last_conv_block, reduce_map, resolve_max_batch, rise_masks, rows_within, upsample_masks,
 )  # fmt: skip
 from evaluators.maps.seeds import image_seeds
 from lightning_modules.image_classifier import create_image_model
@@ -76,15 +76,15 @@ DETERMINISTIC = ["saliency", "integrated_gradients", "guided_backprop", "deeplif
 @pytest.mark.parametrize("labels", [False, True])
 def test_deterministic_methods_match_captum(model, images, method, labels):
     target = LABELS if labels else model(images).argmax(-1)
-    ours = explain_image(model, images, method, target=LABELS if labels else None)
+    ours = explain(model, images, method, target=LABELS if labels else None)
     assert ours.shape == images.shape
     torch.testing.assert_close(ours, captum(model, images, method, target, None), **TOL)
 
 
 @pytest.mark.parametrize("method", DETERMINISTIC)
 def test_chunked_equals_unchunked(model, images, method):
-    whole = explain_image(model, images, method, target=LABELS, max_batch=1000)
-    torch.testing.assert_close(explain_image(model, images, method, target=LABELS, max_batch=3), whole, **TOL)
+    whole = explain(model, images, method, target=LABELS, max_batch=1000)
+    torch.testing.assert_close(explain(model, images, method, target=LABELS, max_batch=3), whole, **TOL)
 
 
 @pytest.mark.parametrize("method", ["integrated_gradients", "deeplift"])
@@ -93,17 +93,17 @@ def test_one_baseline_per_image_goes_chunk_by_chunk_with_its_image(model, images
     baselines = torch.randn_like(images)  # e.g. each image blurred
     cls = {"integrated_gradients": attr.IntegratedGradients, "deeplift": attr.DeepLift}[method]
     reference = cls(model).attribute(images, baselines, target=LABELS)
-    ours = explain_image(model, images, method, target=LABELS, baselines=baselines, max_batch=4)  # 1 or 2 per chunk
+    ours = explain(model, images, method, target=LABELS, baselines=baselines, max_batch=4)  # 1 or 2 per chunk
     torch.testing.assert_close(ours, reference, **TOL)
 
 
 def test_target_none_is_the_predicted_class(model, images):
     predicted = model(images).argmax(-1)
     assert not torch.equal(predicted, LABELS)
-    torch.testing.assert_close(explain_image(model, images, "saliency"),
-                               explain_image(model, images, "saliency", target=predicted))  # fmt: skip
-    one = explain_image(model, images, "saliency", target=2)
-    torch.testing.assert_close(one, explain_image(model, images, "saliency", target=torch.full((4,), 2)))
+    torch.testing.assert_close(explain(model, images, "saliency"),
+                               explain(model, images, "saliency", target=predicted))  # fmt: skip
+    one = explain(model, images, "saliency", target=2)
+    torch.testing.assert_close(one, explain(model, images, "saliency", target=torch.full((4,), 2)))
 
 
 def per_image_captum(x, seeds, call):
@@ -120,8 +120,8 @@ def per_image_captum(x, seeds, call):
 @pytest.mark.parametrize("base", ["saliency", "integrated_gradients"])
 def test_noise_tunnels_match_captum_image_by_image_with_its_seed(model, images, nt_type, base):
     base_options = {"n_steps": 8} if base == "integrated_gradients" else {}
-    ours = explain_image(model, images, nt_type, target=LABELS, base=base, nt_samples=6, stdevs=0.2, seed=5,
-                         max_batch=1000, **base_options)  # fmt: skip
+    ours = explain(model, images, nt_type, target=LABELS, base=base, nt_samples=6, stdevs=0.2, seed=5,
+                   max_batch=1000, **base_options)  # fmt: skip
     method = attr.Saliency(model) if base == "saliency" else attr.IntegratedGradients(model)
     if base == "saliency":
         base_options["abs"] = False
@@ -134,7 +134,7 @@ def test_noise_tunnels_match_captum_image_by_image_with_its_seed(model, images, 
 
 def test_noise_tunnel_in_chunks_equals_captum_image_by_image(model, images):
     # max_batch=4 with 6 samples: one image per chunk, its samples explained in calls of 4 and 2 rows
-    ours = explain_image(model, images, "smoothgrad", target=LABELS, nt_samples=6, max_batch=4, seed=2)
+    ours = explain(model, images, "smoothgrad", target=LABELS, nt_samples=6, max_batch=4, seed=2)
     theirs = per_image_captum(images, image_seeds(2, None, 4), lambda x, t: attr.NoiseTunnel(attr.Saliency(model))
                               .attribute(x, nt_samples=6, stdevs=0.15, target=t, abs=False))  # fmt: skip
     torch.testing.assert_close(ours, theirs, **TOL)
@@ -143,12 +143,12 @@ def test_noise_tunnel_in_chunks_equals_captum_image_by_image(model, images):
 def test_expected_gradients_match_captum_gradient_shap_image_by_image(model, images):
     torch.manual_seed(3)
     background = torch.randn(7, 3, 16, 16)
-    ours = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4)
+    ours = explain(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4)
     theirs = per_image_captum(images, image_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
         x, background, n_samples=5, stdevs=0.0, target=t))
     torch.testing.assert_close(ours, theirs, **TOL)
-    noisy = explain_image(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4,
-                          stdevs=0.3, max_batch=2)  # fmt: skip
+    noisy = explain(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4,
+                    stdevs=0.3, max_batch=2)  # fmt: skip
     theirs = per_image_captum(images, image_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
         x, background, n_samples=5, stdevs=0.3, target=t))
     torch.testing.assert_close(noisy, theirs, **TOL)
@@ -156,18 +156,18 @@ def test_expected_gradients_match_captum_gradient_shap_image_by_image(model, ima
 
 def test_gradient_shap_needs_baselines(model, images):
     with pytest.raises(InputError, match="'gradient_shap' needs option baselines"):
-        explain_image(model, images, "gradient_shap")
+        explain(model, images, "gradient_shap")
 
 
 def test_unknown_method_and_bad_options_are_named(model, images):
-    with pytest.raises(InputError, match="unknown image explainer 'shap'"):
-        explain_image(model, images, "shap")
+    with pytest.raises(InputError, match="unknown explainer 'shap'"):
+        explain(model, images, "shap")
     with pytest.raises(InputError, match="option base='lime'"):
-        explain_image(model, images, "smoothgrad", base="lime")
+        explain(model, images, "smoothgrad", base="lime")
     with pytest.raises(InputError, match="option target="):
-        explain_image(model, images, "saliency", target=torch.tensor([0.5, 1.0, 0.0, 2.0]))
+        explain(model, images, "saliency", target=torch.tensor([0.5, 1.0, 0.0, 2.0]))
     with pytest.raises(InputError, match="option max_batch=0"):
-        explain_image(model, images, "saliency", max_batch=0)
+        explain(model, images, "saliency", max_batch=0)
 
 
 def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
@@ -184,17 +184,17 @@ def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
             resolve_max_batch(bad, torch.zeros(2, 3, 32, 32))
 
 
-def test_explain_image_passes_at_most_the_default_rows_at_a_time(model):
+def test_explain_passes_at_most_the_default_rows_at_a_time(model):
     x = torch.randn(20, 3, 128, 128, generator=torch.Generator().manual_seed(0))  # 2^18 / 128^2 = 16 rows
     seen = []
     hook = model.register_forward_hook(lambda module, inputs, output: seen.append(len(inputs[0])))
     try:
-        default = explain_image(model, x, "integrated_gradients", target=0, n_steps=5)
+        default = explain(model, x, "integrated_gradients", target=0, n_steps=5)
     finally:
         hook.remove()
     assert max(seen) == 15 and sum(seen) == 20 * 5  # 3 images x 5 steps a pass (16 // 5 = 3)
-    torch.testing.assert_close(default, explain_image(model, x, "integrated_gradients", target=0, n_steps=5,
-                                                      max_batch=1000), **TOL)  # fmt: skip
+    torch.testing.assert_close(default, explain(model, x, "integrated_gradients", target=0, n_steps=5,
+                                                max_batch=1000), **TOL)  # fmt: skip
 
 
 def naive_rise(model, x, target, n_masks, s, p, seed):
@@ -218,13 +218,13 @@ def naive_rise(model, x, target, n_masks, s, p, seed):
 
 
 def test_rise_equals_a_naive_loop_over_masks(model, images):
-    ours = explain_image(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7, max_batch=24)
+    ours = explain(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7, max_batch=24)
     assert ours.shape == images.shape and torch.equal(ours[:, 0], ours[:, 2])
     naive = naive_rise(model, images, LABELS, 40, 4, 0.5, 7)
     torch.testing.assert_close(ours[:, 0].double(), naive, rtol=1e-5, atol=1e-6)
     for max_batch in (1, 7, 1000):  # chunking over images and masks changes nothing
-        other = explain_image(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7,
-                              max_batch=max_batch)  # fmt: skip
+        other = explain(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7,
+                        max_batch=max_batch)  # fmt: skip
         torch.testing.assert_close(other, ours, **TOL)
 
 
@@ -251,9 +251,9 @@ def test_reduce_map_against_numpy():
 def test_eval_mode_is_used_and_restored(images):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Dropout(0.9), nn.Flatten(), nn.Linear(4 * 14 * 14, 3)).train()
-    first = explain_image(net, images, "saliency", target=0)
+    first = explain(net, images, "saliency", target=0)
     assert net.training
-    torch.testing.assert_close(explain_image(net, images, "saliency", target=0), first)  # no dropout noise
+    torch.testing.assert_close(explain(net, images, "saliency", target=0), first)  # no dropout noise
 
 
 @pytest.mark.parametrize(("arch", "layer"), [("small_cnn", "3"), ("resnet8", "layers")])
@@ -262,11 +262,11 @@ def test_gradcam_layer_is_the_last_conv_block_of_project_networks(arch, layer):
     net = create_image_model(arch, num_classes=3, in_channels=1).eval()
     assert last_conv_block(net) is net.get_submodule(layer)
     x = torch.randn(2, 1, 16, 16)
-    out = explain_image(net, x, "gradcam")
+    out = explain(net, x, "gradcam")
     assert out.shape == x.shape and (out >= 0).all()
 
 
-@pytest.mark.parametrize("method", sorted(IMAGE_EXPLAINERS))
+@pytest.mark.parametrize("method", sorted(name for name, spec in EXPLAINERS.items() if spec.takes != "rows"))
 def test_every_method_runs_on_small_cnn(method):
     torch.manual_seed(0)
     net = create_image_model("small_cnn", num_classes=3, in_channels=1)
@@ -275,7 +275,7 @@ def test_every_method_runs_on_small_cnn(method):
             "rise": {"n_masks": 16, "s": 2, "seed": 0}, "integrated_gradients": {"n_steps": 4}}.get(method, {})
     if method in ("smoothgrad", "smoothgrad_sq", "vargrad"):
         opts = {"nt_samples": 4}
-    out = explain_image(net, x, method, **opts)
+    out = explain(net, x, method, **opts)
     assert out.shape == x.shape and torch.isfinite(out).all()
 
 
@@ -285,13 +285,13 @@ def test_an_image_classifier_module_is_explained_through_its_network():
     module = ImageClassifier(arch="resnet8", num_classes=3, in_channels=1)
     assert last_conv_block(module) is module.net.layers
     x = torch.randn(2, 1, 16, 16)
-    torch.testing.assert_close(explain_image(module, x, "gradcam"), explain_image(module.net, x, "gradcam"))
+    torch.testing.assert_close(explain(module, x, "gradcam"), explain(module.net, x, "gradcam"))
     assert module.training  # its mode is restored
 
 
 @pytest.mark.parametrize("base", ["input_x_gradient", "guided_backprop", "deeplift"])
 def test_noise_tunnel_over_other_bases_matches_captum(model, images, base):
-    ours = explain_image(model, images, "smoothgrad_sq", target=LABELS, base=base, nt_samples=3, seed=6)
+    ours = explain(model, images, "smoothgrad_sq", target=LABELS, base=base, nt_samples=3, seed=6)
     method = {"input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
               "deeplift": attr.DeepLift}[base](model)  # fmt: skip
     theirs = per_image_captum(images, image_seeds(6, None, 4), lambda x, t: attr.NoiseTunnel(method).attribute(
@@ -307,7 +307,7 @@ def test_deeplift_through_max_pooling_runs_under_deterministic_algorithms():
     x = torch.randn(2, 1, 16, 16, generator=torch.Generator().manual_seed(0))
     torch.use_deterministic_algorithms(True)
     try:
-        explain_image(model, x, "deeplift")
+        explain(model, x, "deeplift")
         assert torch.are_deterministic_algorithms_enabled()
         assert not torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
@@ -354,7 +354,7 @@ def test_deeplift_on_project_resnets_sums_to_the_logit_difference(arch, small_in
     net = _float64_resnet(arch, small_input_stem)
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     target = torch.tensor([0, 2, 3])
-    maps = explain_image(net, x, "deeplift", target=target)
+    maps = explain(net, x, "deeplift", target=target)
     with torch.no_grad():
         delta = (net(x) - net(torch.zeros_like(x))).gather(1, target[:, None])[:, 0]
     torch.testing.assert_close(maps.sum(dim=(1, 2, 3)), delta, rtol=1e-7, atol=1e-9)
@@ -372,6 +372,6 @@ def test_guided_backprop_on_project_resnets_equals_a_guided_relu_reference(arch,
             setattr(reference_net.get_submodule(parent), child, _GuidedReLUModule())
     xr = x.clone().requires_grad_(True)
     reference_net(xr).gather(1, target[:, None]).sum().backward()
-    guided = explain_image(net, x, "guided_backprop", target=target)
+    guided = explain(net, x, "guided_backprop", target=target)
     torch.testing.assert_close(guided, xr.grad, rtol=1e-9, atol=1e-12)
-    assert not torch.allclose(guided, explain_image(net, x, "saliency", target=target))
+    assert not torch.allclose(guided, explain(net, x, "saliency", target=target))

@@ -15,7 +15,8 @@ from PIL import Image
 
 from datamodules import FashionMNISTDataModule, ImageFolderDataModule, InputError, MNIST5kDataModule, unpack_archive
 from datamodules.describe import main as describe_main
-from datamodules.images import AUGMENT_STREAM, COMPLETE_MARKER, ORDER_STREAM, augment_batch
+from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, augment_batch
+from datamodules.image_cache import COMPLETE_MARKER
 
 CLASSES = ["cat", "bird", "dog"]  # written unsorted: discovery sorts them
 
@@ -441,7 +442,7 @@ def test_a_subset_reports_and_serves_its_own_split_sizes(tmp_path, in_memory):
     """With option subset the datamodule reports the images it serves (split_sizes, describe:
     what metrics.json records), serves them from memory or from files alike, and evaluators
     spread their images over them (before: over the whole split, so they drew too few)."""
-    from evaluators.run_inputs import load_inputs, spread_images
+    from evaluators.inputs.runs import load_inputs, spread_images
 
     pixels = make_folder(tmp_path / "f", n=4)  # 12 images per split
     dm = ImageFolderDataModule(root=str(tmp_path / "f"), cache_dir=str(tmp_path / "cache"), subset={"test": 8},

@@ -28,7 +28,7 @@ def reference_curves(model, x, maps, mode, target, steps, baseline, seed=0, stat
     """Step by step, one input at a time: units sorted by Python's stable ``sorted`` over the
     documented random permutation (ties keep its order), k_s = floor(s n / S) units moved,
     each copied from the end input by hand; the probability is a softmax computed here (or,
-    ``softmax=False``, the model's own output: an ensemble's mean probabilities)."""
+    ``softmax=False``, the model's own ``probabilities``: an ensemble's mean probabilities)."""
     tabular = x.dim() == 2
     n = maps[0].numel()
     generator = torch.Generator().manual_seed(seed)
@@ -61,7 +61,8 @@ def reference_curves(model, x, maps, mode, target, steps, baseline, seed=0, stat
                 else:
                     r, c = divmod(u, x.shape[3])
                     current[:, r, c] = end[:, r, c]
-            probabilities = model(torch.from_numpy(current)[None]).detach().numpy()[0]
+            scores = model if softmax else model.probabilities
+            probabilities = scores(torch.from_numpy(current)[None]).detach().numpy()[0]
             if softmax:
                 probabilities = np.exp(probabilities - probabilities.max())
                 probabilities /= probabilities.sum()
@@ -255,7 +256,7 @@ def test_bad_image_input_raises_input_error_naming_the_option(call, option):
     ({"baseline": "blur"}, "baseline='blur'"),
     ({"baseline": "normal"}, "stats"),
     ({"baseline": "zero", "target": 0}, "target="),
-    ({"baseline": "zero", "target": torch.ones(3, dtype=torch.long)}, "target="),
+    ({"baseline": "zero", "target": torch.tensor([1, 0, 1])}, "target="),
     ({"baseline": "normal", "stats": torch.zeros(2, 6)}, "stats"),
 ])  # fmt: skip
 def test_bad_tabular_input_raises_input_error_naming_the_option(options, option):

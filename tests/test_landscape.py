@@ -98,7 +98,7 @@ def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_pa
     from datamodules import FinancialDataModule
     from evaluators.metrics.agreement_functional import ley_agreements
     from evaluators.maps import explain
-    from evaluators.population_sets import disjoint_sets
+    from evaluators.protocols.population_sets import disjoint_sets
     from lightning_modules import load_population
     from lightning_modules.ensembles import ENSEMBLES
 
@@ -227,7 +227,7 @@ def test_an_ensembles_smoothgrad_does_not_depend_on_what_ran_before_it(small_pop
 def test_consistency_explains_the_probability_when_asked(small_population, tmp_path):
     from datamodules import FinancialDataModule
     from evaluators.metrics.agreement_functional import ley_agreements
-    from evaluators.population_sets import disjoint_sets
+    from evaluators.protocols.population_sets import disjoint_sets
     from lightning_modules import load_population
 
     config = tmp_path / "consistency.yaml"
@@ -267,7 +267,7 @@ def test_deepshap_softmax_rule_reaches_the_explainer(small_population, tmp_path)
     from datamodules import FinancialDataModule
     from evaluators.maps import explain
     from evaluators.metrics.agreement_functional import ley_agreements
-    from evaluators.population_sets import disjoint_sets
+    from evaluators.protocols.population_sets import disjoint_sets
     from evaluators.protocols.consistency import ConsistencyConfig, deepshap_background
     from lightning_modules import load_population
     from lightning_modules.ensembles import ENSEMBLES

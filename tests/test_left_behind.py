@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from datamodules import InputError, unpack_archive
-from datamodules.images import _locked
+from datamodules.image_cache import _locked
 from tests.test_images_data import make_archive, make_folder
 
 ROOT = Path(__file__).resolve().parent.parent

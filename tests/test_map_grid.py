@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from evaluators.map_grid import blank_kinds, blank_note, count_blank_maps
+from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps
 
 
 def test_blank_kinds_counts_and_note():

@@ -9,6 +9,7 @@ test_optimised_aggregators.py) are unchanged and pass."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import pytorch_lightning as pl
@@ -18,8 +19,8 @@ from torch import nn
 import evaluate
 from datamodules import FinancialDataModule
 from datamodules.errors import InputError, run_entry_point
-from evaluators.finite import check_finite
-from evaluators.maps import image_explainers, tabular_explainers
+from evaluators.inputs.finite import check_finite
+from evaluators.maps import EXPLAINERS
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
@@ -98,13 +99,13 @@ def test_aggregate_all_names_the_base_map():
 @pytest.fixture
 def nan_saliency(monkeypatch):
     """The image registry's saliency with one bad value in image 2's map (set ``kind`` on it)."""
-    original = image_explainers.IMAGE_EXPLAINERS["saliency"]
+    original = EXPLAINERS["saliency"].run
     state = {"value": math.nan}
 
     def saliency(model, x, target, max_batch, **options):
         return poisoned(original(model, x, target, max_batch, **options), (2, 0, 1, 1), state["value"])
 
-    monkeypatch.setitem(image_explainers.IMAGE_EXPLAINERS, "saliency", saliency)
+    monkeypatch.setitem(EXPLAINERS, "saliency", replace(EXPLAINERS["saliency"], run=saliency))
     return state
 
 
@@ -270,12 +271,12 @@ def test_metric_refuses_a_model_output_that_turns_nan_or_inf(name, kind):
 def test_aggregation_protocol_with_a_nan_explainer_ends_with_one_line(tiny_run, tmp_path, monkeypatch, capsys):
     from tests.test_aggregation_protocol import small_config
 
-    original = image_explainers.IMAGE_EXPLAINERS["gradcam"]
+    original = EXPLAINERS["gradcam"].run
 
     def gradcam(model, x, target, max_batch, **options):
         return poisoned(original(model, x, target, max_batch, **options), (3, 0, 4, 4), math.nan)
 
-    monkeypatch.setitem(image_explainers.IMAGE_EXPLAINERS, "gradcam", gradcam)
+    monkeypatch.setitem(EXPLAINERS, "gradcam", replace(EXPLAINERS["gradcam"], run=gradcam))
     with pytest.raises(SystemExit) as stop:
         run_entry_point(evaluate.main, ["aggregation", "--config", str(small_config(tmp_path, tiny_run))])
     lines = capsys.readouterr().err.strip().splitlines()
@@ -301,9 +302,9 @@ def test_aggregation_fidelity_callback_with_a_nan_explainer_raises_naming_it(mon
     from callbacks import AggregationFidelity
     from lightning_modules import MLPClassifier
 
-    original = tabular_explainers.TABULAR_EXPLAINERS["input_x_gradient"]
-    monkeypatch.setitem(tabular_explainers.TABULAR_EXPLAINERS, "input_x_gradient",
-                        lambda model, x, **o: poisoned(original(model, x, **o), (3, 0), math.inf))
+    spec = EXPLAINERS["input_x_gradient"]
+    poisoned_fixed = lambda model, x, **o: poisoned(spec.fixed(model, x, **o), (3, 0), math.inf)  # noqa: E731
+    monkeypatch.setitem(EXPLAINERS, "input_x_gradient", replace(spec, fixed=poisoned_fixed))
     data = FinancialDataModule(dataset="german")
     callback = AggregationFidelity(explainers={"saliency": {}, "input_x_gradient": {}}, n_probe=5, at_train_end=False)
     trainer = pl.Trainer(max_epochs=1, limit_train_batches=2, logger=False, enable_checkpointing=False,

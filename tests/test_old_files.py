@@ -55,7 +55,7 @@ def test_image_population_file_loads():
 def test_train_run_loads_and_resumes(tmp_path, data_dir):
     import evaluate
     import train
-    from evaluators.run_inputs import load_run
+    from evaluators.inputs.runs import load_run
 
     run = tmp_path / "run"
     shutil.copytree(FILES / "run", run)
@@ -99,9 +99,9 @@ def test_consistency_run_resumes(tmp_path):
 
 
 def test_roar_grid_resumes_from_its_cells_and_map_cache(tmp_path, data_dir, monkeypatch):
-    from evaluators import roar_maps
-    from evaluators.roar_grid import RoarGrid, run_grid
-    from evaluators.run_inputs import load_run
+    from evaluators.protocols.roar import maps as roar_maps
+    from evaluators.protocols.roar.grid import RoarGrid, run_grid
+    from evaluators.inputs.runs import load_run
 
     grid_dir = tmp_path / "roar"
     shutil.copytree(FILES / "roar", grid_dir)

@@ -21,7 +21,7 @@ from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
-from evaluators.run_inputs import load_run, spread_images
+from evaluators.inputs.runs import load_run, spread_images
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
 STABILITY = {"stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc"}

@@ -30,7 +30,7 @@ def populations():
 @pytest.mark.parametrize("old_format", ["reliable-explanations/population-v2",
                                         "reliable-explanations/image-population-v1"])  # fmt: skip
 def test_files_of_both_old_formats_and_the_new_one_load_as_their_population(tmp_path, old_format):
-    from evaluators.image_members import is_image_source
+    from evaluators.inputs.image_members import is_image_source
 
     population, x = populations()[old_format]
     old_file(tmp_path / "old.pt", population, old_format)

@@ -15,9 +15,9 @@ from datamodules.errors import InputError
 from datamodules.images import FashionMNISTDataModule, _ArraysDataModule
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs, remove_top, removed_count
 from datamodules.tabular import FinancialDataModule
-from evaluators import roar_maps
+from evaluators.protocols.roar import maps as roar_maps
 from evaluators.maps import explain
-from evaluators.maps.roar_estimators import estimator_maps, random_scores, sobel_scores
+from evaluators.protocols.roar.estimators import estimator_maps, random_scores, sobel_scores
 from lightning_modules.image_classifier import ImageClassifier, create_image_model
 from lightning_modules.mlp import MLPClassifier
 

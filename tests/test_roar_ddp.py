@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch.multiprocessing.spawn import ProcessExitedException
 
-import evaluators.roar_grid as roar_grid
+import evaluators.protocols.roar.grid as roar_grid
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import RemoveAndRetrainDataModule
-from evaluators.roar_grid import RoarGrid, run_grid
-from evaluators.roar_maps import dataset_maps
+from evaluators.protocols.roar.grid import RoarGrid, run_grid
+from evaluators.protocols.roar.maps import dataset_maps
 from lightning_modules.image_classifier import ImageClassifier
 from tests.test_images_data import make_folder
 

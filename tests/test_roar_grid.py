@@ -1,4 +1,4 @@
-"""The ROAR grid runner (evaluators/roar_grid.py, protocols/roar.py, callbacks/roar.py):
+"""The ROAR grid runner (evaluators/protocols/roar/grid.py, protocols/roar/protocol.py, callbacks/roar.py):
 shards cover every cell once, a killed grid resumes to the uninterrupted results, a tabular
 cell's K-population equals K MLPs trained alone, a cell retrains under two-process DDP, the
 callback runs the grid on a finished run."""
@@ -12,14 +12,14 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import evaluators.roar_grid as roar_grid
+import evaluators.protocols.roar.grid as roar_grid
 from callbacks import ROAR
 from datamodules.errors import InputError
 from datamodules.roar import RemoveAndRetrainDataModule
 from datamodules.tabular import TwoMoonsDataModule
-from evaluators.roar_grid import Cell, RoarGrid, grid_cells, parse_shard, run_grid, shard_cells
-from evaluators.roar_maps import dataset_maps
-from evaluators.roar_report import collect
+from evaluators.protocols.roar.grid import Cell, RoarGrid, grid_cells, parse_shard, run_grid, shard_cells
+from evaluators.protocols.roar.maps import dataset_maps
+from evaluators.protocols.roar.report import collect
 from lightning_modules.mlp import MLPClassifier
 
 QUICK = {"accelerator": "cpu", "max_epochs": 1}

@@ -37,7 +37,7 @@ import pytest
 import torch
 
 from datamodules.roar import remove_top, removed_count
-from evaluators.maps.roar_estimators import random_scores
+from evaluators.protocols.roar.estimators import random_scores
 
 D, INFORMATIVE, N = 16, 4, 4000
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)  # 0.95: 15 of 16 removed

@@ -16,7 +16,7 @@ def test_mean_softmax_is_the_ensembles_mean_probability_layer_by_layer():
     biases = [torch.randn(3, 1, o, generator=gen, dtype=torch.float64) for o, _ in shapes]
     x = torch.randn(6, 7, generator=gen, dtype=torch.float64)
     model = MeanSoftmax(weights, biases).double()
-    torch.testing.assert_close(model(x), MLPEnsemble(weights, biases)(x))
+    torch.testing.assert_close(model(x), MLPEnsemble(weights, biases).probabilities(x))
     by_hand = torch.stack([
         torch.softmax((torch.relu(torch.relu(x @ weights[0][m].T + biases[0][m]) @ weights[1][m].T + biases[1][m])
                        @ weights[2][m].T + biases[2][m]), dim=-1)

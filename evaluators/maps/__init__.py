@@ -1,49 +1,125 @@
-"""What makes explanation maps: explainers (and the aggregators built on them).
+"""What makes explanation maps: one explainer registry, ``EXPLAINERS`` (one :class:`Explainer`
+spec per method), and ``explain(model, x, method, target=None, **options)`` for any
+classifier of the model contract (``lightning_modules.interface``; docs/explainers.md):
 
-``explain(model, x, method, target=None, **options)`` explains any model this framework
-trains (the interface is in ``lightning_modules.interface``):
-
-* a tabular model (``MLPClassifier``, ``PopulationMLP``, ``MLPEnsemble``) -> its
-  positive-class output, through ``tabular_explainers`` (``TABULAR_EXPLAINERS``; batched
-  populations, chunked ensembles, the fast paths Table 1 depends on); ``target`` is
-  ``None`` or 1;
-* any other classifier of images (N, C, H, W) -> (N, K) logits -> the logit of
-  ``target`` (default: the predicted class), through ``image_explainers``
-  (``IMAGE_EXPLAINERS``; chunked over images on the model's device).
-
-Both registries are string-keyed; ``explainer_names(model)`` lists the names a model takes.
+* a model with a fixed class (Ley et al.'s ``MLPClassifier``, ``PopulationMLP``,
+  ``MLPEnsemble``) -> the spec's ``fixed`` implementation through
+  ``tabular_explainers.explain_fixed``, its overrides per model kind first (stacked
+  populations, chunked ensembles, batched DeepSHAP); draws from ``seeds.call_seed``;
+* any other classifier -> the logit of ``target`` (default: the predicted class) by the
+  spec's ``run`` (``image_explainers``); each input's draws from its own seed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
+from captum import attr
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image
-from evaluators.maps.seeds import call_seed
-from evaluators.maps.tabular_explainers import TABULAR_EXPLAINERS, explain_tabular
-from lightning_modules.interface import POSITIVE_CLASS, is_tabular
+from evaluators.maps import image_explainers as per_input
+from evaluators.maps import tabular_explainers as fixed
+from evaluators.maps.seeds import call_seed, check_seed, image_seeds, input_index
+from lightning_modules.interface import default_targets, fixed_target
+
+INPUT_DIMS = {"rows": 2, "images": 4}
+TAKES = {"rows": "rows (N, d)", "images": "images (N, C, H, W)", "any": "inputs (N, ...)"}
 
 
-def explainer_names(model: nn.Module) -> list[str]:
-    """The registry names ``explain`` accepts for ``model``."""
-    return sorted(TABULAR_EXPLAINERS if is_tabular(model) else IMAGE_EXPLAINERS)
+@dataclass(frozen=True)
+class Explainer:
+    """One explainer (docs/explainers.md). ``run(model, x, target, max_batch, **draws,
+    **options)``: its maps of any classifier's logit of ``target`` (N,); ``fixed(model, x,
+    **options)``: of a scalar output (None: not for a model with a fixed class); ``takes``:
+    ``"rows"``, ``"images"`` or ``"any"`` inputs; ``rows_per_input(options)``: rows one input
+    becomes in its forward passes; ``draws``: ``"per_input"`` or ``"seed"``; ``batched``: a
+    population in one call; ``linear``: linear in the explained function."""
+
+    run: Callable[..., torch.Tensor]
+    fixed: Callable[..., torch.Tensor] | None = None
+    takes: str = "any"
+    rows_per_input: Callable[[dict], int] = lambda options: 1
+    draws: str | None = None
+    batched: bool = False
+    linear: bool = False
+
+
+def _noise_tunnel(nt_type: str, linear: bool = False) -> Explainer:
+    return Explainer(per_input._noise_tunnel(nt_type), fixed._noise_tunnel(nt_type), draws="per_input",
+                     rows_per_input=lambda o: o.get("nt_samples", 50), batched=True, linear=linear)  # fmt: skip
+
+
+def _seeded(cls, **defaults) -> Explainer:
+    return Explainer(per_input._seeded_per_input(cls, **defaults), fixed._perturbation(cls, **defaults), "rows",
+                     draws="per_input", batched=cls is attr.ShapleyValueSampling)  # fmt: skip
+
+
+EXPLAINERS: dict[str, Explainer] = {
+    "saliency": Explainer(per_input._plain(attr.Saliency, abs=False), fixed._saliency, batched=True, linear=True),
+    "smoothgrad": _noise_tunnel("smoothgrad", linear=True),
+    "smoothgrad_sq": _noise_tunnel("smoothgrad_sq"),
+    "vargrad": _noise_tunnel("vargrad"),
+    "deepshap": Explainer(per_input._deepshap, fixed._deepshap, "rows", batched=True, linear=True,
+                          rows_per_input=lambda options: 2 * len(options["baselines"])),  # (input, background) pairs
+    "gradient_shap": Explainer(per_input._gradient_shap, fixed._with_baselines(attr.GradientShap, n_samples=50,
+                                                                               stdevs=0.0),
+                               rows_per_input=lambda o: o.get("n_samples", 50), draws="per_input"),
+    "integrated_gradients": Explainer(per_input._integrated_gradients,
+                                      fixed._with_baselines(attr.IntegratedGradients, n_steps=50),
+                                      rows_per_input=lambda o: o.get("n_steps", 50), batched=True, linear=True),
+    "input_x_gradient": Explainer(per_input._plain(attr.InputXGradient), fixed._gradient(attr.InputXGradient),
+                                  batched=True, linear=True),
+    "guided_backprop": Explainer(per_input._plain(attr.GuidedBackprop), fixed._gradient(attr.GuidedBackprop),
+                                 batched=True),
+    "deeplift": Explainer(per_input._plain(attr.DeepLift, rows_per_image=2), fixed._with_baselines(attr.DeepLift),
+                          rows_per_input=lambda options: 2, batched=True),  # inputs and baselines in one forward
+    "lime": _seeded(attr.Lime, n_samples=200),
+    "kernel_shap": _seeded(attr.KernelShap, n_samples=200),
+    "feature_ablation": Explainer(per_input._plain(attr.FeatureAblation), fixed._perturbation(attr.FeatureAblation),
+                                  "rows", batched=True),
+    "shapley_value_sampling": _seeded(attr.ShapleyValueSampling, n_samples=25),
+    "occlusion": Explainer(per_input._occlusion, takes="images"),
+    "gradcam": Explainer(per_input._gradcam, takes="images"),
+    "rise": Explainer(per_input.rise, takes="images", draws="seed"),
+}  # fmt: skip
+
+
+def input_kind(x: torch.Tensor) -> str:
+    """``"rows"`` (N, d), ``"images"`` (N, C, H, W) or ``"any"`` (other shapes)."""
+    return next((kind for kind, dims in INPUT_DIMS.items() if x.dim() == dims), "any")
+
+
+def explainer_names(model: nn.Module, x: torch.Tensor | None = None) -> list[str]:
+    """The registry names ``explain`` accepts for ``model`` and inputs like ``x`` (None: images
+    for a model with an ``nn.Conv2d`` and no fixed class, else rows)."""
+    images = fixed_target(model) is None and any(isinstance(m, nn.Conv2d) for m in model.modules())
+    kind = ("images" if images else "rows") if x is None else input_kind(x)
+    return sorted(name for name, spec in EXPLAINERS.items() if spec.takes in ("any", kind))
 
 
 def explain(model: nn.Module, x: torch.Tensor, method: str, target=None, seed: int = 0, index=None,
-            **options) -> torch.Tensor:  # fmt: skip
+            max_batch: int | None = None, **options) -> torch.Tensor:  # fmt: skip
     """Attributions of ``model``'s explained output for inputs ``x``, shaped like ``x``
-    ((M, N, d) for a population): see the module docstring for which output and the
-    registries for the methods and their options. Random draws come from ``seed`` and the
-    inputs' indices in their split ``index`` (None: 0 … N − 1): per image for images
-    (``seeds.image_seeds``), per call for tabular models (``seeds.call_seed``: a chunk of
-    a split draws from (seed, its first index))."""
-    if not is_tabular(model):
-        return explain_image(model, x, method, target=target, seed=seed, index=index, **options)
-    if target is not None and target != POSITIVE_CLASS:
-        raise InputError(f"option target={target!r}: a tabular model explains its positive class ({POSITIVE_CLASS})")
-    return explain_tabular(model, x, method, seed=call_seed(seed, index), **options)
+    ((M, N, d) for a population; the module docstring says which output). Random draws come
+    from ``seed`` and the inputs' indices in their split ``index`` (None: 0 … N − 1): per
+    input (``seeds.image_seeds``), or per call for a model with a fixed class
+    (``seeds.call_seed``). ``max_batch``: rows per forward pass of ``run`` (``resolve_max_batch``)."""
+    spec = EXPLAINERS.get(method)
+    if spec is None:
+        raise InputError(f"unknown explainer {method!r}; expected one of {sorted(EXPLAINERS)}")
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or spec.takes not in ("any", input_kind(x)):
+        raise InputError(f"explainer {method!r} takes {TAKES[spec.takes]}; got inputs of shape "
+                         f"{tuple(getattr(x, 'shape', ()))}")  # fmt: skip
+    check_seed(seed)
+    input_index(index, len(x))
+    if fixed_target(model) is not None:
+        default_targets(model, x, target)  # a fixed class takes no other
+        return fixed.explain_fixed(model, x, method, spec, seed=call_seed(seed, index), **options)
+    draws = {"per_input": {"seeds": image_seeds(seed, index, len(x))}, "seed": {"seed": seed}}.get(spec.draws, {})
+    return per_input.explain_classifier(model, x, spec.run, draws, target, max_batch, **options)
 
 
-__all__ = ["IMAGE_EXPLAINERS", "TABULAR_EXPLAINERS", "explain", "explainer_names"]
+__all__ = ["EXPLAINERS", "Explainer", "explain", "explainer_names", "input_kind"]

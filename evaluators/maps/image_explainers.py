@@ -1,78 +1,21 @@
-"""Explainers for any image classifier: ``explain_image(model, x, method, target=None, **options)``.
+"""Explainers of any classifier over Captum, one class per input: the registry's ``run``
+(``evaluators.maps.EXPLAINERS``), called through :func:`explain_classifier`.
 
-``model`` maps images (N, C, H, W) to logits (N, K): any ``nn.Module`` (a network from
-``create_image_model``, an ``ImageClassifier``, a torchvision or timm model). Every
-method explains one class per image, ``target``: by default the predicted class (the
-argmax of the logits, computed once before attribution), else an int (one class for
-all images) or a LongTensor of N labels. Maps keep the input's shape (N, C, H, W);
-``reduce_map(maps, how)`` reduces them to (N, H, W).
+``model`` maps inputs (N, ...) to logits (N, K): any ``nn.Module`` (a network from
+``create_image_model``, an ``ImageClassifier``, a torchvision or timm model, an
+``nn.Sequential`` on rows (N, d)). Every method explains one class per input, ``target``:
+by default the predicted class (``lightning_modules.interface.default_targets``, computed
+once before attribution), else an int (one class for all inputs) or a LongTensor of N
+labels. Maps keep the input's shape; ``reduce_map(maps, how)`` reduces images' (N, C, H,
+W) maps to (N, H, W).
 
-Why a separate function and registry (``IMAGE_EXPLAINERS``) rather than more branches
-in ``evaluators.maps.tabular_explainers.explain``: ``explain`` explains a fixed scalar (the
-positive-class output of tabular MLPs, populations and ensembles) through fast paths
-whose numbers the tabular experiments depend on; image classifiers need a per-image
-class target, chunking over images rather than over ensemble members, eval mode and
-the model's device. Keeping them apart leaves every tabular path untouched and each
-contract simple. The registry is string-keyed in the same style.
-
-Methods (Captum 0.9, called as Captum documents them; options are passed through):
-
-* ``saliency``: ``Saliency(abs=False)``, the signed input gradient (``abs=True`` as an option).
-* ``integrated_gradients``: ``IntegratedGradients``, baselines zeros unless given, ``n_steps=50``.
-  Here and for ``deeplift``, ``baselines`` may be one shared reference or one per image
-  (N, C, H, W), e.g. each image blurred.
-* ``gradient_shap``: Expected Gradients (Erion et al.), as Captum's ``GradientShap``
-  with ``stdevs=0``: ``baselines`` (B, C, H, W), a sample of training images, is
-  required; ``n_samples=50`` draws of (baseline, α) per image (:func:`_gradient_shap`).
-* ``smoothgrad``, ``smoothgrad_sq``, ``vargrad``: Captum's ``NoiseTunnel`` over
-  ``base`` (default ``saliency``; also ``integrated_gradients``, ``input_x_gradient``,
-  ``guided_backprop``, ``deeplift``: ``base="integrated_gradients"`` with
-  ``smoothgrad_sq`` is Hooker et al.'s SG-SQ-IG), ``nt_samples=50``, ``stdevs=0.15``
-  (absolute, in the input's units: Smilkov et al. suggest 10-20 % of the input range).
-* ``guided_backprop``, ``input_x_gradient``, ``deeplift`` (baselines zeros unless
-  given). Captum's GuidedBackprop and DeepLift act through ``nn.ReLU`` modules: a
-  network calling ``F.relu`` gets plain gradients there, and DeepLift refuses a ReLU
-  module used twice. Every network of :mod:`lightning_modules.image_classifier` gives each
-  ReLU a module of its own (tested: DeepLift sums to f(x) - f(0), GuidedBackprop equals a
-  guided-ReLU network's gradient).
-* ``occlusion``: Captum's ``Occlusion`` with ``sliding_window_shapes`` (default
-  (C, 8, 8), capped at H, W) and ``strides`` (default half the window), baselines 0.
-* ``gradcam``: Captum's ``LayerGradCam`` (``relu_attributions=True``) on ``layer``
-  (default :func:`last_conv_block`), upsampled with ``LayerAttribution.interpolate`` to
-  (H, W) (``interpolate_mode="bilinear"``), then **repeated over the C channels** so the
-  map keeps the input's shape: channel 0 (or ``reduce_map(maps, "max_abs")``) is the map.
-* ``rise``: :func:`rise` (Petsiuk et al. 2018), its masks drawn from ``seed``; its
-  one-channel map is likewise repeated over the C channels.
-
-Random draws: no method draws from a global generator (torch's, NumPy's or Python's), so
-an explanation neither depends on nor changes the caller's generator state. The sampling
-methods (``PER_IMAGE_DRAWS``: SmoothGrad and its variants, Expected Gradients) draw each
-image's samples from its own seed, ``derived_seed(seed, index[i])`` (``seeds.image_seeds``;
-``seed`` an option, default 0; ``index`` the images' indices in their split, default 0 …
-N − 1): torch's noise from a generator on the input's device, NumPy's draws from a
-``RandomState``, in the order Captum draws them from the global generators. An image's map
-is then the same whatever ``max_batch`` and whichever other images share its call (up to
-float rounding), so chunked, batched and resumed runs agree; a caller that explains a split
-in several calls passes each part's ``index``.
-
-Memory bound: ``max_batch`` is the most rows of images one forward (and backward) pass
-of the model sees; by default (``None``, :func:`resolve_max_batch`) ``MAX_BATCH`` = 256
-rows and at most ``PIXELS_PER_PASS`` input pixels (H·W) per pass: 2^18 on a CPU (256
-rows up to 32×32, 5 at 224×224), 2^22 on an accelerator (256 rows up to 128×128, 83 at
-224×224: a memory bound, not yet timed). Measured on a 2-core CPU (ResNet-18 at 224×224,
-forward and input gradient): 43-45 ms per row at 2-16 rows, 55 ms at 32, 62 ms at 64;
-a ResNet-50 keeps about 100 MB per row for its backward pass, 26 GB at 256 rows. Images
-are split into chunks of ``max(1, max_batch // rows_per_image)``; methods that expand each
-image into many rows pass Captum's own batching options (``internal_batch_size`` for IG,
-``perturbations_per_eval`` for occlusion), the sampling methods explain at most
-``max_batch`` samples per call, and RISE chunks its masks. No method depends
-on ``max_batch`` beyond float rounding (see "Random draws"). The model runs in eval mode
-(its previous mode is restored afterwards), on its own device: ``x`` and ``target`` are
-moved there and the maps returned there.
+Methods, options, random draws (each input's own seed) and the ``max_batch`` memory bound
+(``MAX_BATCH`` rows, ``PIXELS_PER_PASS`` pixels per pass): docs/explainers.md.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from collections.abc import Callable
@@ -84,8 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from evaluators.maps.seeds import check_seed, image_seeds, input_index
-from lightning_modules.interface import class_probabilities
+from evaluators.maps.seeds import seeded_generators
+from lightning_modules.interface import default_targets, model_device
 
 MAX_BATCH = 256
 PIXELS_PER_PASS = {"cpu": 2**18, "accelerator": 2**22}
@@ -151,10 +94,72 @@ def _plain(cls, rows_per_image: int = 1, **defaults) -> Callable:
     """A Captum method whose forward passes see ``rows_per_image`` rows per image."""
 
     def run(model, x, target, max_batch, **options):
-        return _chunked(lambda xs, ts, **o: cls(model).attribute(xs, target=ts, **o),
+        method = cls(one_module_per_call(model, x) if cls is attr.DeepLift else model)
+        return _chunked(lambda xs, ts, **o: method.attribute(xs, target=ts, **o),
                         x, target, _images_per_chunk(max_batch, rows_per_image), {**defaults, **options})  # fmt: skip
 
     return run
+
+
+def _seeded_per_input(cls, **defaults) -> Callable:
+    """A Captum method drawing from the global generators, each input in a call of its own
+    within :func:`seeded_generators` of its seed."""
+
+    def run(model, x, target, max_batch, seeds, **options):
+        method = cls(model)
+        out = []
+        for i, seed in enumerate(seeds):
+            with seeded_generators(seed, x.device):
+                out.append(method.attribute(x[i : i + 1], target=target[i : i + 1], **{**defaults, **options}))
+        return torch.cat(out)
+
+    return run
+
+
+def _deepshap(model, x, target, max_batch, baselines: torch.Tensor | None = None, **options):
+    """Captum's DeepLiftShap over the background sample ``baselines`` (B, ...), required."""
+    if not isinstance(baselines, torch.Tensor) or baselines.shape[1:] != x.shape[1:]:
+        raise InputError("explainer 'deepshap' needs option baselines: a background sample of inputs (B, "
+                         f"{', '.join(map(str, x.shape[1:]))})")  # fmt: skip
+    method = attr.DeepLiftShap(one_module_per_call(model, x))
+    return _per_image_chunk(lambda xs, ts: method.attribute(xs, baselines=baselines.to(x), target=ts, **options),
+                            x, target, _images_per_chunk(max_batch, 2 * len(baselines)))  # fmt: skip
+
+
+class _PerCall(nn.Module):
+    """Stands for a module called ``calls`` times per forward pass: call k goes to copy k mod ``calls``."""
+
+    def __init__(self, module: nn.Module, calls: int) -> None:
+        super().__init__()
+        self.copies = nn.ModuleList([copy.deepcopy(module) for _ in range(calls)])
+        self.calls = 0
+
+    def forward(self, *args):
+        self.calls += 1
+        return self.copies[(self.calls - 1) % len(self.copies)](*args)
+
+
+def one_module_per_call(model: nn.Module, x: torch.Tensor) -> nn.Module:
+    """``model``, or where a module without children is called more than once in its forward
+    pass on ``x[:1]`` (torchvision's ResNet blocks call one ``ReLU`` twice; Captum's DeepLift
+    needs one module per call), a copy in which every such call has a copy of its own."""
+    calls: dict[str, int] = {}
+    hooks = [m.register_forward_hook(lambda m, i, o, name=name: calls.update({name: calls.get(name, 0) + 1}))
+             for name, m in model.named_modules() if not list(m.children())]  # fmt: skip
+    try:
+        with torch.no_grad():
+            model(x[:1])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    reused = {name: n for name, n in calls.items() if n > 1}
+    if not reused:
+        return model
+    model = copy.deepcopy(model)
+    for name, n in reused.items():
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, _PerCall(model.get_submodule(name), n))
+    return model
 
 
 def _integrated_gradients(model, x, target, max_batch, n_steps: int = 50, **options):
@@ -164,9 +169,10 @@ def _integrated_gradients(model, x, target, max_batch, n_steps: int = 50, **opti
                     x, target, _images_per_chunk(max_batch, n_steps), options)  # fmt: skip
 
 
-def _base_method(name: str, model: nn.Module) -> attr.Attribution:
+def _base_method(name: str, model: nn.Module, x: torch.Tensor) -> attr.Attribution:
     if name not in NOISE_TUNNEL_BASES:
         raise InputError(f"option base={name!r}; expected one of {list(NOISE_TUNNEL_BASES)}")
+    model = one_module_per_call(model, x) if name == "deeplift" else model
     return {"saliency": attr.Saliency, "integrated_gradients": attr.IntegratedGradients,
             "input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
             "deeplift": attr.DeepLift}[name](model)  # fmt: skip
@@ -223,7 +229,7 @@ def _noise_tunnel(nt_type: str) -> Callable:
         if base == "integrated_gradients":
             options.setdefault("internal_batch_size", max_batch)
         rows = max(1, max_batch // 2) if base == "deeplift" else max_batch  # DeepLift: inputs and baselines
-        method = _base_method(base, model)
+        method = _base_method(base, model, x)
         whole, per_image = _per_image_options(options, x)
 
         def draw(xi, seed):
@@ -248,7 +254,7 @@ def _gradient_shap(model, x, target, max_batch, seeds, baselines: torch.Tensor |
     Per sample: the gradient at α(x + ε) + (1 − α)b, times (x + ε − b) (``multiply_by_inputs``)."""
     if not isinstance(baselines, torch.Tensor) or baselines.dim() != x.dim() or baselines.shape[1:] != x.shape[1:]:
         raise InputError(
-            "explainer 'gradient_shap' needs option baselines: a tensor of training images (B, "
+            "explainer 'gradient_shap' needs option baselines: a tensor of training inputs (B, "
             f"{', '.join(map(str, x.shape[1:]))}) to draw references from (Expected Gradients); got "
             f"{type(baselines).__name__ if not isinstance(baselines, torch.Tensor) else tuple(baselines.shape)}"
         )
@@ -374,65 +380,17 @@ def rise(model, x, target, max_batch, n_masks: int = 4000, s: int = 8, p: float 
     return (out / (n_masks * p))[:, None].expand(-1, c, -1, -1).contiguous()
 
 
-IMAGE_EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
-    "saliency": _plain(attr.Saliency, abs=False),
-    "integrated_gradients": _integrated_gradients,
-    "gradient_shap": _gradient_shap,
-    "smoothgrad": _noise_tunnel("smoothgrad"),
-    "smoothgrad_sq": _noise_tunnel("smoothgrad_sq"),
-    "vargrad": _noise_tunnel("vargrad"),
-    "guided_backprop": _plain(attr.GuidedBackprop),
-    "deeplift": _plain(attr.DeepLift, rows_per_image=2),  # inputs and baselines in one forward
-    "input_x_gradient": _plain(attr.InputXGradient),
-    "occlusion": _occlusion,
-    "gradcam": _gradcam,
-    "rise": rise,
-}
-PER_IMAGE_DRAWS = {"gradient_shap", "smoothgrad", "smoothgrad_sq", "vargrad"}  # image i's draws from its seed
-
-
-def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return x.device
-
-
 def predicted_class(model: nn.Module, x: torch.Tensor, max_batch: int | None = None) -> torch.Tensor:
-    """The argmax of the class probabilities (``class_probabilities``: the logits' for one
-    model, an ensemble's mean probabilities), (N,), in chunks of ``max_batch`` images
-    (:func:`resolve_max_batch`) without gradients."""
-    rows = resolve_max_batch(max_batch, x)
-    with torch.no_grad():
-        return torch.cat([class_probabilities(model, x[s]).argmax(-1) for s in _chunks(len(x), rows)])
+    """The explained class per input by default (``interface.default_targets``: the argmax of
+    the class probabilities), (N,), in chunks of ``max_batch`` inputs (:func:`resolve_max_batch`)."""
+    return default_targets(model, x, None, resolve_max_batch(max_batch, x))
 
 
-def image_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | None = None) -> torch.Tensor:
-    """The explained class per image, (N,): the predicted class where ``target`` is None,
-    else an int for all images or a LongTensor of N labels."""
-    if target is None:
-        return predicted_class(model, x, max_batch)
-    if isinstance(target, int) and not isinstance(target, bool):
-        return torch.full((len(x),), target, dtype=torch.long, device=x.device)
-    if isinstance(target, torch.Tensor) and target.shape == (len(x),) and not target.is_floating_point():
-        return target.to(x.device, torch.long)
-    raise InputError(f"option target={target!r}; expected None (the predicted class), an int or a LongTensor "
-                     f"of {len(x)} labels")  # fmt: skip
-
-
-def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, max_batch: int | None = None,
-                  seed: int = 0, index: torch.Tensor | None = None, **options) -> torch.Tensor:  # fmt: skip
-    """Attributions (N, C, H, W) of ``target`` (default: the predicted class) for images
-    ``x`` (N, C, H, W), by the method ``method`` of ``IMAGE_EXPLAINERS`` (see the module's
-    docstring for methods, options, the ``max_batch`` memory bound and how ``seed`` and
-    ``index`` (the images' indices in their split) set the random draws)."""
-    if method not in IMAGE_EXPLAINERS:
-        raise InputError(f"unknown image explainer {method!r}; expected one of {sorted(IMAGE_EXPLAINERS)}")
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise InputError(f"images of shape {tuple(getattr(x, 'shape', ()))}; expected (N, C, H, W)")
-    check_seed(seed)
-    input_index(index, len(x))
-    draws = {"seeds": image_seeds(seed, index, len(x))} if method in PER_IMAGE_DRAWS else {}
-    draws = {"seed": seed} if method == "rise" else draws
+def explain_classifier(model: nn.Module, x: torch.Tensor, run: Callable, draws: dict, target=None,
+                       max_batch: int | None = None, **options) -> torch.Tensor:  # fmt: skip
+    """``run(model, x, target, max_batch, **draws, **options)`` (a registry ``run``), the model
+    in eval mode (restored afterwards) on its own device, where ``x`` and the maps go, the
+    target per input resolved by ``interface.default_targets``, ``max_batch`` by :func:`resolve_max_batch`."""
     was_training = model.training
     model.eval()
     # Captum's DeepLift undoes max-pooling with max_unpool2d, which has no deterministic
@@ -442,10 +400,9 @@ def explain_image(model: nn.Module, x: torch.Tensor, method: str, target=None, m
     try:
         if strict:
             torch.use_deterministic_algorithms(True, warn_only=True)
-        x = x.detach().to(_device(model, x))
+        x = x.detach().to(model_device(model, x))
         max_batch = resolve_max_batch(max_batch, x)
-        target = image_targets(model, x, target, max_batch)
-        return IMAGE_EXPLAINERS[method](model, x, target, max_batch, **draws, **options)
+        return run(model, x, default_targets(model, x, target, max_batch), max_batch, **draws, **options)
     finally:
         model.train(was_training)
         if strict:

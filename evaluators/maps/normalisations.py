@@ -32,7 +32,7 @@ from collections.abc import Callable
 import torch
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 
 
 def _flat(maps: torch.Tensor, map_dims: int) -> torch.Tensor:

@@ -90,7 +90,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
 from evaluators.maps.normalisations import normalise
@@ -110,7 +110,6 @@ from evaluators.metrics.perturbations import (
     gaussian_blur,
     uniform_noise,
 )
-from lightning_modules.interface import is_tabular
 
 M_AGG = 50  # Decker et al.: weights fitted on 50 samples
 LAMBDA = 0.5  # AGG_opt's share of Γ_robust
@@ -141,18 +140,16 @@ def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
                    index: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """(N, k, *S) the post-processed maps of inputs x (N, ...) by the k explainers, in
     ``explainers``' order: images reduced over channels by ``reduce_map(how=reduce)``; see
-    the module's docstring. ``target``: None (tabular) or a LongTensor (N,). Every explainer
+    the module's docstring. ``target``: a LongTensor (N,) or None (the default). Every explainer
     draws from ``seed`` and the inputs' indices ``index`` (``evaluators.maps.explain``)
     unless its options name a seed of their own. An explainer's maps with NaN or ±inf are
     refused, the error naming it."""
-    tabular = is_tabular(model)
+    tabular = x.dim() == 2  # rows: one value per feature
     stack = []
     for name, options in explainers.items():
         options = {"seed": seed, "index": index, **(options or {})}
-        if tabular:
-            maps = explain(model, x, name, **options)
-        else:
-            maps = reduce_map(explain(model, x, name, target=target, max_batch=max_batch, **options), reduce)
+        maps = explain(model, x, name, target=target, max_batch=max_batch, **options)
+        maps = maps if tabular else reduce_map(maps, reduce)
         expected = x.shape if tabular else (len(x), *x.shape[2:])
         if maps.shape != expected:
             raise InputError(f"explainer {name!r} gave maps of shape {tuple(maps.shape)}; expected {tuple(expected)} "
@@ -233,7 +230,7 @@ def agg_mean(model, x, target, explainers, **map_options):
 def agg_var(model, x, target, explainers, eps: float = VAR_EPS, **map_options):
     """μ / (σ + ε) per feature; no weights."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
-    return variance_aggregate(maps, 1 if is_tabular(model) else 2, eps), None
+    return variance_aggregate(maps, 1 if x.dim() == 2 else 2, eps), None
 
 
 def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, seed: int = 0,
@@ -289,12 +286,12 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
     """The aggregate maps (N, *S) of inputs x (images (N, C, H, W) or tabular rows (N, d)) by
     ``OPTIMISED_AGGREGATORS[method]`` over ``explainers`` (registry name -> options of
     ``evaluators.maps.explain``), and its weights (N, k) (None for ``agg_var``), on the
-    model's device; ``target``: None (the predicted class), an int or N labels for images,
-    None or 1 for tabular models. See the module's docstring for the options."""
+    model's device; ``target``: None (the default target, ``interface.default_targets``), an
+    int or N labels. See the module's docstring for the options."""
     if method not in OPTIMISED_AGGREGATORS:
         raise InputError(f"unknown optimised aggregator {method!r}; expected one of {list(OPTIMISED_AGGREGATORS)}")
     check_inputs(model, x)
-    names = explainer_names(model)
+    names = explainer_names(model, x)
     if not isinstance(explainers, dict) or not explainers or any(
             name not in names or not isinstance(o, (dict, type(None))) for name, o in explainers.items()):  # fmt: skip
         raise InputError(f"option explainers={explainers!r}; expected a non-empty dict of explainer names (some of "

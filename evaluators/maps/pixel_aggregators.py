@@ -64,7 +64,7 @@ import torch
 from sklearn.neural_network import BernoulliRBM
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.normalisations import check_maps, linear, normalise
 
 

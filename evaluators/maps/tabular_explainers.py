@@ -1,16 +1,10 @@
-"""String-keyed explainers of tabular models over Captum: one ``explain_tabular(model, x, method)`` call per method.
+"""Explainers of Ley et al.'s tabular models, which explain one fixed class (``explained_class``):
+the registry's overrides for them (``Explainer.fixed``), chosen by :func:`explain_fixed` per model kind.
 
-Every explanation is of the positive class (label 1): the model's
-``explained_output`` (positive-class logit or probability for an ``MLPClassifier``
-or a population member, the ensemble's mean positive-class output for an
-``MLPEnsemble``). Populations are explained in one batched Captum call: member i's
-copy of the inputs is stacked as rows i*N .. i*N+N-1 of one large batch, each row
-reaching only its own member, so per-row methods (gradients, ablations, sampling)
-give exactly each member's own attributions.
-
-Captum splits some methods into one backward pass per input row, which is slow on
-large batches; ``internal_batch_size`` and ``nt_samples_batch_size`` bound the
-rows per pass (see Captum's docs).
+Every explanation is of the positive class (label 1), the model's explained output
+(``lightning_modules.interface.explained_output``). Populations are explained in one batched
+Captum call: member i's copy of the inputs is rows i*N .. i*N+N-1 of one batch, each row
+reaching only its own member (docs/explainers.md: the fast paths and why).
 """
 
 from __future__ import annotations
@@ -24,19 +18,20 @@ from torch import nn
 from datamodules.errors import InputError
 from evaluators.maps.seeds import seeded_generators
 from lightning_modules.ensembles import MLPEnsemble
+from lightning_modules.interface import explained_output, fixed_target, output_kind
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
 
 
 class ExplainedOutput(nn.Module):
-    """Wraps a model so that ``forward`` returns its positive-class scalar, shape (N,)."""
+    """Wraps a model so that ``forward`` returns its explained output of its fixed class, shape (N,)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.explained_output(x)
+        return explained_output(self.model, x, fixed_target(self.model), output_kind(self.model))
 
 
 class PopulationAsBatch(nn.Module):
@@ -73,10 +68,7 @@ def _gradient(cls) -> Callable:
 def _saliency(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Saliency (Simonyan et al.), the signed input gradient as Captum's ``Saliency(abs=False)``:
     ∂f(x_r)/∂x_r for every row r, as one backward pass of Σ_r f(x_r) (rows do not
-    interact: MLPs, and models in eval mode). Written in torch because speed is the
-    reason: Captum's Saliency differentiates every row's output separately
-    (``torch.unbind``), which on a SmoothGrad batch of 50,000 rows is seconds of
-    per-row bookkeeping around milliseconds of arithmetic."""
+    interact: MLPs, and models in eval mode); in torch for speed (docs/explainers.md)."""
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
         (grad,) = torch.autograd.grad(model(x).sum(), x)
@@ -128,42 +120,6 @@ def _perturbation(cls, **defaults) -> Callable:
     return run
 
 
-TABULAR_EXPLAINERS: dict[str, Callable[..., torch.Tensor]] = {
-    "saliency": _saliency,
-    "smoothgrad": _noise_tunnel("smoothgrad"),
-    "smoothgrad_sq": _noise_tunnel("smoothgrad_sq"),
-    "vargrad": _noise_tunnel("vargrad"),
-    "deepshap": _deepshap,
-    "gradient_shap": _with_baselines(attr.GradientShap, n_samples=50, stdevs=0.0),
-    "integrated_gradients": _with_baselines(attr.IntegratedGradients, n_steps=50),
-    "input_x_gradient": _gradient(attr.InputXGradient),
-    "guided_backprop": _gradient(attr.GuidedBackprop),
-    "deeplift": _with_baselines(attr.DeepLift),
-    "lime": _perturbation(attr.Lime, n_samples=200),
-    "kernel_shap": _perturbation(attr.KernelShap, n_samples=200),
-    "feature_ablation": _perturbation(attr.FeatureAblation),
-    "shapley_value_sampling": _perturbation(attr.ShapleyValueSampling, n_samples=25),
-}
-
-
-# Methods whose Captum implementation keeps each forward batch member-major (each
-# row's copies consecutive, as NoiseTunnel's; or whole member-major copies stacked,
-# as DeepLift's inputs-then-baselines): their population explanation is one call.
-# Lime and KernelShap explain one input row per forward batch and
-# GradientShap draws baselines per expanded row, so populations loop over members.
-BATCHED = {
-    "saliency", "smoothgrad", "smoothgrad_sq", "vargrad", "integrated_gradients", "input_x_gradient",
-    "guided_backprop", "deeplift", "deepshap", "feature_ablation", "shapley_value_sampling",
-}  # fmt: skip
-
-
-# Attributions that are linear in the explained function: for an ensemble, which
-# explains its members' mean output f = (1/M) Σ f_i, they are the weighted sum over
-# any split of the members. SmoothGrad too, provided every part sees the same noisy
-# inputs: the noise comes from the generator of the inputs' device, so each chunk
-# restarts that generator from the same state. DeepLift(Shap) too: its multipliers act elementwise on each
-# member's own activations, and the members' outputs meet only in the final mean.
-LINEAR_IN_MODEL = {"saliency", "input_x_gradient", "integrated_gradients", "smoothgrad", "deepshap"}
 # One chunk's activations, in floats: on a CPU small enough to stay near the cache; on a
 # GPU as large as memory allows comfortably (1 GiB of float32 per chunk), since a GPU is
 # fast only on large kernels (a combine ensemble in CPU-sized chunks is 2,500 calls).
@@ -172,17 +128,6 @@ ACTIVATION_FLOATS_PER_CHUNK = {"cpu": 2**22, "cuda": 2**28}
 
 def _activation_floats(device: torch.device) -> int:
     return ACTIVATION_FLOATS_PER_CHUNK[device.type]
-
-
-def _rows_per_input(method: str, options: dict) -> int:
-    """Rows one input becomes in the explainer's forward passes."""
-    if method == "smoothgrad":
-        return options.get("nt_samples", 50)
-    if method == "integrated_gradients":
-        return options.get("n_steps", 50)
-    if method == "deepshap":
-        return 2 * len(options["baselines"])  # every (input, background row) pair, and its reference
-    return 1
 
 
 def _generator_state(device: torch.device) -> torch.Tensor:
@@ -196,19 +141,22 @@ def _set_generator_state(device: torch.device, state: torch.Tensor) -> None:
         torch.set_rng_state(state)
 
 
-def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, method: str, **options) -> torch.Tensor:
+def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, spec, **options) -> torch.Tensor:
     """Explain an ensemble a chunk of members at a time (forward and backward per
     chunk), so that one chunk's activations stay near the cache: all 2,500 members of a
-    ``combine`` ensemble at once stream gigabytes of activations through memory."""
+    ``combine`` ensemble at once stream gigabytes of activations through memory. A method
+    linear in the explained function (``spec.linear``) gives the weighted sum of the chunks'
+    attributions; SmoothGrad too, each chunk restarting the generator of the inputs' device
+    from the same state, so that every chunk sees the same noisy inputs."""
     widths = sum(w.shape[1] for w in ensemble.stacked[0])
-    rows = len(x) * _rows_per_input(method, options)
+    rows = len(x) * spec.rows_per_input(options)
     step = max(1, _activation_floats(x.device) // (rows * widths))
     total = torch.zeros_like(x)
     rng = _generator_state(x.device)
     for start in range(0, ensemble.size, step):
         _set_generator_state(x.device, rng)
         part = ensemble.subset(start, min(start + step, ensemble.size))
-        total += TABULAR_EXPLAINERS[method](ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
+        total += spec.fixed(ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
     return total
 
 
@@ -234,12 +182,8 @@ def deeplift_shap_of_ensemble(
     For every pair (x_i, b_k): DeepLIFT with the rescale rule, i.e. the chain rule with
     each ReLU's derivative replaced by the multiplier Δrelu(z)/Δz between the pair's
     pre-activations (the plain derivative at x_i where |Δz| < 1e-10), times x_i - b_k;
-    then the mean over the K background rows. The ensemble's output is its members'
-    mean logit, so the multipliers stay per member and the attribution is the mean of
-    the members' own. Written in torch because speed is the reason: Captum
-    differentiates each of the N·K rows' outputs separately, about 10 s for 100 inputs
-    and 100 background rows whatever the model, and the protocol's chunked ``combine``
-    ensembles would make thousands of such calls (tested equal to Captum)."""
+    then the mean over the K background rows, per member, and the members' mean; in torch
+    for speed (docs/explainers.md; tested equal to Captum)."""
     weights, biases = ensemble.stacked
     n, k = len(x), len(baselines)
     pairs = torch.cat([x.repeat_interleave(k, dim=0), baselines.repeat(n, 1)])  # inputs, then references
@@ -277,40 +221,39 @@ def _softmax_rescaled(g: torch.Tensor, logits: torch.Tensor, w_last: torch.Tenso
     return torch.where(dz.abs() < SHAP_NONLINEAR_EPS, plain, g * (p_in - p_ref) / dz)
 
 
-def explain_tabular(model: nn.Module, x: torch.Tensor, method: str, seed: int = 0, **options) -> torch.Tensor:
-    """Attributions of the positive-class output.
+def model_kind(model: nn.Module) -> str:
+    """Which overrides explain ``model``: ``"population"`` (stacked members, one map each),
+    ``"ensemble"`` (stacked members, one map of their mean output) or ``"model"``."""
+    kinds = ((PopulationMLP, "population"), (MLPEnsemble, "ensemble"))
+    return next((kind for cls, kind in kinds if isinstance(model, cls)), "model")
 
-    ``model``: an ``MLPClassifier`` or ``MLPEnsemble`` -> (N, d); a ``PopulationMLP`` ->
-    (M, N, d), all members in one Captum call where the method allows (``BATCHED``).
-    Methods that sample (SmoothGrad and its variants, GradientShap, LIME, KernelSHAP,
-    Shapley value sampling) draw from the global generators as Captum does; the call runs
-    within :func:`seeded_generators` of ``seed`` (a non-negative integer), so the same seed
-    gives the same attributions and the caller's generators are left as they were.
-    """
-    if method not in TABULAR_EXPLAINERS:
-        raise InputError(f"unknown explainer {method!r}; expected one of {sorted(TABULAR_EXPLAINERS)}")
+
+def explain_fixed(model: nn.Module, x: torch.Tensor, method: str, spec, seed: int = 0, **options) -> torch.Tensor:
+    """Attributions of the positive-class output by the registry's ``spec`` of ``method``:
+    (N, d) for an ``MLPClassifier`` or ``MLPEnsemble``, (M, N, d) for a ``PopulationMLP``.
+    Sampling methods draw from the global generators as Captum does, within
+    :func:`seeded_generators` of ``seed`` (the caller's generators are left as they were)."""
     with seeded_generators(seed, x.device):
-        return _explain_tabular(model, x, method, **options)
+        return _explain_fixed(model, model_kind(model), x, method, spec, **options)
 
 
-def _explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) -> torch.Tensor:
+def _explain_fixed(model: nn.Module, kind: str, x: torch.Tensor, method: str, spec, **options) -> torch.Tensor:
     softmax_rule = options.pop("softmax_rule", "gradient") if method == "deepshap" else "gradient"
     if softmax_rule not in SOFTMAX_RULES:
         raise InputError(f"option softmax_rule={softmax_rule!r}; expected one of {list(SOFTMAX_RULES)}")
-    if softmax_rule == "rescale" and not (isinstance(model, MLPEnsemble) and model.explain_output == "probability"):
+    if softmax_rule == "rescale" and not (kind == "ensemble" and model.explain_output == "probability"):
         raise InputError("option softmax_rule='rescale' explains an MLPEnsemble's probability; expected "
                          "explain_output='probability' and an MLPEnsemble")  # fmt: skip
-    if isinstance(model, MLPEnsemble) and method == "deepshap" and (
-        model.explain_output == "logit" or softmax_rule == "rescale"
-    ):
+    if kind == "ensemble" and method == "deepshap" and (model.explain_output == "logit" or softmax_rule == "rescale"):
         rescale = softmax_rule == "rescale"
         return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")), softmax_rescale=rescale)
-    if isinstance(model, MLPEnsemble) and method in LINEAR_IN_MODEL:
-        return _explain_in_chunks(model, x, method, **options)
-    if not isinstance(model, PopulationMLP):
-        return TABULAR_EXPLAINERS[method](ExplainedOutput(model), x, **options)
-    if method not in BATCHED:
-        return torch.stack([_explain_tabular(model.member(i), x, method, **options) for i in range(model.size)])
+    if kind == "ensemble" and spec.linear:
+        return _explain_in_chunks(model, x, spec, **options)
+    if kind != "population":
+        return spec.fixed(ExplainedOutput(model), x, **options)
+    if not spec.batched:
+        return torch.stack([_explain_fixed(model.member(i), "model", x, method, spec, **options)
+                            for i in range(model.size)])  # fmt: skip
     rows = x.repeat(model.size, 1)
     if method == "integrated_gradients":
         # IG stacks its n_steps scaled copies of the batch step after step: one step per
@@ -319,4 +262,4 @@ def _explain_tabular(model: nn.Module, x: torch.Tensor, method: str, **options) 
     if "baselines" in options and method != "deepshap":
         options["baselines"] = options["baselines"].repeat(model.size, 1)
     wrapped = PopulationAsBatch(model, copies=2 if method in ("deeplift", "deepshap") else 1)
-    return TABULAR_EXPLAINERS[method](wrapped, rows, **options).reshape(model.size, len(x), -1)
+    return spec.fixed(wrapped, rows, **options).reshape(model.size, len(x), -1)

@@ -27,7 +27,7 @@ scores maps on those samples, so that several maps of the same inputs (every exp
 every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for images
 (reduce (N, C, H, W) attributions with ``reduce_map``), (N, d) for tabular rows. Inputs,
 maps, a baseline tensor and the model's outputs with NaN or ±inf are refused with one
-``InputError`` naming which (``evaluators.finite``), not scored as NaN.
+``InputError`` naming which (``evaluators.inputs.finite``), not scored as NaN.
 
 ``Infidelity`` (a torchmetrics ``Metric``) averages INFD over every input passed to
 ``update(model, x, maps, target=None)``; every update draws its samples from ``seed``
@@ -41,7 +41,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.model_scores import check_inputs, explained_scores, model_device, resolve_targets
 from evaluators.metrics.perturbations import (
@@ -125,7 +125,7 @@ def subset_perturbations(
                 removed = unit_masks(groups[i], chosen[i, s])
                 removed = removed if tabular else removed[:, None]  # all channels of a pixel
                 perturbed = torch.where(removed, base[i], x[i])
-                outputs.append(explained_scores(model, perturbed, None if target is None else target[i]))
+                outputs.append(explained_scores(model, perturbed, target[i]))
             deltas = clean[:, None] - torch.cat(outputs).view(len(x), n_samples)
     finally:
         model.train(was_training)

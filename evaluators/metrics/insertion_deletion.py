@@ -15,10 +15,10 @@ when every step moves as many units).
 
 * **Units and maps.** Images x (N, C, H, W) take maps (N, H, W): one value per pixel, all
   C channels of a pixel move together (reduce (N, C, H, W) attributions with
-  ``evaluators.maps.image_explainers.reduce_map`` first). A tabular model (``is_tabular``:
-  ``MLPClassifier``, ``MLPEnsemble``) takes rows x (N, d) and maps (N, d). Inputs, maps,
+  ``evaluators.maps.image_explainers.reduce_map`` first). Rows x (N, d) (of a tabular
+  ``MLPClassifier``, ``MLPEnsemble`` or any classifier of rows) take maps (N, d). Inputs, maps,
   a baseline tensor, ``stats`` and the model's outputs must be finite: NaN or ±inf is
-  refused with one ``InputError`` naming which (``evaluators.finite``).
+  refused with one ``InputError`` naming which (``evaluators.inputs.finite``).
 * **Order and ties.** Units are moved in descending order of the map. Ties are broken by a
   seeded random order: each image's units are first put in a random permutation
   (``torch.randperm(n)``, one per image in order, from a CPU ``torch.Generator`` seeded
@@ -84,7 +84,7 @@ from torch.nn import functional as F
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
 
@@ -236,7 +236,7 @@ def insertion_deletion_curves(
                 image, step = rows // (steps + 1), rows % (steps + 1)
                 moved = (ranks[image] < counts[step, None]).view(moved_shape)
                 rows_in = torch.where(moved, end[image], start[image]).contiguous(memory_format=memory_format)
-                points.append(target_outputs(model, rows_in, None if target is None else target[image], "probability"))
+                points.append(target_outputs(model, rows_in, target[image], "probability"))
             curves = torch.cat(points).view(len(x), steps + 1)
     finally:
         model.train(was_training)

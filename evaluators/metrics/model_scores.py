@@ -3,20 +3,19 @@ score, the class each input is scored on, and the scalar outputs they read.
 
 * **Inputs and maps** (``check_inputs``, ``check_inputs_and_maps``): images x
   (N, C, H, W) take one map value per pixel, maps (N, H, W) (reduce (N, C, H, W)
-  attributions with ``evaluators.maps.image_explainers.reduce_map`` first); a tabular
-  model (``is_tabular``) takes rows x (N, d) and maps (N, d), one value per feature.
+  attributions with ``evaluators.maps.image_explainers.reduce_map`` first); rows x (N, d)
+  (the only inputs of a tabular model) take maps (N, d), one value per feature.
   Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
-  ``InputError`` naming the input, map or output row (``evaluators.finite.check_finite``).
-* **Target** (``resolve_targets``): for images ``None`` scores each image's predicted
-  class on the clean input (the argmax of its logits), else an int for all or a
-  LongTensor of N labels; a tabular model is scored on its positive class
-  (``POSITIVE_CLASS``), its target resolved to None.
+  ``InputError`` naming the input, map or output row (``evaluators.inputs.finite.check_finite``).
+* **Target** (``resolve_targets``, ``interface.default_targets``): a LongTensor (N,):
+  ``None`` scores each input's default target (the predicted class on the clean input, the
+  argmax of its class probabilities; a tabular model's positive class, ``POSITIVE_CLASS``,
+  the only one it takes), else an int for all or a LongTensor of N labels.
 * **Outputs** (``explained_scores``, ``target_outputs``, ``OUTPUTS``): ``"logit"``, the
-  explained output: the target's raw logit of an image classifier, a tabular model's
-  ``explained_output`` (the positive-class scalar its explainers differentiate: a logit
-  unless the model was built to explain its probability); ``"probability"``, the target's
-  probability from ``class_probabilities`` (the softmax of the logits; an
-  ``MLPEnsemble``'s own mean probabilities).
+  explained output (``interface.explained_output``): the target's raw logit, or for a model
+  built to explain its probability (a tabular ``explain_output="probability"``) that
+  probability; ``"probability"``, the target's probability from ``class_probabilities``
+  (the softmax of the logits; an ensemble's own mean probabilities).
 """
 
 from __future__ import annotations
@@ -25,30 +24,25 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
-from evaluators.maps.image_explainers import image_targets
-from lightning_modules.interface import POSITIVE_CLASS, class_probabilities, is_tabular
+from evaluators.inputs.finite import check_finite
+from evaluators.maps.image_explainers import resolve_max_batch
+from lightning_modules.interface import class_probabilities, default_targets, explained_output, fixed_target
+from lightning_modules.interface import model_device, output_kind  # noqa: F401 (model_device: the metrics' import)
 
 OUTPUTS = ("logit", "probability")
 MODEL_OUTPUT = "the model's output on the inputs scored (clean or perturbed)"
 
 
-def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
-    """The device of the model's parameters (x's device for a model without any)."""
-    parameter = next(model.parameters(), None)
-    return x.device if parameter is None else parameter.device
-
-
 def check_inputs(model: nn.Module, x) -> bool:
-    """Whether the model is tabular; InputError unless x is finite (N, d) rows for a
-    tabular model, (N, C, H, W) images for any other."""
-    tabular = is_tabular(model)
-    expected = "(N, d) float rows for a tabular model" if tabular else "(N, C, H, W) float images"
-    if (not isinstance(x, torch.Tensor) or x.dim() != (2 if tabular else 4) or len(x) == 0
+    """Whether x are rows; InputError unless x is finite (N, d) rows (the only inputs of a
+    tabular model, one with a fixed class) or (N, C, H, W) images."""
+    dims = (2,) if fixed_target(model) is not None else (2, 4)
+    expected = "(N, d) float rows for a tabular model" if dims == (2,) else "(N, C, H, W) float images or (N, d) rows"
+    if (not isinstance(x, torch.Tensor) or x.dim() not in dims or len(x) == 0
             or not x.is_floating_point()):  # fmt: skip
         raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
     check_finite(x, "inputs x", "input")
-    return tabular
+    return x.dim() == 2
 
 
 def check_inputs_and_maps(model: nn.Module, x, maps) -> tuple[bool, tuple[int, ...]]:
@@ -65,16 +59,10 @@ def check_inputs_and_maps(model: nn.Module, x, maps) -> tuple[bool, tuple[int, .
     return tabular, unit_shape
 
 
-def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | None = None) -> torch.Tensor | None:
-    """The class each input's explained output is of: None for a tabular model (its
-    positive class; ``target`` must be None or 1); for images a LongTensor (N,): the
-    predicted class where ``target`` is None, else an int for all or N labels."""
-    if is_tabular(model):
-        if target is not None and not (isinstance(target, int) and target == POSITIVE_CLASS):
-            raise InputError(f"option target={target!r}: a tabular model explains its positive class "
-                             f"({POSITIVE_CLASS})")  # fmt: skip
-        return None
-    return image_targets(model, x, target, max_batch)
+def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | None = None) -> torch.Tensor:
+    """The class each input's explained output is of, a LongTensor (N,) (``default_targets``:
+    None -> the predicted class, ``max_batch`` inputs at a time, or a tabular model's positive class)."""
+    return default_targets(model, x, target, resolve_max_batch(max_batch, x))
 
 
 def finite_outputs(outputs: torch.Tensor) -> torch.Tensor:
@@ -91,22 +79,20 @@ def _one_per_row(scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return finite_outputs(scores)
 
 
-def explained_scores(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-    """(N,) the explained output: a tabular model's ``explained_output``, else the raw
-    logit of ``target`` (N,) (as Decker et al.'s reference code's Δf)."""
-    if target is None:
-        return _one_per_row(model.explained_output(x), x)
-    logits = model(x)
-    return _one_per_row(logits.gather(1, target[:, None])[:, 0] if logits.dim() == 2 else logits, x)
+def explained_scores(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
+    """(N,) the explained output of ``target`` (N,) (None: the default, ``default_targets``)
+    (``interface.explained_output``: the raw logit, as Decker et al.'s reference code's Δf,
+    or a tabular model's probability where it explains that)."""
+    target = default_targets(model, x) if target is None else target
+    return _one_per_row(explained_output(model, x, target, output_kind(model)), x)
 
 
 def target_outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, output: str) -> torch.Tensor:
-    """(N,) the ``output`` (``OUTPUTS``) of each row's target (None: the positive class of a
-    tabular model)."""
+    """(N,) the ``output`` (``OUTPUTS``) of each row's target (None: the default, ``default_targets``)."""
+    target = default_targets(model, x) if target is None else target
     if output == "logit":
         return explained_scores(model, x, target)
     probabilities = class_probabilities(model, x)
     if probabilities.dim() != 2:
         return _one_per_row(probabilities, x)
-    column = torch.full((len(x), 1), POSITIVE_CLASS, device=x.device) if target is None else target[:, None]
-    return finite_outputs(probabilities.gather(1, column)[:, 0])
+    return finite_outputs(probabilities.gather(1, target[:, None])[:, 0])

@@ -19,8 +19,8 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
 * **Maps and explanations**: maps (N, H, W) per pixel of images (N, C, H, W), (N, d) for
   a tabular model (``evaluators.metrics.model_scores``), e_x = ``maps``; ``explain_fn(x_rows,
   target_rows)`` returns the maps of a batch of perturbed inputs in the same layout, for
-  ``target_rows`` the (rows,) LongTensor of the classes explained (None for a tabular
-  model, which explains its positive class), as ``evaluators.metrics.sensitivity`` calls
+  ``target_rows`` the (rows,) LongTensor of the classes explained (a tabular model's
+  positive class), as ``evaluators.metrics.sensitivity`` calls
   it: e.g. ``lambda v, t: reduce_map(explain(model, v, "saliency", target=t))``, or any
   aggregated explainer. The class is each input's ``target`` resolved on the clean input
   (default: its predicted class), so e_x' explains what e_x explains.
@@ -66,7 +66,7 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
   explanations of the perturbed inputs, by far the dearest part.
 
 Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs with NaN or
-±inf are refused with one ``InputError`` naming which (``evaluators.finite``): a NaN
+±inf are refused with one ``InputError`` naming which (``evaluators.inputs.finite``): a NaN
 output would otherwise turn a sample into a prediction flip, left out unseen.
 
 ``RelativeStability`` (a torchmetrics ``Metric``) averages the three over the inputs
@@ -82,7 +82,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import (
@@ -226,7 +226,7 @@ def relative_stability(
             x_new = x_new.flatten(0, 1)
             rows = inputs.repeat_interleave(n_samples)
             with torch.enable_grad():  # gradient explainers, also inside a Metric's update (torchmetrics: no_grad)
-                maps_new = explain_fn(x_new, None if target is None else target[rows])
+                maps_new = explain_fn(x_new, target[rows])
             if not isinstance(maps_new, torch.Tensor) or tuple(maps_new.shape) != (len(x_new), *unit_shape):
                 raise InputError(f"explain_fn returned maps of shape {tuple(getattr(maps_new, 'shape', ()))}; "
                                  f"expected {(len(x_new), *unit_shape)}, as maps")  # fmt: skip

@@ -81,7 +81,7 @@ from torch.nn import functional as F
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.insertion_deletion import unit_ranks
 from evaluators.metrics.model_scores import (
@@ -92,7 +92,7 @@ from evaluators.metrics.model_scores import (
     resolve_targets,
     target_outputs,
 )
-from lightning_modules.interface import POSITIVE_CLASS, class_probabilities
+from lightning_modules.interface import class_probabilities
 
 ORDERS = ("morf", "lerf")
 ROAD_OUTPUTS = OUTPUTS + ("accuracy",)
@@ -245,10 +245,10 @@ def road_curves(
                     filled = linear_imputation(x[image], removed)
                     removed = removed[:, None]
                 imputed = torch.where(removed, filled + noise * draws.to(device), x[image])
-                points.append(_outputs(model, imputed, None if target is None else target[image], output))
+                points.append(_outputs(model, imputed, target[image], output))
             curves = torch.cat(points).view(len(x), steps)
             if difference:
-                clean = torch.cat([_outputs(model, x[rows], None if target is None else target[rows], output)
+                clean = torch.cat([_outputs(model, x[rows], target[rows], output)
                                    for rows in torch.arange(len(x), device=device).split(max_batch)])  # fmt: skip
                 curves = curves - clean[:, None]
     finally:
@@ -256,10 +256,10 @@ def road_curves(
     return torch.tensor(percentages, dtype=curves.dtype, device=device), curves
 
 
-def _outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, output: str) -> torch.Tensor:
+def _outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor, output: str) -> torch.Tensor:
     if output == "accuracy":
         probabilities = finite_outputs(class_probabilities(model, x))
-        return (probabilities.argmax(-1) == (POSITIVE_CLASS if target is None else target)).to(probabilities.dtype)
+        return (probabilities.argmax(-1) == target).to(probabilities.dtype)
     return target_outputs(model, x, target, output)
 
 

@@ -44,7 +44,7 @@ import torch
 from torchmetrics import Metric
 
 from datamodules.errors import InputError
-from evaluators.finite import check_finite
+from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise

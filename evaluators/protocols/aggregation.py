@@ -19,7 +19,7 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 4. per row: mean AUC over inputs with a 95 % confidence interval (normal approximation,
    mean ± 1.96 s/√n), and the paired difference to the mean aggregator, whose interval
    says whether a row is better, worse or within noise of it; per explainer, how many of
-   its maps are blank (all zero or constant, ``evaluators.map_grid``: they carry no ranking,
+   its maps are blank (all zero or constant, ``evaluators.reports.map_grid``: they carry no ranking,
    and the grid writes so on their cells).
 
 Everything lands in the report folder: ``maps/`` (base maps per explainer) and
@@ -42,16 +42,16 @@ import torch
 import yaml
 
 from datamodules.errors import InputError
-from evaluators.config import resolve_device
-from evaluators.finite import check_finite
-from evaluators.map_grid import blank_note, count_blank_maps, plot_map_grid
+from evaluators.inputs.config import resolve_device
+from evaluators.inputs.finite import check_finite
+from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.normalisations import NORMALISATIONS, normalise
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators.run_inputs import Inputs, cached, explainer_options, load_inputs, load_run
-from evaluators.wandb_report import check_log_to, log_report
+from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
+from evaluators.reports.wandb_log import check_log_to, log_report
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
 # (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).
@@ -90,7 +90,7 @@ class AggregationConfig:
     checkpoint: str = "last.ckpt"
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; evaluators.sources)
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     n_inputs: int = 500
     explainers: dict = field(default_factory=_image_explainers)
     n_baselines: int = 64  # training inputs behind the option value ``training``
@@ -147,15 +147,15 @@ def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> d
     k-th explainer draws from seed ``seed + k`` (``evaluators.maps.explain``), so a resumed
     run's maps are an uninterrupted run's; maps with NaN or ±inf are refused (the error
     names the explainer) before caching."""
-    unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
+    names = explainer_names(model, inputs.x)
+    unknown = sorted(set(cfg.explainers) - set(names))
     if unknown:
-        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
+        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {names}")
     maps = {}
     for k, (name, options) in enumerate(cfg.explainers.items()):
         def compute(name=name, options=options, k=k) -> dict:
-            extra = {} if inputs.tabular else {"max_batch": cfg.max_batch}
             options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}  # an explainer's own seed wins
-            m = explain(model, inputs.x, name, target=inputs.target, **options, **extra)
+            m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
             check_finite(m, f"explainer {name!r}", "map")
             return {"maps": m.cpu()}

@@ -57,13 +57,15 @@ from rich.progress import Progress
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements, pair_separations
-from evaluators.config import PopulationSource
-from evaluators.image_members import ImageMembers
-from evaluators.maps import IMAGE_EXPLAINERS, TABULAR_EXPLAINERS, explain
+from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.image_members import ImageMembers
+from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
-from evaluators.population_sets import disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves
-from evaluators.run_inputs import spread_images
+from evaluators.protocols.population_sets import (
+    disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
+)  # fmt: skip
+from evaluators.inputs.runs import spread_images
 from lightning_modules.ensembles import build_ensemble
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
@@ -112,7 +114,7 @@ class ConsistencyConfig(PopulationSource):
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
-        registry = IMAGE_EXPLAINERS if self.images else TABULAR_EXPLAINERS
+        registry = [n for n, spec in EXPLAINERS.items() if spec.takes in ("any", "images" if self.images else "rows")]
         unknown = [m for m in self.methods if m not in registry]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(registry)}")

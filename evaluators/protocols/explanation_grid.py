@@ -8,7 +8,7 @@ maximum (RISE's scores are probabilities, far from 0 everywhere). Expected
 Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
 (the test images where the datamodule has no training split). A blank map (all zero, e.g.
 GradCAM's where no channel of its layer has positive evidence, or constant;
-``evaluators.map_grid``) has its kind written on its cell, is counted per method in the
+``evaluators.reports.map_grid``) has its kind written on its cell, is counted per method in the
 JSON and named in a printed line. Written to a new folder (``evaluate.py explain``:
 ``<run>/explanations-<stamp>/``): ``explanations.png``, ``explanations.json`` (the methods,
 each image's label and predicted class, seconds per method, ``blank_maps``: per method the
@@ -25,10 +25,11 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
-from evaluators.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
-from evaluators.maps.image_explainers import IMAGE_EXPLAINERS, explain_image, predicted_class, reduce_map
-from evaluators.run_inputs import load_run, spread_images
-from evaluators.wandb_report import check_log_to, log_report
+from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
+from evaluators.maps import EXPLAINERS, explain
+from evaluators.maps.image_explainers import predicted_class, reduce_map
+from evaluators.inputs.runs import load_run, spread_images
+from evaluators.reports.wandb_log import check_log_to, log_report
 
 
 def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = 8, n_baselines: int = 16,
@@ -37,9 +38,10 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     """Explain ``n_images`` test images with every method; write the grid and its JSON
     into ``out_dir`` (made here; it must not exist yet). ``data_location``: where the run's
     images lie now, if they moved (its folder or archive, as ``evaluate.py run --data_dir``)."""
-    unknown = [m for m in methods if m not in IMAGE_EXPLAINERS]
+    names = sorted(n for n, spec in EXPLAINERS.items() if spec.takes != "rows")
+    unknown = [m for m in methods if m not in names]
     if unknown:
-        raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(IMAGE_EXPLAINERS)}")
+        raise InputError(f"unknown explainer(s) {unknown}; expected some of {names}")
     if n_images < 1:
         raise InputError(f"option --n_images={n_images}; expected a positive integer")
     check_log_to(log_to, "--log_to")
@@ -58,7 +60,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     maps, seconds = {}, {}
     for method in methods:
         start = time.perf_counter()
-        maps[method] = reduce_map(explain_image(model, x, method, seed=seed, **options.get(method, {})).detach(),
+        maps[method] = reduce_map(explain(model, x, method, seed=seed, **options.get(method, {})).detach(),
                                   "abs_sum")  # fmt: skip
         seconds[method] = round(time.perf_counter() - start, 3)
     out_dir.mkdir(parents=True)

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from evaluators.config import PopulationSource
-from evaluators.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
+from evaluators.inputs.config import PopulationSource
+from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import MLPEnsemble, build_ensemble
 from lightning_modules.population import PopulationMLP
@@ -35,7 +35,7 @@ from lightning_modules.population import PopulationMLP
 class LandscapeConfig(PopulationSource):
     """Options of the landscape evaluator (configs/landscape/<dataset>.yaml)."""
 
-    KINDS = ("tabular population",)  # MLP populations only (evaluators.sources)
+    KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
 
     n_models: int = 4
     n_sets: int = 5

@@ -3,7 +3,7 @@
 
 From a trained model (a ``train.py`` run folder: an image classifier or a tabular MLP):
 
-1. ``n_inputs`` test inputs (as ``evaluators.run_inputs.load_inputs``), explained for their
+1. ``n_inputs`` test inputs (as ``evaluators.inputs.runs.load_inputs``), explained for their
    predicted class (images) or the positive class (tabular) by the k ``explainers``, each
    map post-processed as the reference code (``optimised_aggregators.explainer_maps``:
    channel sum, absolute value (``absolute``; False keeps the sign), min-max, Gaussian σ = 1
@@ -36,7 +36,7 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
    over inputs; the paper's CIFAR-10 values beside a CIFAR-10 run's), the per-input weights
    (Figure 4 box plots), per explainer the number of blank (all-zero or constant) maps
-   (``evaluators.map_grid``), CSV/JSON/PNG and W&B.
+   (``evaluators.reports.map_grid``), CSV/JSON/PNG and W&B.
 
 Γ, maps and per-row scores are cached in the report folder (``maps.pt``, ``weights.pt``,
 ``scores.pt``: infidelity, FCOR, sensitivities; ``road.pt``; ``stability.pt``: RIS, RRS,
@@ -67,8 +67,8 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
-from evaluators.config import resolve_device
-from evaluators.map_grid import blank_note, count_blank_maps
+from evaluators.inputs.config import resolve_device
+from evaluators.reports.map_grid import blank_note, count_blank_maps
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.maps.optimised_aggregators import (
@@ -82,8 +82,8 @@ from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES, relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import map_distances
-from evaluators.run_inputs import cached, explainer_options, load_inputs, load_run
-from evaluators.wandb_report import check_log_to, log_report
+from evaluators.inputs.runs import cached, explainer_options, load_inputs, load_run
+from evaluators.reports.wandb_log import check_log_to, log_report
 
 METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", *STABILITIES)
 LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True, "road_morf": True,
@@ -119,7 +119,7 @@ class OptimisedAggregationConfig:
     checkpoint: str = "last.ckpt"
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; evaluators.sources)
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     n_inputs: int = 200
     explainers: dict = field(default_factory=_decker_explainers)
     aggregators: list[str] = field(default_factory=lambda: list(OPTIMISED_AGGREGATORS))
@@ -240,7 +240,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
             noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
-            noisy_target = None if target is None else target[part].repeat_interleave(cfg.m_sens)
+            noisy_target = target[part].repeat_interleave(cfg.m_sens)
             noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, **map_options,
                                          **copies_seed(part, cfg.m_sens))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
@@ -271,9 +271,9 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
             perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation", offset=start)
-            part_target = None if target is None else target[part]
-            noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), None if target is None else
-                                         part_target.repeat_interleave(n), explainers, **map_options,
+            part_target = target[part]
+            noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), part_target.repeat_interleave(n),
+                                         explainers, **map_options,
                                          **copies_seed(part, n))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():

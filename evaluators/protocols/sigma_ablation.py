@@ -18,8 +18,8 @@ import torch
 
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
-from evaluators.config import PopulationSource
-from evaluators.maps import TABULAR_EXPLAINERS, explain
+from evaluators.inputs.config import PopulationSource
+from evaluators.maps import EXPLAINERS, explain
 from lightning_modules.ensembles import build_ensemble
 
 
@@ -27,7 +27,7 @@ from lightning_modules.ensembles import build_ensemble
 class SigmaAblationConfig(PopulationSource):
     """Options of the σ ablation (configs/sigma/<dataset>.yaml)."""
 
-    KINDS = ("tabular population",)  # MLP populations only (evaluators.sources)
+    KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
 
     n_models: int = 10
     n_perturb: int = 50
@@ -42,10 +42,9 @@ class SigmaAblationConfig(PopulationSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.method not in TABULAR_EXPLAINERS:
-            raise InputError(
-                f"option method={self.method!r}: unknown explainer; expected one of {sorted(TABULAR_EXPLAINERS)}"
-            )
+        names = sorted(n for n, spec in EXPLAINERS.items() if spec.fixed is not None)
+        if self.method not in names:
+            raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {names}")
 
 
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:

@@ -126,8 +126,8 @@ def consistency(tmp: Path) -> dict:
 
 
 def roar(tmp: Path) -> dict:
-    from evaluators.roar_grid import RoarGrid, run_grid
-    from evaluators.run_inputs import load_run
+    from evaluators.protocols.roar.grid import RoarGrid, run_grid
+    from evaluators.inputs.runs import load_run
 
     clean, data, _ = load_run(FILES / "run", data_location=str(ROOT.parent / "shared" / "data"))
     out = FILES / "roar"

@@ -46,7 +46,9 @@ def _imports():
     from types import SimpleNamespace
 
     from datamodules import TwoMoonsDataModule  # noqa: F401
-    from evaluators.maps import IMAGE_EXPLAINERS, TABULAR_EXPLAINERS, explain  # noqa: F401
+    from evaluators.maps import EXPLAINERS, explain  # noqa: F401
+    TABULAR_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.fixed is not None]  # noqa: F841 (tabular)
+    IMAGE_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.takes != "rows"]  # noqa: F841 (an image model's)
     from evaluators.maps.image_explainers import reduce_map  # noqa: F401
     from evaluators.maps.normalisations import NORMALISATIONS, normalise  # noqa: F401
     from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation  # noqa: F401
@@ -60,7 +62,7 @@ def _imports():
     from evaluators.metrics.relative_stability import relative_stability  # noqa: F401
     from evaluators.metrics.road import road_curves  # noqa: F401
     from evaluators.metrics.sensitivity import sensitivities  # noqa: F401
-    from evaluators.roar_grid import RoarGrid, run_grid  # noqa: F401
+    from evaluators.protocols.roar.grid import RoarGrid, run_grid  # noqa: F401
     from lightning_modules import ImagePopulation, MLPClassifier, PopulationMLP, create_image_model  # noqa: F401
     from lightning_modules.curve_population import curves_between  # noqa: F401
     from lightning_modules.curves import CurveModel, MLPCurve  # noqa: F401
@@ -227,7 +229,8 @@ def ensemble_outputs(ns) -> dict:
     for output in ("logit", "probability"):
         for name, ens in ensembles(ns, output).items():
             with torch.no_grad():
-                out[f"{name}/{output}/forward"] = entry(ens(x))
+                out[f"{name}/{output}/forward"] = entry(ens(x))  # the members' mean logit (issue 29)
+                out[f"{name}/{output}/probabilities"] = entry(ens.probabilities(x))  # the forward before issue 29
                 out[f"{name}/{output}/explained_output"] = entry(ens.explained_output(x))
                 out[f"{name}/{output}/predict"] = entry(ens.predict(x))
     with torch.no_grad():

@@ -13,14 +13,14 @@ import torch
 import yaml
 
 from datamodules.errors import InputError
-from evaluators.sources import MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, check_kind, not_found
+from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, check_kind, not_found
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_population, population_datamodule, read_population_file
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
-    from evaluators.image_members import ImageMembers
+    from evaluators.inputs.image_members import ImageMembers
 
 
 def resolve_device(name: str) -> torch.device:
@@ -45,9 +45,9 @@ class PopulationSource:
     device the evaluation runs on (perturbation noise is drawn there, so the same seed
     gives the same numbers on the same kind of device) and the ``kind`` of data its models
     must be of (``tabular``, ``image``; null: either). ``population``: a population file
-    written by train.py (tabular or image), or a folder of image runs (``evaluators.image_members``).
+    written by train.py (tabular or image), or a folder of image runs (``evaluators.inputs.image_members``).
     An evaluator takes the population kinds of ``KINDS``; a missing population, or one of
-    another kind, is refused here (``evaluators.sources``)."""
+    another kind, is refused here (``evaluators.inputs.sources``)."""
 
     KINDS: ClassVar[tuple[str, ...]] = POPULATIONS
 
@@ -66,14 +66,14 @@ class PopulationSource:
     @property
     def images(self) -> bool:
         """Whether ``population`` is an image population (a file or a folder of runs)."""
-        from evaluators.image_members import is_image_source
+        from evaluators.inputs.image_members import is_image_source
 
         return is_image_source(self.population)
 
     def report_name(self) -> str:
         """The report folder's prefix: the population's dataset."""
         if self.images:
-            from evaluators.image_members import image_source_name
+            from evaluators.inputs.image_members import image_source_name
 
             return image_source_name(self.population)
         return read_population_file(self.population, mmap=True)["metadata"]["dataset"]["dataset"]
@@ -84,7 +84,7 @@ class PopulationSource:
         population file or a folder of image runs (whose payload holds its metadata)."""
         device = resolve_device(self.device)
         if self.images:
-            from evaluators.image_members import load_image_members
+            from evaluators.inputs.image_members import load_image_members
 
             return load_image_members(self.population, device, self.data_dir)
         population, payload = load_population(self.population, kind="PopulationMLP")

@@ -4,7 +4,7 @@
 Hooker et al. (2019, §3) compute an estimate e for every training and test example with
 the model trained on clean data, then rank by it for every fraction t and every retraining:
 one computation per (model, estimator, split) serves the whole grid. The maps are those of
-``evaluators.maps.roar_estimators.estimator_maps`` for the split's model inputs in dataset
+``evaluators.protocols.roar.estimators.estimator_maps`` for the split's model inputs in dataset
 order without augmentation (``datamodules.roar.model_inputs``: images normalised by the
 datamodule, tabular rows standardised; ``"test"`` is an image folder's ``val/`` where it
 has no ``test/``).
@@ -35,7 +35,7 @@ from torch import nn
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import model_inputs
-from evaluators.maps.roar_estimators import CHUNK, estimator_maps
+from evaluators.protocols.roar.estimators import CHUNK, estimator_maps
 
 log = logging.getLogger(__name__)
 

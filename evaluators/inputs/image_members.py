@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from datamodules.errors import InputError
-from evaluators.run_inputs import load_run
+from evaluators.inputs.runs import load_run
 from lightning_modules.image_ensembles import ImageNetworks, network
 from lightning_modules.population_io import load_population, population_datamodule, read_population_file
 

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 from datamodules.files import atomic_write
-from evaluators.maps.roar_estimators import ROAR_CONTROLS
-from evaluators.roar_grid import CLEAN, RoarGrid, read_cells
-from evaluators.wandb_report import log_report
+from evaluators.protocols.roar.estimators import ROAR_CONTROLS
+from evaluators.protocols.roar.grid import CLEAN, RoarGrid, read_cells
+from evaluators.reports.wandb_log import log_report
 
 COLUMNS = ["estimator", "fraction", "retrain_mean", "retrain_std", "no_retrain_acc", "k"]
 

@@ -3,9 +3,9 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
 
 ``name`` is one of:
 
-* any registry name of ``evaluators.maps.explain`` (``explainer_names(model)``): the map e
-  of the explained output — for images the logit of the clean model's predicted class
-  (``predicted_class``, computed once per chunk), for tabular models their positive class.
+* any registry name of ``evaluators.maps.explain`` (``explainer_names(model, x)``): the map e
+  of the explained output of the model's default target (``default_targets``, computed once
+  per chunk): for images the clean model's predicted class, for tabular models their positive class.
   :data:`ROAR_DEFAULTS` sets the paper's settings where a registry default differs:
   SmoothGrad (SG), SmoothGrad² (SG-SQ) and VarGrad (VAR) average J = 15 noisy estimates
   (``nt_samples=15``), e = (1/J) Σ_j g(x + η_j), (1/J) Σ_j g(x + η_j)² and Var_j g(x + η_j);
@@ -41,13 +41,8 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
     ``optimised_aggregation`` with its own post-processing and options; its image maps are
     per pixel (H, W) and are repeated over the C channels.
 
-Batching and seeds: the examples go through in chunks of ``chunk`` (a memory bound on
-top of the explainers' own ``max_batch``); every explainer of a chunk is called with
-``seed`` and the chunk's examples' indices in their split (``index``, default 0 … N-1),
-``evaluators.maps.explain``'s seed and index: image explainers draw each image's samples
-from (``seed``, its index), so image maps do not depend on ``chunk``; tabular explainers
-draw per call from (``seed``, the chunk's first index), so their noise (not its
-distribution) does. Neither reads nor moves the caller's global generators.
+Batching and seeds (docs/roar.md): chunks of ``chunk`` examples, every explainer called with
+``seed`` and the chunk's examples' indices in their split (``index``, default 0 … N-1).
 """
 
 from __future__ import annotations
@@ -60,12 +55,12 @@ from torch.nn import functional as F
 
 from datamodules.errors import InputError
 from datamodules.roar import RANDOM_STREAM, uniform_hash
-from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import predicted_class
+from evaluators.maps import explain, explainer_names, input_kind
+from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.maps.normalisations import normalise
 from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
 from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
-from lightning_modules.interface import is_tabular
+from lightning_modules.interface import default_targets, model_device
 
 CHUNK = 1024
 AGG_PREFIX = "agg:"
@@ -102,14 +97,10 @@ ROAR_CONTROLS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tenso
 }
 
 
-def _device(model: nn.Module, x: torch.Tensor) -> torch.device:
-    return next((p.device for p in model.parameters()), x.device)
-
-
-def _explainers(explainers, model: nn.Module) -> dict[str, dict]:
+def _explainers(explainers, model: nn.Module, x: torch.Tensor) -> dict[str, dict]:
     if isinstance(explainers, (list, tuple)):
         explainers = {name: {} for name in explainers}
-    names = explainer_names(model)
+    names = explainer_names(model, x)
     if not isinstance(explainers, dict) or not explainers or any(name not in names for name in explainers):
         raise InputError(f"option explainers={explainers!r}; expected a non-empty list of explainer names (some of "
                          f"{names}) or a dict of them to their options")  # fmt: skip
@@ -118,40 +109,38 @@ def _explainers(explainers, model: nn.Module) -> dict[str, dict]:
 
 def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tensor, explainers=AGG_EXPLAINERS,
                 normalisation: str = "z", absolute: bool = True, **options) -> torch.Tensor:  # fmt: skip
-    explainers = _explainers(explainers, model)
+    explainers = _explainers(explainers, model, x)
     if aggregator in OPTIMISED_AGGREGATORS:
         maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target,
                                         **{"seed": seed, "index": index, **options})  # fmt: skip
         return maps if maps.shape == x.shape else maps[:, None].expand_as(x)
-    target_option = {} if is_tabular(model) else {"target": target}
-    maps = [explain(model, x, name, seed=seed, index=index, **target_option, **o) for name, o in explainers.items()]
+    maps = [explain(model, x, name, target=target, seed=seed, index=index, **o) for name, o in explainers.items()]
     map_dims = x.dim() - 1  # every element of an example: (C, H, W) or (d,)
     stack = torch.stack([normalise(m.abs() if absolute else m, normalisation, map_dims) for m in maps])
     return aggregate(stack, aggregator, map_dims, **options)
 
 
-def estimator_names(model: nn.Module) -> list[str]:
-    """The names ``estimator_maps`` takes for ``model``: explainers, controls, ``agg:`` aggregates."""
-    controls = ["random"] if is_tabular(model) else list(ROAR_CONTROLS)
+def estimator_names(model: nn.Module, x: torch.Tensor) -> list[str]:
+    """The names ``estimator_maps`` takes for ``model`` and inputs like x: explainers
+    (``explainer_names``), controls (``sobel`` for images), ``agg:`` aggregates."""
+    controls = list(ROAR_CONTROLS) if input_kind(x) == "images" else ["random"]
     aggregates = [AGG_PREFIX + a for a in [*PIXEL_AGGREGATORS, *OPTIMISED_AGGREGATORS]]
-    return explainer_names(model) + controls + aggregates
+    return explainer_names(model, x) + controls + aggregates
 
 
-def _check_name(model: nn.Module, name: str) -> None:
-    if name not in estimator_names(model):
-        raise InputError(f"unknown ROAR estimator {name!r}; expected one of {estimator_names(model)}")
+def _check_name(model: nn.Module, x: torch.Tensor, name: str) -> None:
+    if name not in estimator_names(model, x):
+        raise InputError(f"unknown ROAR estimator {name!r}; expected one of {estimator_names(model, x)}")
 
 
 def _estimate(model, x, name, target, index, seed, options) -> torch.Tensor:
     """One chunk's maps, every explainer drawing from (seed, the examples' indices)."""
     if name in ROAR_CONTROLS:
         return ROAR_CONTROLS[name](x, index, seed)
-    if target is None and not is_tabular(model):
-        target = predicted_class(model, x)
+    target = default_targets(model, x, target, resolve_max_batch(None, x))
     if name.startswith(AGG_PREFIX):
         return _aggregated(model, x, target, name[len(AGG_PREFIX):], seed=seed, index=index, **options)
-    target_option = {} if is_tabular(model) else {"target": target}
-    return explain(model, x, name, seed=seed, index=index, **target_option,
+    return explain(model, x, name, target=target, seed=seed, index=index,
                    **{**ROAR_DEFAULTS.get(name, {}), **options})  # fmt: skip
 
 
@@ -160,18 +149,16 @@ def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, ch
     """Maps of estimator ``name`` (see the module's docstring) for inputs x (images (N, C, H,
     W) or rows (N, d)), shaped like x, on the model's device, detached. ``target``: images
     only, None (the predicted class), an int or N labels; ``options`` go to the estimator."""
-    _check_name(model, name)
+    _check_name(model, x, name)
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
         raise InputError(f"option chunk={chunk!r}; expected a positive integer (examples per chunk)")
-    if is_tabular(model) and target not in (None, 1):
-        raise InputError(f"option target={target!r}: a tabular model's estimates explain its positive class")
     n = len(x)
     index = torch.arange(n) if index is None else torch.as_tensor(index)
     if index.shape != (n,):
         raise InputError(f"option index of shape {tuple(index.shape)}; expected ({n},), one per example")
     if isinstance(target, torch.Tensor) and target.shape != (n,):
         raise InputError(f"option target of shape {tuple(target.shape)}; expected ({n},) labels or an int")
-    device = _device(model, x)
+    device = model_device(model, x)
     was_training = model.training
     model.eval()
     try:

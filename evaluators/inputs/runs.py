@@ -20,8 +20,7 @@ from datamodules import data_location_option
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.maps.image_explainers import predicted_class
-from evaluators.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
-from lightning_modules.interface import is_tabular
+from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
 
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
@@ -29,7 +28,7 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
              where: str | None = None):  # fmt: skip
     """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
     CPU), the datamodule of its ``config.yaml`` and the checkpoint's path, once the run is
-    checked to hold one of ``kinds`` of model (``evaluators.sources``; ``kind``: a config's
+    checked to hold one of ``kinds`` of model (``evaluators.inputs.sources``; ``kind``: a config's
     ``tabular`` or ``image``), its checkpoint to be readable and ``data_options`` to be options
     of its datamodule. ``data_options`` override the datamodule's init arguments (e.g.
     ``eval_batch_size``); ``data_location``: where the run's data lies now, given to the
@@ -106,7 +105,7 @@ class Inputs:
     """What a protocol explains and scores, on the model's device."""
 
     x: torch.Tensor  # (N, C, H, W) images or (N, d) rows
-    target: torch.Tensor | None  # the explained class per input (None: a tabular model's positive class)
+    target: torch.Tensor  # the explained class per input (``interface.default_targets``)
     train_sample: torch.Tensor  # ``n_baselines`` training inputs
     stats: tuple[torch.Tensor, torch.Tensor]  # training-set mean and std per channel (images) or feature
     tabular: bool
@@ -118,14 +117,15 @@ def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_bat
     a tabular test split), their explained class, ``n_baselines`` training inputs (images
     evenly spaced through 1,000 spread over the training split, so across the classes; a
     seeded random sample of training rows) and the training set's statistics."""
-    if is_tabular(model):
+    if not hasattr(data, "normalization"):  # rows: a tabular datamodule
         data.setup("test")
         x_test, _ = data.test_tensors
         x_train, _ = data.train_tensors
         if len(x_test) < n_inputs:
             raise InputError(f"option n_inputs={n_inputs}: the test split has {len(x_test)} rows")
         sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(seed))]
-        return Inputs(x_test[: n_inputs].to(device), None, sample[: n_baselines].to(device),
+        x = x_test[: n_inputs].to(device)
+        return Inputs(x, predicted_class(model, x, max_batch), sample[: n_baselines].to(device),
                       (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
     data.setup("test")
     x, _ = spread_images(data, n_inputs, "test")

@@ -2,10 +2,10 @@
 configs/roar/<name>.yaml [--shard i/k] [--resume <folder>]``.
 
 From a trained model (a ``train.py`` run folder: a tabular ``MLPClassifier`` or an
-``ImageClassifier``) and its datamodule, the grid of ``evaluators.roar_grid``: every
+``ImageClassifier``) and its datamodule, the grid of ``evaluators.protocols.roar.grid``: every
 estimator's maps of the training and test sets (cached), and for every cell (estimator, t)
 K models retrained on the data with the top t removed and scored on the modified test set,
-beside the clean model scored there without retraining; then ``evaluators.roar_report``'s
+beside the clean model scored there without retraining; then ``evaluators.protocols.roar.report``'s
 tables and plots.
 
 A grid's folder is ``<output_dir>/<dataset>-<hash of the options that change its numbers>``,
@@ -25,11 +25,11 @@ from pathlib import Path
 import yaml
 
 from datamodules.files import atomic_write
-from evaluators.config import resolve_device
-from evaluators.roar_grid import RoarGrid, run_grid
-from evaluators.roar_report import collect
-from evaluators.run_inputs import load_run
-from evaluators.wandb_report import check_log_to
+from evaluators.inputs.config import resolve_device
+from evaluators.protocols.roar.grid import RoarGrid, run_grid
+from evaluators.protocols.roar.report import collect
+from evaluators.inputs.runs import load_run
+from evaluators.reports.wandb_log import check_log_to
 
 # Options that say where things are, where results go or how cells are grouped: they change
 # no number, so they do not name another grid.
@@ -50,7 +50,7 @@ class RoarConfig(RoarGrid):
     data_dir: str | None = None
     data: dict = dataclasses.field(default_factory=dict)
     device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; evaluators.sources)
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     cache_dir: str | None = None
     log_to: str = "wandb_offline"
     output_dir: str = "runs/roar"

@@ -2,7 +2,7 @@
 scored, cell by cell, resumable and shardable.
 
 A cell (e, t) removes the fraction t of every training and test input's elements that the
-estimator e ranks highest (its maps of the clean model, ``evaluators.roar_maps.dataset_maps``,
+estimator e ranks highest (its maps of the clean model, ``evaluators.protocols.roar.maps.dataset_maps``,
 computed once per estimator and cached on disk; the removal is ``datamodules.roar``), then
 
 * retrains K fresh models from random initialisation (seeds ``seed``, ..., ``seed + K - 1``)
@@ -24,7 +24,7 @@ Every finished cell is written atomically to ``<out>/cells/<estimator>-t<pct>.js
 skips the cells already there, so a grid killed at any moment loses at most the cells in
 flight (an image cell; a tabular population's cells). ``shard=(i, k)`` runs cells i, i+k,
 i+2k, ... of the fixed order (``grid_cells``), so k processes or SLURM array tasks split a
-grid; whoever finds every cell done collects the results (``evaluators.roar_report``).
+grid; whoever finds every cell done collects the results (``evaluators.protocols.roar.report``).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.maps.image_explainers import rows_within
-from evaluators.roar_maps import dataset_maps
-from lightning_modules.interface import class_probabilities, is_tabular
+from evaluators.protocols.roar.maps import dataset_maps
+from lightning_modules.interface import class_probabilities
 from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP
 
@@ -160,11 +160,16 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return (correct.double() / len(y)).cpu()
 
 
+def is_mlp(clean) -> bool:
+    """Whether ``clean`` is a tabular ``MLPClassifier``, whose retrainings train as one stacked population."""
+    return isinstance(clean, MLPClassifier)
+
+
 def fresh_population(clean: MLPClassifier, seeds: list[int], copies: int) -> PopulationMLP:
     """An untrained ``PopulationMLP`` like the tabular ``clean``: ``copies`` blocks of members
     initialised with ``seeds`` (member c·K + k alone is ``MLPClassifier(seed=seeds[k])``)."""
     hp = dict(clean.hparams)
-    if not isinstance(clean, MLPClassifier):
+    if not is_mlp(clean):
         raise InputError(f"ROAR retrains tabular MLPClassifier models; got {type(clean).__name__}")
     if hp.get("dropout", 0.0):
         raise InputError(f"ROAR: the clean MLP has dropout={hp['dropout']}; populations train without "
@@ -218,7 +223,7 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
     seeds = [grid.seed + k for k in range(grid.retrainings)]
     modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
     tests = [m.modified_split("test") for m in modified]
-    if is_tabular(clean):
+    if is_mlp(clean):
         trainer = make_trainer(grid, default_epochs, root)
         population = fresh_population(clean, seeds, len(cells))
         copies = torch.stack([m.modified_split("train")[0] for m in modified])
@@ -276,13 +281,13 @@ def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cac
     when finished (by the global rank 0 only under DDP). Returns the grid's cells still
     missing (other shards', or none)."""
     cache_dir = cache_dir or out_dir / "maps"
-    if is_tabular(clean) and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
+    if is_mlp(clean) and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
         raise InputError(f"option trainer={grid.trainer}: a tabular cell's K retrainings are one population on one "
                          "device; expected devices: 1 and no DDP strategy")  # fmt: skip
     clean = clean.eval()
     cells = grid_cells(grid)
     pending = [c for c in shard_cells(cells, shard) if not cell_path(out_dir, c).is_file()]
-    size = (grid.cells_per_population or max(1, len(pending))) if is_tabular(clean) else 1
+    size = (grid.cells_per_population or max(1, len(pending))) if is_mlp(clean) else 1
     for group in [pending[i : i + size] for i in range(0, len(pending), size)]:
         records, rank = run_cells(clean, data, grid, group, cache_dir, default_epochs, out_dir / "trainer")
         for cell, record in zip(group, records):

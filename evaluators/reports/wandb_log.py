@@ -1,4 +1,4 @@
-"""A protocol's report logged to W&B, into the project train.py logs to (offline by default)."""
+"""A protocol's report logged to W&B, into ``WANDB_PROJECT``, where train.py logs too (offline by default)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from datamodules.errors import InputError
 
 LOG_TO = ("wandb_offline", "wandb_online", "none")
+WANDB_PROJECT = "reliable-explanations"
 
 
 def check_log_to(value: str, option: str = "log_to") -> None:
@@ -22,8 +23,6 @@ def log_report(log_to: str, out_dir: Path, job_type: str, config: dict,
     if log_to == "none":
         return
     import wandb
-
-    from train import WANDB_PROJECT
 
     mode = "offline" if log_to == "wandb_offline" else "online"
     run = wandb.init(project=WANDB_PROJECT, dir=str(out_dir), mode=mode, job_type=job_type, config=config)

@@ -1,0 +1,247 @@
+"""The options and serving shared by the image datamodules (``datamodules.images``)."""
+
+from __future__ import annotations
+
+import abc
+import logging
+from functools import cached_property, partial
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, SequentialSampler
+
+from datamodules.errors import InputError
+from datamodules.image_batches import EpochShuffle, InMemoryImageBatches, _whole_batch, channel_stats
+from datamodules.image_files import SPLITS
+
+log = logging.getLogger(__name__)
+
+
+# --- the shared datamodule -----------------------------------------------------------
+class ImageDataModule(pl.LightningDataModule, abc.ABC):
+    """Options and serving shared by the image datamodules (see the module's docstring).
+
+    Subclasses provide ``classes``, ``full_split_sizes``, ``image_shape``, ``source`` and
+    ``_uint8_split(split)``; ``split_sizes`` count the images served, after option
+    ``subset``. Splits: ``train_dataloader`` serves ``train``,
+    ``val_dataloader`` ``val`` (``None`` if absent), ``test_dataloader`` and
+    ``predict_dataloader`` ``test``, or ``val`` where there is no ``test``.
+    Training order and augmentation of epoch e are drawn from generators seeded with
+    (``seed``, e): the same seed gives the same batches, epoch by epoch, resumed or not.
+    """
+
+    name = "images"
+    location_option: str | None = None  # the init option naming where the data lies (None: no path)
+
+    def __init__(
+        self,
+        mean: list[float] | None = None,
+        std: list[float] | None = None,
+        random_crop_padding: int = 0,
+        horizontal_flip: bool = False,
+        batch_size: int = 128,
+        eval_batch_size: int = 1024,
+        num_workers: int = 0,
+        seed: int = 0,
+        subset: dict[str, int] | None = None,
+    ) -> None:
+        super().__init__()
+        for option, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+            if not isinstance(value, int) or value < 1:
+                raise InputError(f"option {option}={value!r}; expected a positive integer")
+        for option, value in (("random_crop_padding", random_crop_padding), ("num_workers", num_workers),
+                              ("seed", seed)):
+            if not isinstance(value, int) or value < 0:
+                raise InputError(f"option {option}={value!r}; expected a non-negative integer")
+        if (mean is None) != (std is None):
+            raise InputError("options mean and std: give both (one value per channel) or neither")
+        if std is not None and any(s <= 0 for s in std):
+            raise InputError(f"option std={list(std)}; expected positive numbers")
+        for split, size in (subset or {}).items():
+            if split not in SPLITS or not isinstance(size, int) or size < 1:
+                raise InputError(f"option subset={subset!r}; expected split names of {list(SPLITS)} mapped to "
+                                 "positive numbers of images")  # fmt: skip
+        self.subset = dict(subset or {})
+        self.mean_option = None if mean is None else [float(m) for m in mean]
+        self.std_option = None if std is None else [float(s) for s in std]
+        self.random_crop_padding = random_crop_padding
+        self.horizontal_flip = horizontal_flip
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.num_workers = num_workers
+        self.seed = seed
+
+    # -- what subclasses provide ------------------------------------------------------
+    source = "images"
+    in_memory = True
+
+    @property
+    @abc.abstractmethod
+    def classes(self) -> list[str]:
+        """Class names, in label order."""
+
+    @property
+    @abc.abstractmethod
+    def full_split_sizes(self) -> dict[str, int]:
+        """Images per split present, before option ``subset``."""
+
+    @property
+    @abc.abstractmethod
+    def image_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of the images served."""
+
+    @abc.abstractmethod
+    def _uint8_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A split's images (N, C, H, W) as uint8 and labels (N,) as int64."""
+
+    # -- shared ---------------------------------------------------------------------
+    @classmethod
+    def dataset_name(cls, options: dict) -> str:
+        """The ``name`` a datamodule built with the keyword arguments ``options`` will have,
+        known before building it (train.py names the run folder with it)."""
+        return cls.name
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def in_channels(self) -> int:
+        """Channels per image (1 grey, 3 colour); train.py links it to the model's ``in_channels``."""
+        return self.image_shape[0]
+
+    @property
+    def stats_split(self) -> str:
+        """The split the normalisation statistics come from: ``train``, else the first present."""
+        return "train" if "train" in self.split_sizes else next(iter(self.split_sizes))
+
+    def _computed_stats(self) -> tuple[list[float], list[float]]:
+        return channel_stats(self._uint8_split(self.stats_split)[0])
+
+    @property
+    def split_sizes(self) -> dict[str, int]:
+        """Images per split present, as served: with option ``subset``, at most that many."""
+        return {s: min(n, self.subset.get(s, n)) for s, n in self.full_split_sizes.items()}
+
+    def subset_indices(self, split: str) -> torch.Tensor | None:
+        """Which of a split's images are served (sorted indices), or None for all of them: with
+        option ``subset`` (e.g. ``{"train": 10000, "test": 2000}``, for quick runs) at most
+        that many, a random choice seeded by ``seed`` kept in split order."""
+        size = self.full_split_sizes[split]
+        if split not in self.subset or self.subset[split] >= size:
+            return None
+        order = torch.randperm(size, generator=torch.Generator().manual_seed(self.seed))
+        return order[: self.subset[split]].sort().values
+
+    def split_images(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """A split's uint8 images and labels as served (:meth:`subset_indices`). The
+        normalisation statistics stay those of the whole training split, so a model trained
+        on all of it sees the same inputs."""
+        images, labels = self._uint8_split(split)
+        chosen = self.subset_indices(split)
+        return (images, labels) if chosen is None else (images[chosen], labels[chosen])
+
+    @cached_property
+    def normalization(self) -> tuple[list[float], list[float]]:
+        """(mean, std) per channel: the options, or computed from :attr:`stats_split`."""
+        channels = self.image_shape[0]
+        if self.mean_option is not None:
+            for option, values in (("mean", self.mean_option), ("std", self.std_option)):
+                if len(values) != channels:
+                    raise InputError(
+                        f"option {option}={values}: {len(values)} values; expected {channels} (one per channel)"
+                    )
+            return self.mean_option, self.std_option
+        mean, std = self._computed_stats()
+        std = [s if s > 0 else 1.0 for s in std]  # a constant channel only gets centred
+        return mean, std
+
+    @property
+    def eval_split(self) -> str | None:
+        sizes = self.split_sizes
+        return "test" if "test" in sizes else ("val" if "val" in sizes else None)
+
+    def describe(self) -> dict:
+        """Classes, images per split and image shape, without decoding the images."""
+        c, h, w = self.image_shape
+        return self._description(self.num_classes, self.full_split_sizes, f"{c}x{h}x{w}")
+
+    def _description(self, classes: int, full_sizes: dict[str, int], image: str) -> dict:
+        """``describe``'s dict: the images served per split (after option ``subset``) and, where
+        ``subset`` cuts a split, its full size under ``subset_of``."""
+        served = {s: min(n, self.subset.get(s, n)) for s, n in full_sizes.items()}
+        info = {"dataset": self.name, "source": str(self.source), "classes": classes,
+                **{s: served.get(s, 0) for s in SPLITS}, "image": image}  # fmt: skip
+        cut = {s: n for s, n in full_sizes.items() if served[s] < n}
+        return {**info, "subset_of": cut} if cut else info
+
+    def setup(self, stage: str | None = None) -> None:
+        sizes = self.split_sizes
+        needed = {"fit": "train", "validate": "val"}.get(stage or "")
+        if needed and needed not in sizes:
+            serves = "evaluation only (test/predict)" if self.eval_split else "nothing"
+            raise InputError(
+                f"{self.source}: no {needed}/ split for stage {stage!r} (splits present: {sorted(sizes)}); "
+                f"this data serves {serves}"
+            )
+        if stage in ("test", "predict") and self.eval_split is None:
+            raise InputError(
+                f"{self.source}: no test/ or val/ split for stage {stage!r}; splits present: {sorted(sizes)}"
+            )
+        log.info("data %s", self.describe())
+        if self.in_memory:  # decode (or read from the cache) now, so that a bad file stops the run here
+            wanted = {"fit": ["train", "val"], "validate": ["val"]}.get(stage or "", [self.eval_split])
+            for split in wanted:
+                if split in sizes:
+                    self._uint8_split(split)
+
+    def _loader(self, split: str | None, train: bool):
+        """A split's loader from the in-memory uint8 tensors (``ImageFolderDataModule``
+        serves large images from files instead)."""
+        if split is None:
+            return []
+        return self.tensor_loader(*self.split_images(split), train=train)
+
+    def tensor_loader(self, images: torch.Tensor, labels: torch.Tensor, train: bool) -> DataLoader:
+        """A loader of uint8 ``images`` (N, C, H, W) and ``labels`` served as this datamodule
+        serves a split: normalised, shuffled and augmented per epoch when ``train`` (the
+        remove-and-retrain wrapper, ``datamodules.roar``, serves its modified splits through it)."""
+        mean, std = self.normalization
+        dataset = InMemoryImageBatches(
+            images, labels, mean, std, self.random_crop_padding if train else 0,
+            self.horizontal_flip and train, self.seed,
+        )  # fmt: skip
+        sampler = EpochShuffle(len(dataset), self.seed, dataset.set_epoch) if train else SequentialSampler(dataset)
+        # sampler + batch_size, not a batch_sampler: under DDP Lightning wraps the sampler in a
+        # DistributedSamplerWrapper and keeps batch_size (given a BatchSampler it falls back to batches
+        # of 1); each batch still comes from one __getitems__ call
+        batch_size = self.batch_size if train else self.eval_batch_size
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=_whole_batch)
+
+    def train_dataloader(self):
+        if "train" not in self.split_sizes:
+            self.setup("fit")  # raises the clear error
+        return self._loader("train", train=True)
+
+    @property
+    def val_dataloader(self):
+        """The ``val`` split's loader method, or ``None`` where the data has no ``val`` split.
+
+        ``None`` is how Lightning recognises a datamodule without validation data (it looks
+        for an overridden ``val_dataloader``): the Trainer builds no validation loop, and says
+        so once ("You defined a `validation_step` but have no `val_dataloader`. Skipping val
+        loop."). A method returning ``[]`` made it build a loop over one loader of no batches
+        and warn "Total length of `list` across ranks is zero"."""
+        return partial(self._loader, "val", train=False) if "val" in self.split_sizes else None
+
+    def test_dataloader(self):
+        return self._loader(self.eval_split, train=False)
+
+    def predict_dataloader(self):
+        return self._loader(self.eval_split, train=False)
+
+    def eval_dataloader(self, split: str):
+        """Any split (``train`` too) in fixed order without augmentation, for evaluators."""
+        if split not in self.split_sizes:
+            raise InputError(f"{self.source}: no {split!r} split; it has {sorted(self.split_sizes)}")
+        return self._loader(split, train=False)

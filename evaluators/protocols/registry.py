@@ -1,0 +1,56 @@
+"""The protocols ``evaluate.py`` runs from a config, one sub-command each: ``PROTOCOLS[name]``.
+
+An entry names its config class (read by ``evaluators.inputs.config.load_config``), the
+function that evaluates it (``evaluate(cfg, run_dir, **options)`` when ``resumable``, else
+``evaluate(cfg)``; ``None`` back: nothing to report yet) and the one that writes its report
+into the run folder. A new protocol is one entry here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
+from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
+from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
+from evaluators.protocols.optimised_aggregation import (
+    OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
+)  # fmt: skip
+from evaluators.protocols.roar.grid import parse_shard
+from evaluators.protocols.roar.protocol import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
+from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
+
+
+class Protocol(NamedTuple):
+    help: str
+    config: type
+    evaluate: Callable
+    write: Callable
+    report: str  # the file whose presence marks a finished run
+    has_sets: bool  # whether --n_sets applies
+    resumable: bool  # evaluate(cfg, run_dir) keeps its finished work in run_dir
+    source: str = "population"  # the option naming what is evaluated: a population file or a train.py run
+    options: dict[str, dict] | None = None  # its own options: name -> add_argument's keywords, passed to evaluate
+    report_dir: Callable[..., Path] | None = None  # cfg -> its run folder (None: a new folder per run)
+
+
+PROTOCOLS = {
+    "landscape": Protocol("ensembles over the loss landscape (Ley et al.)", LandscapeConfig,
+                          evaluate_landscape, write_landscape_report, "landscape.json", True, False),
+    "sigma": Protocol("sigma ablation of perturbed models (Ley et al., Fig. 4-5)", SigmaAblationConfig,
+                      evaluate_sigma, write_sigma_report, "sigma_ablation.json", False, False),
+    "consistency": Protocol("Ley et al.'s consistency protocol (Table 1, Figure 6)", ConsistencyConfig,
+                            evaluate_consistency, write_consistency_report, "consistency.json", True, True),
+    "aggregation": Protocol("pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
+                            AggregationConfig, evaluate_aggregation, write_aggregation_report, "aggregation.json",
+                            False, True, "run"),
+    "optimised": Protocol("optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
+                          OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
+                          "optimised_aggregation.json", False, True, "run"),
+    "roar": Protocol("remove and retrain: accuracy of models retrained without each estimator's top pixels "
+                     "(Hooker et al.)", RoarConfig, evaluate_roar, write_roar_report, "roar.json", False, True, "run",
+                     {"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
+                                    "(SLURM arrays); the last shard writes the report")},
+                     grid_report_dir),
+}  # fmt: skip
