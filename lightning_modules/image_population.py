@@ -38,7 +38,7 @@ The K forward and backward passes are computed in one of two ways (``stacking``)
   ``replace_all_batch_norm_modules_`` was not used: it drops the running statistics,
   so a member would no longer equal the model trained alone.
 * ``"loop"``: the members one after another within the same step (same batch, one
-  optimiser step).
+  optimiser step), each member's backward pass right after its forward pass.
 * ``"auto"``: ``vmap`` on a GPU, ``loop`` on a CPU, where stacking was measured slower
   (``bench/image_population.py``, ``docs/image_population.md``): K members' activations
   leave the cache, and oneDNN's grouped convolutions are slower than K dense ones.
