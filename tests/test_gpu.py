@@ -119,7 +119,7 @@ def ensembles():
     return {
         "average": ENSEMBLES["average"](population, [0, 1, 2]),
         "perturb": ENSEMBLES["perturb"](population, [0, 1], n_perturb=5, sigma=0.2),
-        "combine": ENSEMBLES["combine"](curves, n_t=3, n_perturb=4, sigma=0.1),
+        "combine": ENSEMBLES["combine"](population, [0, 1, 2, 3], curves, n_t=3, n_perturb=4, sigma=0.1),
     }
 
 
