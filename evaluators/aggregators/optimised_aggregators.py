@@ -47,15 +47,12 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
 ``evaluators.maps.explain``) explains the target class (images: the predicted class
 unless given, fixed for the perturbed copies as well; tabular: the positive class).
 Image attributions (N, C, H, W) are summed over channels (``reduce_map(how=reduce)``,
-``"sum"``: the reference's ``explanation.sum(axis=1)``), then post-processed as the
-reference's explainers do by default: absolute value (``absolute``), min-max to [0, 1]
-(``normalisation="linear"``, any name of ``normalisations.NORMALISATIONS``; a constant map
-becomes zeros where the reference divides by zero), and a Gaussian smoothing of σ = 1
-(``smoothing``; torchvision's reflect padding, kernel to 4σ, where the reference uses
-``scipy.ndimage.gaussian_filter``'s symmetric padding: they differ only at the border).
-Tabular maps (N, d) are not smoothed (``smoothing`` must stay None or 0). The same
-post-processing applies to the maps at perturbed inputs. The aggregate E ω is not
-post-processed (the reference's aggregators leave it as it is by default), so it keeps the
+``"sum"``), then post-processed as the reference's explainers do by default: absolute value
+(``absolute``), min-max to [0, 1] (``normalisation="linear"``, any name of
+``normalisations.NORMALISATIONS``; a constant map becomes zeros), and a Gaussian smoothing
+of σ = 1 (``smoothing``; torchvision's reflect padding, kernel to 4σ). Tabular maps (N, d)
+are not smoothed (``smoothing`` must stay None or 0). The same post-processing applies to
+the maps at perturbed inputs. The aggregate E ω is not post-processed, so it keeps the
 linear structure the quadratic forms describe.
 
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
