@@ -28,30 +28,18 @@ The K forward and backward passes are computed in one of two ways (``stacking``)
 * ``"vmap"``: every step the members' parameters and buffers are stacked along a leading
   member axis with ``torch.stack`` and the network is called once for all members with
   ``torch.func.functional_call`` under ``torch.func.vmap`` (a convolution over stacked
-  weights becomes one grouped convolution). ``torch.stack`` is differentiable, so the
-  members' own parameters stay the leaves the optimiser steps; ``stack_module_state``
-  would detach new stacked leaves, and per-member learning rates would then need a
-  hand-written optimiser. BatchNorm runs in training mode per member: each member
-  normalises with its own batch's statistics, and its running statistics are the stacked
-  buffers, which vmap updates in place per member (they are batched tensors, so the
-  in-place update is legal) and which are copied back to the member after the step.
-  ``replace_all_batch_norm_modules_`` was not used: it drops the running statistics,
-  so a member would no longer equal the model trained alone.
+  weights becomes one grouped convolution); the members' own parameters stay the leaves
+  the optimiser steps. BatchNorm runs in training mode per member, its running statistics
+  updated in the stacked buffers and copied back to the member after the step.
 * ``"loop"``: the members one after another within the same step (same batch, one
   optimiser step), each member's backward pass right after its forward pass.
 * ``"auto"``: ``vmap`` on a GPU, ``loop`` on a CPU, where stacking was measured slower
   (``bench/image_population.py``, ``docs/image_population.md``): K members' activations
   leave the cache, and oneDNN's grouped convolutions are slower than K dense ones.
 
-Exactness: with ``"loop"`` a member is computed as it is alone, operation for operation
-(measured: bit-identical on the CPU, and on a GPU with deterministic cuDNN and TF32 off).
-With ``"vmap"`` it differs by the summation order of the grouped convolutions: in float64
-within 1e-10 (measured ~4e-16 after 6 steps); in float32 ~1e-7 after a few SGD steps
-(tested below 2e-5), growing with the steps. AdamW magnifies such rounding where a
-gradient is near 0 (its first steps divide g by about |g|), so in float32 a parameter can
-differ by up to ~lr per step: measured 6e-4 (CPU) and 1e-3 (H100) after 10 steps of the
-``fashion_mnist_cnn`` optimiser (``bench/image_population.py``). Over hundreds of steps
-training amplifies any such difference (as it does cuDNN's non-deterministic kernels).
+Exactness: ``"loop"`` computes a member as it is alone, operation for operation;
+``"vmap"`` differs by the grouped convolutions' summation order (figures, and why vmap is
+written this way: docs/image_population.md, "How" and "Tolerance").
 """
 
 from __future__ import annotations

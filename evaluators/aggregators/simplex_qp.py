@@ -55,24 +55,8 @@ optimal set, a polytope, has a vertex ω* whose support gives a non-singular sys
 solved by ω*: the least is f*, with no need to check the multipliers. Cost
 O(B 2^k k³) time. k is at most 16 (``MAX_EXPLAINERS``; Decker et al. combine 7).
 
-Why Wolfe's method, written by hand: measured by ``bench/simplex_qp.py`` (one CPU
-thread, 2 cores shared with other jobs, so ±50 % between runs; seconds for B problems at
-k = 7 / k = 12, one run):
-
-    B       batched          enumerate        cvxpy (Clarabel)   proxsuite 0.8.0
-    1       0.002 / 0.005    0.001 / 0.024    0.006 / 0.010      0.0003 / 0.0004
-    100     0.005 / 0.013    0.046 / 2.6      0.61 / 0.84        0.013 / 0.022
-    2,000   0.039 / 0.14     0.63 / 38        13.5 / 15.3        0.26 / 0.54
-
-From B = 100 on the batched method is the fastest: about 300 times cvxpy at B = 2,000,
-and 1.3–2.4 times (B = 100) to 4–7 times (B = 2,000) proxsuite's dense ProxQP (one
-problem per input set up in a ``BatchQP`` and solved by ``solve_in_parallel``,
-eps_abs = 1e-12). proxsuite is quicker for a single problem, but it is an iterative
-solver that stops at a tolerance (at eps_abs = 1e-10 its objectives were up to 1.4e-6
-relative above the optimum, and its weights reach −1e-10), runs on the CPU only and
-would be a new dependency; the torch method ends on an exact KKT point with a
-certificate, and runs on the GPU beside the explainers. Enumerating the supports is
-exact too, but grows as 2^k: several hundred times slower than Wolfe's steps at k = 12.
+Why Wolfe's method, written by hand (timings against enumeration, cvxpy and proxsuite):
+docs/optimised_aggregation.md.
 
 Degenerate Γ: rank-deficient matrices, identical explainers (equal rows and columns) and
 zero maps (a zero row and column: objective 0, e.g. all weight on that map) all have a

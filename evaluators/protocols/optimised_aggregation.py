@@ -26,13 +26,8 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    tabular MLPs; None: the logits), the explanation's relative change taken as
    ``stability_change`` (a name of ``RELATIVE_CHANGES``);
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
-   explainers' maps there (``agg_var``: recomputed there). Fixed, not refitted at x':
-   Γ_robust, which AGG_robust and AGG_opt minimise, is the expected change of the weighted
-   sum Σ ω_i φ_i under noise with ω held fixed (Decker et al. §4: SENS_AVG as a generalised
-   L2 metric, Definition 4.1, γ₂ = φ_ω(x + ε)), so fixed weights score the map the
-   optimisation made stable, as the sensitivity columns do; refitting at
-   each of the n copies would cost m_agg more explanations per copy and add the fit's own
-   variation to the score;
+   explainers' maps there (``agg_var``: recomputed there; why fixed, not refitted at x':
+   docs/optimised_aggregation.md);
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
    over inputs; the paper's CIFAR-10 values beside a CIFAR-10 run's), the per-input weights
    (Figure 4 box plots), per explainer the number of blank (all-zero or constant) maps
@@ -47,13 +42,6 @@ come from ``seed`` for the inputs' maps, ``derived_seed(seed, 1)`` for the fitti
 and ``derived_seed(seed, 2)`` for the evaluation copies, with each row's index
 (``evaluators.maps.explain``): a resumed run gives an uninterrupted run's numbers, and image
 maps do not depend on ``max_batch``.
-
-**Cost of the stability columns**: the explainers' maps of N × ``stability_samples`` noisy
-copies (the sensitivity pass's cost with m_sens = ``stability_samples``; with the
-defaults, 200, ten times the CIFAR-10 config's m_sens = 20), plus one forward pass of
-those copies per row (each explainer and aggregator). The copies are the "evaluation"
-stream's, so with ``stability_samples = m_sens`` and ``stability_radius = radius`` they
-are the sensitivity's copies, explained again (a separate cache).
 """
 
 from __future__ import annotations
