@@ -11,8 +11,8 @@ predicted class is x's (ŷ_x' = ŷ_x), and the explanations e_x' of those:
     ROS = max_x' ‖(e_x − e_x') / e_x‖_p / max(‖h(x) − h(x')‖_p, ε_min)
 
 the explanation's relative change over the relative change of the input (RIS), of an
-internal representation L (RRS), or the change of the output h (ROS; not relative, as
-Quantus implements it; OpenXAI's current code takes a relative change there too).
+internal representation L (RRS), or the change of the output h (ROS; not relative).
+How this compares with Quantus and OpenXAI: docs/fidelity_metrics.md.
 
 ``relative_stability(model, x, maps, explain_fn, ...)`` -> {"ris", "rrs", "ros": (N,), "kept": (N,)}:
 
@@ -34,24 +34,19 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
 * **Prediction flips**: a sample x' whose predicted class (argmax of the model's output)
   differs from x's is left out, as the definitions require; an input whose n samples all
   flip has no score (NaN; ``kept`` counts each input's samples kept).
-* **Norms and ε_min**: ‖·‖_p over all of an input's values (flattened), p = 2 by default
-  (Quantus's only norm, OpenXAI's default); ε_min = 1e-6 (Quantus; the
-  denominators' floor, max(·, ε_min) as Agarwal et al. write it, where Quantus adds ε_min
-  only to a zero denominator). ``change`` (``RELATIVE_CHANGES``) says how a relative
-  change is taken: ``"elementwise"`` (default) as the equations above, (a − a') / a value
-  by value, a zero a_i replaced by ε_min (Quantus; so a map's exact zeros weigh 1/ε_min);
-  ``"norm"``: ‖a − a'‖_p / max(‖a‖_p, ε_min), as OpenXAI's current code, finite on
-  sparse maps. ROS's output change is absolute either way.
+* **Norms and ε_min**: ‖·‖_p over all of an input's values (flattened), p = 2 by default;
+  ε_min = 1e-6, the denominators' floor max(·, ε_min). ``change`` (``RELATIVE_CHANGES``)
+  says how a relative change is taken: ``"elementwise"`` (default) as the equations above,
+  (a − a') / a value by value, a zero a_i replaced by ε_min (so a map's exact zeros weigh
+  1/ε_min); ``"norm"``: ‖a − a'‖_p / max(‖a‖_p, ε_min), finite on sparse maps. ROS's
+  output change is absolute either way.
 * **Representation** L (``layer``): None (default) the model's output (the logits; an
   ``MLPEnsemble``'s mean probabilities), which needs no knowledge of the network; a name in
   ``model.named_modules()``: the input of that module at its last call in a forward pass,
-  flattened. Decker et al. took "the activation of the final layer before the
-  classification", here ``layer="fc"`` on the framework's ResNets (the pooled features
-  going into the classifier); OpenXAI's code takes the first hidden layer's activations.
-* **Output** h (``ros_output``): ``"logit"`` (default; the model's output, as L's default;
-  Quantus's ``RelativeOutputStability`` reads logits unless ``softmax=True``) or
-  ``"probability"`` (``class_probabilities``; Decker et al. describe h as the output
-  prediction probabilities).
+  flattened (Decker et al.'s "final layer before the classification": ``layer="fc"`` on
+  the framework's ResNets).
+* **Output** h (``ros_output``): ``"logit"`` (default; the model's output, as L's default)
+  or ``"probability"`` (``class_probabilities``).
 * **Randomness and batching**: input i's noise comes from its own seeded CPU generator
   (``perturbations.sample_generator``), so a call's result does not depend on the device,
   on the other inputs or on ``max_batch``. The perturbed inputs go through ``explain_fn``
