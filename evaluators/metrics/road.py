@@ -34,11 +34,9 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
 * **Output** (``output``, ``ROAD_OUTPUTS``): ``"probability"`` (default), the target's
   probability on each imputed input; ``"logit"``, its logit (a tabular model's
   ``explained_output``); ``"accuracy"``, 1 where the imputed input's predicted class is
-  the target, else 0 (Rong et al. plot test accuracy: pass the labels as ``target``;
-  Quantus's ROAD scores accuracy too). ``difference=True`` subtracts the clean input's
-  output, as pytorch-grad-cam does and Decker et al.'s MoRF_p ("the average decrease in
-  confidence for the correct class") reads: their values (−0.6 to −14.7 on ImageNet) fit
-  logits better than probabilities; the paper does not say which.
+  the target, else 0 (Rong et al. plot test accuracy: pass the labels as ``target``).
+  ``difference=True`` subtracts the clean input's output (as pytorch-grad-cam; which
+  output Decker et al. read: docs/fidelity_metrics.md).
 * **Randomness**: one CPU ``torch.Generator`` seeded with ``seed`` draws, in this order,
   the N tie-breaking permutations, then each row's noise (``torch.randn`` of one input's
   shape in x's dtype, rows in the order input-major, percentage-minor), so a call's
