@@ -53,6 +53,7 @@ from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.registry import METRICS as REGISTRY
 from evaluators.metrics.relative_stability import STABILITIES
 from evaluators.inputs.runs import spread_images
+from lightning_modules.interface import eval_mode
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
@@ -135,17 +136,13 @@ class AggregationFidelity(pl.Callback):
             x, y = (t.to(pl_module.device) for t in self._probe[:2])
             stats = None if self._probe[2] is None else tuple(s.to(pl_module.device) for s in self._probe[2])
             tabular = x.dim() == 2
-            was_training = pl_module.training
-            pl_module.eval()
-            try:
+            with eval_mode(pl_module):
                 explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
                 target = predicted_class(pl_module, x)  # the default target: a tabular model's positive class
                 maps, weights = self._maps(pl_module, x, target, explainers, stats)
                 scores = self._scores(pl_module, x, maps, stats)
                 if "relative_stability" in self.metrics:
                     scores.update(self._stability(pl_module, x, target, explainers, stats, maps, weights))
-            finally:
-                pl_module.train(was_training)
         self.history.append({"epoch": trainer.current_epoch, "when": when, **scores})
         if self.log_grid and not tabular and trainer.is_global_zero:
             self._log_grid(trainer, pl_module, x, y, maps)

@@ -94,6 +94,7 @@ from evaluators.metrics.perturbations import (
     gaussian_blur,
     uniform_noise,
 )
+from lightning_modules.interface import eval_mode
 
 M_AGG = 50  # Decker et al.: weights fitted on 50 samples
 LAMBDA = 0.5  # AGG_opt's share of Γ_robust
@@ -284,11 +285,7 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
     if unknown:
         raise InputError(f"option(s) {unknown} for optimised aggregator {method!r}; expected some of "
                          f"{aggregator_options(method)}")  # fmt: skip
-    was_training = model.training
-    model.eval()  # tabular explainers do not switch modes themselves (dropout)
-    try:
+    with eval_mode(model):  # tabular explainers do not switch modes themselves (dropout)
         x = x.detach().to(model_device(model, x))
         target = resolve_targets(model, x, target, options.get("max_batch"))
         return OPTIMISED_AGGREGATORS[method](model, x, target, explainers, **options)
-    finally:
-        model.train(was_training)

@@ -55,6 +55,7 @@ from evaluators.metrics.perturbations import (
     superpixels,
     unit_masks,
 )
+from lightning_modules.interface import eval_mode
 
 M_EVAL = 200  # Decker et al.: every metric on 200 fresh samples
 UNITS = ("superpixels", "pixels")
@@ -102,9 +103,7 @@ def subset_perturbations(
     tabular = check_inputs(model, x)
     if units not in UNITS:
         raise InputError(f"option units={units!r}; expected one of {list(UNITS)}")
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             x = x.detach().to(model_device(model, x))
             max_batch = resolve_max_batch(max_batch, x)
@@ -125,8 +124,6 @@ def subset_perturbations(
                 perturbed = torch.where(removed, base[i], x[i])
                 outputs.append(explained_scores(model, perturbed, target[i]))
             deltas = clean[:, None] - torch.cat(outputs).view(len(x), n_samples)
-    finally:
-        model.train(was_training)
     return SubsetSamples(groups, chosen, deltas)
 
 

@@ -78,6 +78,7 @@ from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
+from lightning_modules.interface import eval_mode
 
 MODES = ("insertion", "deletion")
 PIXELS_PER_STEP = 50  # Mahlau et al.: 1,000 increments on 224 x 224 images
@@ -207,9 +208,7 @@ def insertion_deletion_curves(
         max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
     """
     tabular, n, steps = _check_inputs(model, x, maps, mode, steps)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
@@ -229,8 +228,6 @@ def insertion_deletion_curves(
                 rows_in = torch.where(moved, end[image], start[image]).contiguous(memory_format=memory_format)
                 points.append(target_outputs(model, rows_in, target[image], "probability"))
             curves = torch.cat(points).view(len(x), steps + 1)
-    finally:
-        model.train(was_training)
     return counts.to(curves.dtype) / n, curves
 
 

@@ -84,7 +84,7 @@ from evaluators.metrics.model_scores import (
     resolve_targets,
 )
 from evaluators.metrics.perturbations import RADIUS, check_count, check_real, uniform_noise
-from lightning_modules.interface import class_probabilities
+from lightning_modules.interface import class_probabilities, eval_mode
 
 STABILITIES = ("ris", "rrs", "ros")
 EPS_MIN = 1e-6  # Quantus's eps_min
@@ -197,9 +197,7 @@ def relative_stability(
         n_samples = perturbed.shape[1]
     module = _layer(model, layer)
     relative = RELATIVE_CHANGES[change]
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         device = model_device(model, x)
         x, maps = x.detach().to(device), maps.detach().to(device)
         max_batch = resolve_max_batch(max_batch, x)
@@ -235,8 +233,6 @@ def relative_stability(
                 for name, denominator in denominators.items():
                     ratio = (explanation / denominator.clamp_min(eps_min)).to(maps.dtype).view(len(inputs), n_samples)
                     best[name].append(torch.where(same, ratio, -torch.inf).amax(1))
-    finally:
-        model.train(was_training)
     kept = torch.cat(kept)
     return {**{name: torch.where(kept > 0, torch.cat(v), torch.nan) for name, v in best.items()}, "kept": kept}
 

@@ -77,7 +77,7 @@ from evaluators.metrics.model_scores import (
     resolve_targets,
     target_outputs,
 )
-from lightning_modules.interface import class_probabilities
+from lightning_modules.interface import class_probabilities, eval_mode
 
 ORDERS = ("morf", "lerf")
 ROAD_OUTPUTS = OUTPUTS + ("accuracy",)
@@ -205,9 +205,7 @@ def road_curves(
     _check_options(order, output, noise)
     percentages = _check_percentages(percentages)
     n = math.prod(unit_shape)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
@@ -236,8 +234,6 @@ def road_curves(
                 clean = torch.cat([_outputs(model, x[rows], target[rows], output)
                                    for rows in torch.arange(len(x), device=device).split(max_batch)])  # fmt: skip
                 curves = curves - clean[:, None]
-    finally:
-        model.train(was_training)
     return torch.tensor(percentages, dtype=curves.dtype, device=device), curves
 
 

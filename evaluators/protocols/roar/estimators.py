@@ -60,7 +60,7 @@ from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
-from lightning_modules.interface import default_targets, model_device
+from lightning_modules.interface import default_targets, eval_mode, model_device
 
 CHUNK = 1024
 AGG_PREFIX = "agg:"
@@ -159,14 +159,10 @@ def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, ch
     if isinstance(target, torch.Tensor) and target.shape != (n,):
         raise InputError(f"option target of shape {tuple(target.shape)}; expected ({n},) labels or an int")
     device = model_device(model, x)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         parts = []
         for start in range(0, n, chunk):
             part = slice(start, min(start + chunk, n))
             t = target[part] if isinstance(target, torch.Tensor) else target
             parts.append(_estimate(model, x[part].to(device), name, t, index[part], seed, options).detach())
         return torch.cat(parts)
-    finally:
-        model.train(was_training)
