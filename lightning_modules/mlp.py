@@ -61,14 +61,9 @@ def adam(params, lr: float, weight_decay: float, members: int = 1) -> torch.opti
 
     PyTorch's Adam, fused for every tensor whose per-model size is a whole number of
     16-value units and single-tensor for the others (in the 128-64-16 MLP: the output
-    bias, 2 values). The fused CPU kernel splits a tensor into 64-byte units and updates
-    the partial unit at its end with scalar code that rounds differently from its
-    vector body (measured: 1-ulp differences in the second moment), so such a tensor's
-    update would depend on whether it sits alone or inside a stack, and member i of a
-    population would drift from the same model trained alone. Whole units are updated
-    alike wherever they sit, and the single-tensor kernels are elementwise anywhere.
-    Fused where exact because speed is the reason: on the 2-core bench machine it made
-    a 200-member Adult step's optimiser 1.6x faster (3.1 -> 2.0 ms).
+    bias, 2 values): the fused CPU kernel rounds a tensor's partial 64-byte unit
+    differently, so only whole units are updated alike alone and inside a stack (why,
+    and the speed gained: docs/tabular_population.md).
     """
     params = list(params)
     whole_units = [(p.numel() // members) % FUSED_ADAM_UNIT == 0 for p in params]
