@@ -28,12 +28,9 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
       G_{s,i} = β_i a_{s,i} − Δ_s,   Γ_faith = (1/m) GᵀG,
       ωᵀΓ_faith ω = (1/m) Σ_s (Σ_i ω_i β_i a_{s,i} − Δ_s)²   (using Σ_i ω_i = 1),
 
-  the unnormalised infidelity (``infidelity(normalize=False)``) of ψ_ω = Σ_i ω_i β_i φ_i. At
-  ω = e_i it is explainer i's normalised infidelity (β_i is the least-squares scale, so
-  (1/m) Σ_s (β_i a_{s,i} − Δ_s)² = min_β …), hence min_ω ωᵀΓ_faith ω ≤ min_i INFD(φ_i) on the
-  fitting samples, and INFD(ψ_ω) (normalised) ≤ ωᵀΓ_faith ω since normalising can only
-  lower it. The map returned is φ_ω = Σ_i ω_i φ_i, the paper's φ_ω (the bound is ψ_ω's;
-  docs/optimised_aggregation.md says when they differ and where this departs from the reference).
+  the unnormalised infidelity (``infidelity(normalize=False)``) of ψ_ω = Σ_i ω_i β_i φ_i
+  (the bound it gives: docs/optimised_aggregation.md). The map returned is φ_ω = Σ_i ω_i φ_i,
+  the paper's φ_ω (docs/optimised_aggregation.md says when it differs from ψ_ω).
 * ``agg_opt``: Γ = λ Γ_robust / ‖Γ_robust‖_F + (1 − λ) Γ_faith / ‖Γ_faith‖_F, λ = ½ (App. C.2:
   "normalized both metrics using the Frobenius norm of the respective parameter matrix";
   a zero matrix contributes nothing). Both use m_agg = ``n_samples``.

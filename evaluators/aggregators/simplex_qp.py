@@ -33,10 +33,8 @@ term is smallest at a vertex e_j of the simplex).
   when (gap) ≤ 2 (10⁻¹⁰ f + 10⁻¹²) in normalised units, else the vertex
   j = argmin_{j ∉ S} g_j joins S; or (minor cycle) ω moves towards α to the first face,
   ω ← ω + θ (α − ω), θ = min_{i ∈ S, α_i ≤ 0} ω_i / (ω_i − α_i), and the points whose
-  weight reaches 0 leave S. The norm falls strictly from one major cycle to the next and
-  a corral fixes its point, so no corral repeats and the method ends in finitely many
-  steps; on the tests' and the bench's problems (random, rank-deficient, duplicated and
-  zero maps) within 2k steps. An input not certified after 10 k steps (round-off in a
+  weight reaches 0 leave S (why it ends, and in how many steps:
+  docs/optimised_aggregation.md). An input not certified after 10 k steps (round-off in a
   nearly degenerate Γ could make it cycle) or whose system turns singular is solved by
   ``enumerate_supports``, so every returned ω is a minimiser. Cost: one batched LU of
   (k + 1) × (k + 1) per step, O(steps · B k³) time, O(B k²) memory.
@@ -50,9 +48,7 @@ term is smallest at a vertex e_j of the simplex).
 and supports at once (in chunks whose buffers stay within 64 MiB),
 projects each solution onto the simplex (negative weights to 0, then divided by the sum;
 a singular system's non-finite solution is skipped) and keeps, per input, the projected
-point of least objective. Each candidate is feasible, so its objective is ≥ f*; and the
-optimal set, a polytope, has a vertex ω* whose support gives a non-singular system
-solved by ω*: the least is f*, with no need to check the multipliers. Cost
+point of least objective, which is f* (why: docs/optimised_aggregation.md). Cost
 O(B 2^k k³) time. k is at most 16 (``MAX_EXPLAINERS``; Decker et al. combine 7).
 
 Why Wolfe's method, written by hand (timings against enumeration, cvxpy and proxsuite):
