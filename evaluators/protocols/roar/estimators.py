@@ -17,10 +17,8 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
 
   - ``random``: i.i.d. uniform scores in [0, 1) per input element, a pure function of
     (``seed``, example index, element) (``datamodules.roar.uniform_hash``): independent of
-    the model, of the input's values and of the chunking. (The paper's random estimator
-    draws a Bernoulli(1 − t) mask per t; ranking by uniform scores and keeping the top t
-    is the same in distribution, with exactly ⌊t·n + ½⌋ units removed and nested masks
-    across t.)
+    the model, of the input's values and of the chunking (against the paper's Bernoulli
+    masks: docs/roar.md).
   - ``sobel`` (images only): the Sobel edge magnitude of every channel, as scikit-image's
     ``filters.sobel`` of the 2-D channel (tested equal): with the edge kernel [1, 0, −1]
     along one axis and the smoothing kernel [1, 2, 1]/4 along the other, G_r and G_c,
@@ -31,11 +29,10 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
   base estimators GRAD, IG, GB):
 
   - ``<aggregator>`` of ``pixel_aggregators.PIXEL_AGGREGATORS`` (``mean``, ``ucb``, ``var``
-    …, Mahlau & Nolde): each base map is taken in absolute value (``absolute=True``: the
-    importance is the magnitude, and opposite signs of two explainers would otherwise
-    cancel), normalised per map over all its elements (``normalisation``, default ``z``,
-    their Table 1's) and the k maps merged element by element by ``aggregate``; further
-    options (``aggregator_options``) go to the aggregator;
+    …, Mahlau & Nolde): each base map is taken in absolute value (``absolute=True``),
+    normalised per map over all its elements (``normalisation``, default ``z``, their
+    Table 1's) and the k maps merged element by element by ``aggregate``; further options
+    (``aggregator_options``) go to the aggregator;
   - ``<aggregator>`` of ``optimised_aggregators.OPTIMISED_AGGREGATORS`` (``agg_mean``,
     ``agg_var``, ``agg_robust``, ``agg_faith``, ``agg_opt``, Decker et al.), through
     ``optimised_aggregation`` with its own post-processing and options; its image maps are

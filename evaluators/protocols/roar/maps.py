@@ -15,10 +15,8 @@ is a SHA-256 over the model's parameters and buffers (its state dict: the checkp
 weights, whatever file they came from), the split's input tensor (so a changed dataset,
 normalisation or split misses), the estimator, its options (tensors by their bytes), the
 seed and the chunk size (noise estimators draw per chunk). A re-call with the same key
-loads the file; an unreadable file is recomputed. Maps are stored as float32: float16
-(max 65504, smallest subnormal 6e-8) flushes the small squared gradients of SG-SQ and
-VarGrad to zero and overflows large ones, turning ranked scores into ties; float32 costs
-4 bytes per input element (Fashion-MNIST's train split: 188 MB; CIFAR-10's: 614 MB).
+loads the file; an unreadable file is recomputed. Maps are stored as float32, 4 bytes per
+input element (why not float16, and the sizes: docs/roar.md).
 """
 
 from __future__ import annotations
