@@ -14,8 +14,7 @@ correlation (on ``n_samples`` subset perturbations shared by every map), and rel
 input, representation and output stability (``relative_stability``: RIS, RRS, ROS of
 Agarwal et al. by ``evaluators.metrics.relative_stability``, its defaults but for
 ``n_samples`` noisy copies per probe input and OpenXAI's relative change of a map
-‖e − e'‖ / ‖e‖, ``change="norm"``: the optimised aggregators' min-max maps have exact
-zeros, which the element-wise change divides by 1e-6; L is the model's output). The maps
+‖e − e'‖ / ‖e‖, ``change="norm"``, finite on min-max maps' exact zeros; L the model's output). The maps
 of the noisy copies are made as those of x, for x's explained class, with the optimised
 aggregators' weights fitted at x (not refitted per copy); each score is the mean over the
 probe inputs that kept a sample. Its cost: every explainer on n_probe × n_samples noisy

@@ -18,10 +18,8 @@ random weights (never a download):
 * ``resnet18``, ``resnet34``, ``resnet50``: torchvision's ImageNet ResNets
   (``weights=None``; each ReLU of a block a module of its own, for Captum's DeepLift).
   ``small_input_stem`` makes the first convolution 3x3 with stride 1 and drops the
-  max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a
-  plain mean over the spatial dimensions (the same values as torchvision's
-  ``AdaptiveAvgPool2d(1)``) because PyTorch has no deterministic CUDA backward for
-  adaptive pooling, and runs use ``trainer.deterministic: true``.
+  max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a plain mean over
+  the spatial dimensions (deterministic on CUDA, unlike ``AdaptiveAvgPool2d(1)``).
 * any other name: ``timm.create_model(name, pretrained=False, num_classes=...,
   in_chans=...)``. Names with a ``:`` (``hf-hub:...``, ``local-dir:...``) are refused,
   since timm reads those from the Hugging Face hub or a folder.

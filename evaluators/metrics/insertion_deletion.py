@@ -40,10 +40,8 @@ when every step moves as many units).
     standard deviation (correction 0); ``stats=(mean, std)`` gives per-channel (images) or
     per-feature (tabular rows, which need it) statistics instead.
   - ``"blur"``: RISE's insertion baseline, the image blurred channel by channel with RISE's
-    kernel: 11 x 11, σ = 5, built as RISE's ``gkern`` builds it (``scipy.ndimage``'s
-    Gaussian filter, truncated at 4σ, of a centred delta, whose reflect boundary folds the
-    tails back into the window: a nearly flat kernel summing to 1), applied with zero
-    padding of 5 pixels as RISE's ``conv2d`` applies it. Images only.
+    kernel (11 x 11, σ = 5, built as RISE's ``gkern``: docs/fidelity_metrics.md), applied
+    with zero padding of 5 pixels as RISE's ``conv2d`` applies it. Images only.
   - ``"zero"``: RISE's deletion baseline, all zeros (the training mean on standardised inputs).
   - a tensor: e.g. the training set's feature means (d,) for tabular rows, as Ley et al.'s
     baseline; broadcast over the N inputs where it has one input's shape.
