@@ -17,10 +17,7 @@ minimiser iff it is feasible and g_i = f for every i in its support S = {i : ω_
 and g_j ≥ f for every j (the multiplier of Σω = 1 is 2f, those of ω ≥ 0 are
 2(g_j − f) ≥ 0). For any feasible ω, convexity gives the certificate
 
-    f(ω) − f*  ≤  2 (f − min_j g_j)                                          (gap)
-
-(the Frank–Wolfe duality gap: with ∇f = 2g, f* ≥ f(ω) + ∇f(ω)ᵀ(ω* − ω), and the linear
-term is smallest at a vertex e_j of the simplex).
+    f(ω) − f*  ≤  2 (f − min_j g_j)                (gap; the Frank–Wolfe duality gap)
 
 * ``batched`` (the default; torch, on gamma's device): Wolfe's (1976) minimum-norm-point
   algorithm, a primal active-set method, on the Gram matrix Γ. The QP asks for the point

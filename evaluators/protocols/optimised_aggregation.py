@@ -13,14 +13,11 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    solver (the same computation as ``optimised_aggregation``, with each Γ computed once);
    ``agg_mean`` and ``agg_var`` beside them;
 3. every row (each explainer alone, each aggregator) scored per input on fresh samples
-   (the ``"evaluation"`` stream): infidelity (β-normalised) on ``m_eval`` superpixel (feature)
-   subset perturbations, faithfulness correlation on the same perturbations (as Decker et
-   al.), average and maximum sensitivity on ``m_sens`` noisy copies, and ROAD (Rong et al.:
-   noisy linear imputation of the 10-90 % most (MoRF) or least (LeRF) relevant pixels; the
-   change in the target's probability, averaged over the nine percentages), and relative
-   input, representation and output stability (RIS, RRS, ROS; Agarwal et al. 2022, as
-   Decker et al.'s Table 3; ``evaluators.metrics.relative_stability``) on
-   ``stability_samples`` noisy copies U[−r, r], r = ``stability_radius``, the
+   (the ``"evaluation"`` stream; the metrics of ``evaluators.metrics``): infidelity
+   (β-normalised) and faithfulness correlation on ``m_eval`` superpixel (feature) subset
+   perturbations, average and maximum sensitivity on ``m_sens`` noisy copies, ROAD MoRF and
+   LeRF (the change in the target's probability, averaged over 10-90 %), and RIS, RRS, ROS
+   (Decker et al.'s Table 3) on ``stability_samples`` noisy copies U[−r, r], r = ``stability_radius``, the
    representation L the input of module ``stability_layer`` (Decker et al.: the last layer
    before the classification, ``net.fc`` of the framework's ResNets, ``net.6`` of the
    tabular MLPs; None: the logits), the explanation's relative change taken as
