@@ -50,8 +50,7 @@ Where this departs from pytorch-grad-cam and Quantus: docs/fidelity_metrics.md.
 ``ROADMoRF`` and ``ROADLeRF`` (torchmetrics ``Metric``s) average the curves over every
 input passed to ``update(model, x, maps, target=None)``: ``compute()`` is the mean curve
 (P,), and its mean over the percentages the AUC-like summary (Decker et al.'s "Average"
-column; on an even grid, the area under the curve per unit of share removed up to the
-trapezoid rule's end corrections).
+column).
 """
 
 from __future__ import annotations
