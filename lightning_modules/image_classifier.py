@@ -355,9 +355,8 @@ class ImageClassifier(pl.LightningModule):
 
     Logs ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc`` (where the data has a
     ``val`` split), ``test/loss`` and ``test/acc``: per epoch, the mean over its images in
-    each process, then over the processes (``sync_dist``; equal to the mean over all
-    images when every process holds as many, as Lightning's distributed sampler makes
-    them). The training loss includes the label smoothing; the others do not.
+    each process, then over the processes (``sync_dist``). The training loss includes the
+    label smoothing; the others do not.
     """
 
     def __init__(

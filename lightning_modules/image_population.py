@@ -1,9 +1,8 @@
 """A population of image classifiers that differ only in their seed, trained at once.
 
-Watson et al. 2022 (§3, "agree to disagree") train K copies of one architecture that
-differ in their initialisation seed s_i and, in further runs, in one hyperparameter
-(learning rate, batch size, data order), and compare their explanations. Here member i
-is a network of :func:`create_image_model` initialised exactly like
+Watson et al. 2022 (§3) train K copies of one architecture that differ in their seed s_i
+(and in further runs in one hyperparameter). Here member i is a network of
+:func:`create_image_model` initialised exactly like
 ``ImageClassifier(seed=s_i)`` and trained with that class's optimiser, schedule, warm-up,
 label smoothing and weight-decay groups. Optionally one hyperparameter varies per member:
 
@@ -15,13 +14,11 @@ A batch size per member cannot be stacked (members' batches must have one shape)
 such members one after another, as ``ImageClassifier`` runs, and gather them with
 :meth:`ImagePopulation.from_classifiers`.
 
-The training loss is L = Σ_i L_i, L_i member i's mean cross-entropy over its batch
-(computed exactly as ``ImageClassifier`` computes it), so ∂L/∂θ_i is member i's own
-gradient. The optimiser is torch's SGD or AdamW with two parameter groups per member
-(weights with weight decay, BatchNorm parameters and biases without, each with lr_i):
-both are elementwise per tensor, so one step equals K separate steps, operation for
-operation. Gradient clipping by the Trainer (``gradient_clip_val``) would clip the whole
-population's norm, not each member's, and is refused.
+The loss is L = Σ_i L_i, L_i member i's mean cross-entropy (as ``ImageClassifier``
+computes it), so ∂L/∂θ_i is member i's own gradient; SGD or AdamW with two parameter
+groups per member (decay / no decay, each with lr_i) is elementwise, so one step equals
+K separate steps. Gradient clipping by the Trainer would clip the population's norm and
+is refused.
 
 The K forward and backward passes are computed in one of two ways (``stacking``):
 

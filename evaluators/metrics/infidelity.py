@@ -24,10 +24,8 @@ feature subsets, ``n_samples=200``, Decker et al.'s m_eval) and evaluates the mo
 perturbed inputs: N·n forward rows, ``max_batch`` at a time, without gradients, in eval
 mode (the previous mode is restored), on the model's device. ``infidelity(maps, samples)``
 scores maps on those samples, so that several maps of the same inputs (every explainer,
-every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for images
-(reduce (N, C, H, W) attributions with ``reduce_map``), (N, d) for tabular rows. Inputs,
-maps, a baseline tensor and the model's outputs with NaN or ±inf are refused with one
-``InputError`` naming which (``evaluators.inputs.finite``), not scored as NaN.
+every aggregate) are scored on the same samples. Maps, and NaN or ±inf refused (also in a
+baseline tensor): as ``evaluators.metrics.model_scores`` says.
 
 ``Infidelity`` (a ``Metric``, ``SubsetMetric``) averages INFD over the inputs of its updates.
 """

@@ -22,17 +22,16 @@ when every step moves as many units).
 * **Order and ties.** Units are moved in descending order of the map. Ties are broken by a
   seeded random order: each image's units are first put in a random permutation
   (``torch.randperm(n)``, one per image in order, from a CPU ``torch.Generator`` seeded
-  with ``seed``), then stably sorted by the map, so tied units keep their random order.
-  Mahlau et al. (§4.1) note that a sparse map's many zeros are moved "in random order".
+  with ``seed``), then stably sorted by the map, so tied units keep their random order
+  (Mahlau et al. §4.1: a sparse map's zeros are moved "in random order").
 * **Steps.** S increments, k_s = ⌊s n / S⌋ units moved after step s (every step moves
   ⌊n/S⌋ or ⌈n/S⌉ units; k_0 = 0, k_S = n). Default S = ⌈n / 50⌉ (50 pixels per step, as
   Mahlau et al.'s 1,000 increments on 224 x 224 images) on images, S = d on tabular rows;
   ``steps`` overrides S.
 * **Target.** ``target=None`` scores each image's predicted class on the clean input (the
   argmax of its class probabilities), else an int or a LongTensor of N labels. A tabular
-  model scores its positive class, p(1 | x) = ``class_probabilities(model, x)[:, 1]``.
-  Probabilities are ``lightning_modules.interface.class_probabilities`` (the softmax of the
-  logits; an ``MLPEnsemble``'s own mean probabilities).
+  model scores its positive class, p(1 | x) = ``class_probabilities(model, x)[:, 1]``
+  (``lightning_modules.interface``: the softmax of the logits, or a model's own).
 * **Baselines** (``BASELINES``, or an explicit tensor of x's shape or of one input's):
 
   - ``"normal"``: Mahlau et al.'s random-normal image, a new value for every pixel drawn

@@ -52,9 +52,8 @@ How this compares with Quantus and OpenXAI: docs/fidelity_metrics.md.
   on the other inputs or on ``max_batch``. The perturbed inputs go through ``explain_fn``
   and the model in calls of whole inputs, max(1, ⌊max_batch / n⌋) inputs (all their
   samples) per call (the forward passes in pieces of at most ``max_batch`` rows, without
-  gradients, in eval mode; ``explain_fn`` runs with gradients enabled and chunks as it
-  likes), on the model's device. All three scores come from one pass, which shares the
-  explanations of the perturbed inputs, by far the dearest part.
+  gradients, in eval mode; ``explain_fn`` runs with gradients enabled), on the model's
+  device. All three scores come from one pass (one explanation per perturbed input).
 
 Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs with NaN or
 ±inf are refused with one ``InputError`` naming which (``evaluators.inputs.finite``): a NaN
