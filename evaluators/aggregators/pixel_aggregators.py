@@ -34,10 +34,8 @@ the standard normal CDF and density; the gap D = μ − E⁺ − ε and Z = D / 
 Where σ = 0 (the k maps agree at a pixel) Z is undefined and the limit σ → 0+ is used:
 PI = 1, ½, 0 as D > 0, D = 0, D < 0; EI = max(D, 0) (so CI likewise); API and AEI average
 those limits over their ε grid; VAR = μ / δ. σ is set to exactly 0 where the k values are
-equal (rounding in the mean would otherwise leave σ of order 1e-17). No aggregator
-returns NaN on finite input, and ``aggregate`` takes no other: a stack holding NaN or
-±inf is refused (``InputError`` naming the stack entry and its map), where the
-percentile would hide it and PI, EI and CI spread it over the input's whole map.
+equal. No aggregator returns NaN on finite input, and ``aggregate`` takes no other: a
+stack holding NaN or ±inf is refused (``InputError`` naming the stack entry and its map).
 """
 
 from __future__ import annotations

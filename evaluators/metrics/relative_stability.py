@@ -16,14 +16,11 @@ How this compares with Quantus and OpenXAI: docs/fidelity_metrics.md.
 
 ``relative_stability(model, x, maps, explain_fn, ...)`` -> {"ris", "rrs", "ros": (N,), "kept": (N,)}:
 
-* **Maps and explanations**: maps (N, H, W) per pixel of images (N, C, H, W), (N, d) for
-  a tabular model (``evaluators.metrics.model_scores``), e_x = ``maps``; ``explain_fn(x_rows,
-  target_rows)`` returns the maps of a batch of perturbed inputs in the same layout, for
-  ``target_rows`` the (rows,) LongTensor of the classes explained (a tabular model's
-  positive class), as ``evaluators.metrics.sensitivity`` calls
-  it: e.g. ``lambda v, t: reduce_map(explain(model, v, "saliency", target=t))``, or any
-  aggregated explainer. The class is each input's ``target`` resolved on the clean input
-  (default: its predicted class), so e_x' explains what e_x explains.
+* **Maps and explanations**: e_x = ``maps`` (layout: ``evaluators.metrics.model_scores``);
+  ``explain_fn(x_rows, target_rows)`` returns the maps of a batch of perturbed inputs in
+  the same layout, as ``evaluators.metrics.sensitivity`` calls it (e.g. ``lambda v, t:
+  reduce_map(explain(model, v, "saliency", target=t))``), for ``target_rows`` each input's
+  ``target`` resolved on the clean input, so e_x' explains what e_x explains.
 * **Perturbations** (``n_samples``, ``radius``): x' = x + ε, ε ~ U[−r, r] independently per
   value (every channel of every pixel, every feature), n samples per input; defaults
   r = 0.1 (the uniform noise radius of Decker et al.'s sensitivity metrics) and n = 200

@@ -22,10 +22,8 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
 
 ``road_curves(model, x, maps, order, percentages, ...)`` -> (percentages (P,), curves (N, P)):
 
-* **Units, maps, target**: as ``evaluators.metrics.model_scores`` says (per-pixel maps
-  (N, H, W), all channels of a pixel removed together; (N, d) for a tabular model,
-  scored on its positive class; inputs, maps, ``feature_means`` and the model's outputs
-  with NaN or ±inf refused with one ``InputError`` naming which).
+* **Units, maps, target**: as ``evaluators.metrics.model_scores`` says (all channels of a
+  pixel removed together; NaN or ±inf in ``feature_means`` refused too).
 * **Percentages**: after removing p % of the n units, ⌊n p / 100⌋ of them (as Quantus),
   for each p in ``percentages`` (0 <= p < 100; 0 scores the clean input). Default 10, 20,
   ..., 90: pytorch-grad-cam's ``ROAD*Average`` and Decker et al.'s Table 4 (their Table 3
