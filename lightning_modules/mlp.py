@@ -26,10 +26,8 @@ LOSS_ON = ("logits", "probabilities")
 
 def classification_loss(logits: torch.Tensor, y: torch.Tensor, loss_on: LossOn = "logits", reduction: str = "mean"):
     """Cross-entropy of two-class scores. ``loss_on="probabilities"`` takes the softmax
-    output as the scores, i.e. ``nn.CrossEntropyLoss`` after a final ``nn.Softmax``, which
-    is how Ley et al.'s reference code trains (``TabularModel`` in
-    ``nicole-hjlin/harvard_cs282_ptg``, ``datasets/tabular.py``); an ablation setting
-    (docs/table1.md), the paper's text says cross-entropy."""
+    output as the scores, i.e. ``nn.CrossEntropyLoss`` after a final ``nn.Softmax``, as Ley
+    et al.'s reference code trains (an ablation setting: docs/table1.md)."""
     scores = logits.softmax(dim=-1) if loss_on == "probabilities" else logits
     return F.cross_entropy(scores, y, reduction=reduction)
 

@@ -62,8 +62,7 @@ class PopulationMLP(Population):
             order ``TabularDataModule(shuffle=True, data_order_seed=s_i)`` gives a single model.
         grad_clip_norm: clip each member's gradient to this total 2-norm (None: off).
         initialise: False leaves the parameters unset, for a copy whose weights are
-            written right after (``subset``, ``concatenate``, loading a file): building
-            M seeded MLPs only to overwrite them costs about 0.8 ms per member.
+            written right after (``subset``, ``concatenate``, loading a file).
     """
 
     TEST_LOG = ("test/member_acc", "_mean")

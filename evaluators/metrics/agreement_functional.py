@@ -164,11 +164,9 @@ def separability(
 
     Row i of a and of b explain the same individual x_i, so the split into training and
     held-out rows is by individual (both of x_i's rows on one side, a random
-    ``test_fraction`` of the individuals held out, from ``seed``). Split by row, the
-    classifier would meet the twin of a held-out row in training with the other label
-    and score below 0.5 on identical explanation sets. ``classifier``: options of
-    scikit-learn's ``LogisticRegression`` (default ``max_iter=1000``, otherwise its own
-    defaults: L2, C = 1)."""
+    ``test_fraction`` of the individuals held out, from ``seed``; why: docs/image_consistency.md).
+    ``classifier``: options of scikit-learn's ``LogisticRegression`` (default
+    ``max_iter=1000``, otherwise its own defaults: L2, C = 1)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupShuffleSplit
 
