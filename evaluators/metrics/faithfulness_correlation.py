@@ -15,9 +15,8 @@ model blind to the removals).
 
 The samples are those of infidelity, ``evaluators.metrics.infidelity.subset_perturbations``
 (Decker et al. "use the same kind of perturbation" for both): ``faithfulness_correlation
-(maps, samples)`` scores maps on given samples, so every map of the same inputs (every
-explainer, every aggregate) is scored, for FCOR and INFD alike, on one set of N n forward
-passes. Their defaults are Decker et al.'s:
+(maps, samples)`` scores every map of the same inputs, for FCOR and INFD alike, on one set
+of N n forward passes. Their defaults are Decker et al.'s:
 
 * **f**: the explained output, the raw logit of the target class (default: the predicted
   class) of an image classifier, a tabular model's ``explained_output``.

@@ -5,9 +5,7 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 
 1. ``n_inputs`` test inputs (as ``evaluators.inputs.runs.load_inputs``), explained for their
    predicted class (images) or the positive class (tabular) by the k ``explainers``, each
-   map post-processed as the reference code (``optimised_aggregators.explainer_maps``:
-   channel sum, absolute value (``absolute``; False keeps the sign), min-max, Gaussian σ = 1
-   on images);
+   map post-processed by ``optimised_aggregators.explainer_maps`` (``absolute``: False keeps the sign);
 2. Γ_robust and Γ_faith per input on ``m_agg`` fitting samples (the ``"fitting"`` stream),
    and the weights of ``agg_robust``, ``agg_faith`` and ``agg_opt`` from the exact simplex QP
    solver (the same computation as ``optimised_aggregation``, with each Γ computed once);
