@@ -31,8 +31,7 @@ The K forward and backward passes are computed in one of two ways (``stacking``)
 * ``"loop"``: the members one after another within the same step (same batch, one
   optimiser step), each member's backward pass right after its forward pass.
 * ``"auto"``: ``vmap`` on a GPU, ``loop`` on a CPU, where stacking was measured slower
-  (``bench/image_population.py``, ``docs/image_population.md``): K members' activations
-  leave the cache, and oneDNN's grouped convolutions are slower than K dense ones.
+  (``bench/image_population.py``; why: docs/image_population.md, "Speed").
 
 Exactness: ``"loop"`` computes a member as it is alone, operation for operation;
 ``"vmap"`` differs by the grouped convolutions' summation order (figures, and why vmap is

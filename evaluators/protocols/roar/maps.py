@@ -11,8 +11,7 @@ has no ``test/``).
 
 Cache: ``<cache_dir>/<split>-<estimator>-<key>.pt`` holding ``{"maps": float32 (N, ...),
 "key": ...}``, written whole or not at all (``datamodules.files.atomic_write``). The key
-is a SHA-256 over the model's parameters and buffers (its state dict: the checkpoint's
-weights, whatever file they came from), the split's input tensor (so a changed dataset,
+is a SHA-256 over the model's state dict (parameters and buffers), the split's input tensor (so a changed dataset,
 normalisation or split misses), the estimator, its options (tensors by their bytes), the
 seed and the chunk size (noise estimators draw per chunk). A re-call with the same key
 loads the file; an unreadable file is recomputed. Maps are stored as float32, 4 bytes per
