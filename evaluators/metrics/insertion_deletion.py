@@ -26,18 +26,17 @@ when every step moves as many units).
   (Mahlau et al. §4.1: a sparse map's zeros are moved "in random order").
 * **Steps.** S increments, k_s = ⌊s n / S⌋ units moved after step s (every step moves
   ⌊n/S⌋ or ⌈n/S⌉ units; k_0 = 0, k_S = n). Default S = ⌈n / 50⌉ (50 pixels per step, as
-  Mahlau et al.'s 1,000 increments on 224 x 224 images) on images, S = d on tabular rows;
-  ``steps`` overrides S.
-* **Target.** ``target=None`` scores each image's predicted class on the clean input (the
-  argmax of its class probabilities), else an int or a LongTensor of N labels. A tabular
-  model scores its positive class, p(1 | x) = ``class_probabilities(model, x)[:, 1]``
-  (``lightning_modules.interface``: the softmax of the logits, or a model's own).
+  Mahlau et al.'s 1,000 increments on 224 x 224 images; docs/fidelity_metrics.md) on
+  images, S = d on tabular rows; ``steps`` overrides S.
+* **Target.** As ``evaluators.metrics.model_scores`` resolves it (default: each image's
+  predicted class on the clean input; a tabular model's positive class), scored by its
+  probability (``lightning_modules.interface.class_probabilities``).
 * **Baselines** (``BASELINES``, or an explicit tensor of x's shape or of one input's):
 
   - ``"normal"``: Mahlau et al.'s random-normal image, a new value for every pixel drawn
     from N(μ_c, σ_c²) of its channel c: by default the image's own per-channel mean and
-    standard deviation (correction 0); ``stats=(mean, std)`` gives per-channel (images) or
-    per-feature (tabular rows, which need it) statistics instead.
+    standard deviation (correction 0; why: docs/fidelity_metrics.md); ``stats=(mean, std)``
+    gives per-channel (images) or per-feature (tabular rows, which need it) statistics instead.
   - ``"blur"``: RISE's insertion baseline, the image blurred channel by channel with RISE's
     kernel (11 x 11, σ = 5, built as RISE's ``gkern``: docs/fidelity_metrics.md), applied
     with zero padding of 5 pixels as RISE's ``conv2d`` applies it. Images only.
@@ -54,8 +53,6 @@ when every step moves as many units).
   device (x, maps and the baseline are moved there). Memory beyond the model's own: one
   chunk of ``max_batch`` inputs, the baseline (x's size) and the ranks (N, n) int64. The
   chunks take x's memory format (channels-last: docs/fidelity_metrics.md).
-
-Why these defaults: docs/fidelity_metrics.md.
 
 ``InsertionAUC`` and ``DeletionAUC`` (torchmetrics ``Metric``s) average the AUC over every
 input passed to ``update(model, x, maps, target=None)``.
