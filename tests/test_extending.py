@@ -1,0 +1,117 @@
+"""The README's "Extending" examples run as written, each as a module of its own in a fresh
+folder, the registries restored afterwards (what an example registers, no other test sees);
+then the behaviour their prose promises is checked against an independent reference: a
+float64 Jacobian, scikit-learn's own counts, the accuracies Lightning's test loop stored in
+the population file."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ("explainer", "dataset", "protocol")
+MARK = re.compile(r"<!-- extending: (\w+) -->\n```python\n(.*?)\n```", re.S)
+
+
+def examples() -> dict[str, str]:
+    """The README's marked examples: name -> code."""
+    return dict(MARK.findall((ROOT / "README.md").read_text()))
+
+
+def check_explainer(ns: dict) -> None:
+    import torch
+
+    from evaluators.maps import explain, explainer_names
+
+    model, x = ns["model"], ns["x"]
+    reference = model.double()
+    jacobian = torch.stack([torch.autograd.functional.jacobian(reference, x[i : i + 1].double())[0, :, 0]
+                            for i in range(len(x))])  # (N, K, d): d logit_k / d x_i, row by row  # fmt: skip
+    assert ns["maps"].shape == x.shape and ns["maps"].abs().sum() > 0
+    assert torch.equal(ns["maps"].double(), jacobian[:, 2].sign())
+    predicted = reference(x.double()).argmax(1)
+    assert torch.equal(explain(model, x.double(), "gradient_sign"), jacobian[torch.arange(len(x)), predicted].sign())
+    assert "gradient_sign" in explainer_names(model, x)
+    images = torch.randn(2, 1, 3, 3, dtype=torch.float64)  # takes="any": an image model too
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten()).double()
+    weight = conv[0].weight.detach()
+    assert torch.equal(explain(conv, images, "gradient_sign", target=1), weight[1:2].sign().expand(2, 1, 3, 3))
+
+
+def check_dataset(ns: dict) -> None:
+    import numpy as np
+    from sklearn.datasets import load_breast_cancer
+
+    truth = load_breast_cancer()
+    data = ns["FinancialDataModule"]("cancer", data_dir="my_data")
+    described = data.describe()
+    assert (described["rows"], described["features"]) == truth.data.shape == (569, 30)
+    assert described["positive_rate"] == round(truth.target.mean(), 4)
+    x_train, y_train = data.train_tensors
+    assert len(x_train) == 455 and np.allclose(x_train.double().mean(0), 0, atol=1e-5)
+    assert np.allclose(x_train.double().std(0, unbiased=False), 1, atol=1e-5)
+    assert data.feature_names == list(truth.feature_names)
+    metrics = ns["metrics"]
+    assert metrics["data"] == described and metrics["test_acc"] > 0.9  # trained: the majority class gives 0.63
+    assert len(list(Path("runs/cancer").glob("*/metrics.json"))) == 1
+
+
+def check_protocol(ns: dict) -> None:
+    import numpy as np
+    import torch
+
+    import evaluate
+
+    help_text = io.StringIO()
+    with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    assert re.search(r"accuracy\s+each member's test accuracy", help_text.getvalue())
+    stored = torch.load("runs/full/german/population-1000/population.pt", weights_only=True)["member_test_acc"]
+    assert len(ns["summary"]["accuracy"]) == len(stored) == 8
+    assert np.allclose(ns["summary"]["accuracy"], stored, rtol=0, atol=1e-6)  # Lightning's test loop, in float32
+    (report,) = Path("runs/accuracy").glob("german-*/accuracy.json")
+    assert json.loads(report.read_text()) == ns["summary"]
+
+
+CHECKS = {"explainer": check_explainer, "dataset": check_dataset, "protocol": check_protocol}
+
+
+def test_readme_marks_each_example_once():
+    found = MARK.findall((ROOT / "README.md").read_text())
+    assert sorted(name for name, _ in found) == sorted(EXAMPLES)
+
+
+@pytest.fixture
+def registries():
+    """Every registry as it was before the test, restored after it."""
+    from datamodules.specs import DATASETS
+    from evaluators.maps import EXPLAINERS
+    from evaluators.protocols.registry import PROTOCOLS
+
+    saved = [(registry, dict(registry)) for registry in (EXPLAINERS, DATASETS, PROTOCOLS)]
+    yield
+    for registry, before in saved:
+        registry.clear()
+        registry.update(before)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_example_runs(name, tmp_path, monkeypatch, registries, request):
+    if name == "protocol":  # the population file the example names, where the README's commands put it
+        population = tmp_path / "runs/full/german/population-1000/population.pt"
+        population.parent.mkdir(parents=True)
+        shutil.copy(request.getfixturevalue("small_population"), population)
+    monkeypatch.chdir(tmp_path)
+    module = types.ModuleType(f"readme_{name}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # a script's classes need it (dataclasses look it up)
+    exec(compile(examples()[name], f"README.md ({name} example)", "exec"), module.__dict__)
+    CHECKS[name](module.__dict__)
