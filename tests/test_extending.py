@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ("explainer", "dataset", "protocol")
+EXAMPLES = ("explainer", "dataset", "protocol", "metric", "aggregator")
 MARK = re.compile(r"<!-- extending: (\w+) -->\n```python\n(.*?)\n```", re.S)
 
 
@@ -82,7 +82,44 @@ def check_protocol(ns: dict) -> None:
     assert json.loads(report.read_text()) == ns["summary"]
 
 
-CHECKS = {"explainer": check_explainer, "dataset": check_dataset, "protocol": check_protocol}
+def check_metric(ns: dict) -> None:
+    import torch
+
+    model, x = ns["model"], ns["x"]
+    weight, bias = model.weight.detach().double(), model.bias.detach().double()
+    target = (x.double() @ weight.T + bias).argmax(1)  # the predicted class
+    top = weight[target].abs().argmax(1)  # a linear model's saliency map is its target's weight row
+    rows = torch.arange(len(x))
+    drop = weight[target, top] * x.double()[rows, top]  # the logit loses w_tj x_j
+    assert torch.allclose(ns["top_feature_drop"](model, x, weight[target].float()).double(), drop, atol=1e-6)
+    assert torch.allclose(ns["metric"].compute(), drop.mean(), atol=1e-6)
+    halves = ns["TopFeatureDrop"]()
+    for part in (slice(0, 2), slice(2, 6)):
+        halves.update(model, x[part], weight[target[part]].float())
+    assert torch.allclose(halves.compute(), drop.mean(), atol=1e-6)
+
+
+def check_aggregator(ns: dict) -> None:
+    import numpy as np
+    import torch
+
+    from callbacks import AggregationFidelity
+    from datamodules.errors import InputError
+    from evaluators.protocols.roar.estimators import estimator_names
+
+    stack = ns["stack"].double().numpy()
+    assert np.allclose(ns["merged"].numpy(), np.sort(stack, axis=0)[1:4].mean(0), atol=1e-6)
+    with pytest.raises(InputError, match="trim"):
+        ns["aggregate"](ns["stack"], "trimmed_mean", cut=1)
+    with pytest.raises(InputError, match="NaN"):
+        ns["aggregate"](ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))), "trimmed_mean")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
+    assert "agg:trimmed_mean" in estimator_names(model, torch.zeros(3, 4))
+    assert AggregationFidelity(aggregators={"trimmed_mean": {"trim": 1}}).aggregators == {"trimmed_mean": {"trim": 1}}
+
+
+CHECKS = {"explainer": check_explainer, "dataset": check_dataset, "protocol": check_protocol, "metric": check_metric,
+          "aggregator": check_aggregator}
 
 
 def test_readme_marks_each_example_once():
@@ -95,9 +132,10 @@ def registries():
     """Every registry as it was before the test, restored after it."""
     from datamodules.specs import DATASETS
     from evaluators.maps import EXPLAINERS
+    from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS
     from evaluators.protocols.registry import PROTOCOLS
 
-    saved = [(registry, dict(registry)) for registry in (EXPLAINERS, DATASETS, PROTOCOLS)]
+    saved = [(registry, dict(registry)) for registry in (EXPLAINERS, DATASETS, PROTOCOLS, PIXEL_AGGREGATORS)]
     yield
     for registry, before in saved:
         registry.clear()
