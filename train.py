@@ -48,7 +48,6 @@ from evaluators.inputs.config import read_yaml
 from evaluators.inputs.sources import check_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
 from lightning_modules.image_population import ImagePopulation
-from lightning_modules.image_population_io import save_image_population
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
 from lightning_modules.population_io import save_population
@@ -346,7 +345,7 @@ def fit_image_population_run(cli: TrainCLI) -> dict:
     trainer.test(population, datamodule=data, verbose=False)
     accuracy, info = population.member_test_acc, data.describe()
     metadata = {"dataset": info, "datamodule": cli.config.data.as_dict(), "max_epochs": cli.config.trainer.max_epochs}
-    save_image_population(run_dir / "population.pt", population, accuracy.tolist(), metadata)
+    save_population(run_dir / "population.pt", population, accuracy.tolist(), metadata)
     write_reports(run_dir, population.seeds, accuracy, torch.ones_like(accuracy, dtype=torch.bool),
                   f"{info['dataset']}: {population.size} members")  # fmt: skip
     metrics = {

@@ -40,7 +40,8 @@ from bench._agreement import check_float32, check_float64  # noqa: E402
 from lightning_modules import MLPClassifier  # noqa: E402
 from lightning_modules.curves import MLPCurve  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
-from lightning_modules.ensembles import ENSEMBLES  # noqa: E402
+from lightning_modules import PopulationMLP  # noqa: E402
+from lightning_modules.ensembles import build_ensemble  # noqa: E402
 
 D, N_INPUTS, N_T, N_PERTURB, N_CHECK = 61, 1000, 25, 50, 8
 
@@ -96,7 +97,8 @@ def main() -> None:
             for name, p in curve.named_parameters():
                 if name.endswith("_1"):
                     p.add_(0.1 * torch.randn_like(p))
-    ensemble = ENSEMBLES["combine"](curves, n_t=N_T, n_perturb=N_PERTURB, sigma=0.2)
+    population = PopulationMLP(in_features=D, seeds=[0, 1, 2, 3])  # the curves' end points' seeds
+    ensemble = build_ensemble(population, "combine", [0, 1, 2, 3], curves, n_t=N_T, n_perturb=N_PERTURB, sigma=0.2)
     x = torch.randn(N_INPUTS, D)
     print(f"combine ensemble: {ensemble.size} MLPs, {N_INPUTS} inputs x {D} features")
 

@@ -3,10 +3,12 @@ population of image classifiers."""
 
 from lightning_modules.image_classifier import ImageClassifier, create_image_model
 from lightning_modules.image_population import ImagePopulation
-from lightning_modules.image_population_io import load_image_member, load_image_population, save_image_population
 from lightning_modules.mlp import MLPClassifier, build_mlp
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_member, load_population, save_population
+
+# the image population's own names from before the one population file format
+load_image_member, load_image_population, save_image_population = load_member, load_population, save_population
 
 __all__ = [
     "ImageClassifier",

@@ -362,7 +362,7 @@ class MLPCurve(CurveModel):
                 raise InputError("mode='fixed' needs option population: a population file written by train.py")
             from lightning_modules.population_io import load_population
 
-            members, _ = load_population(population)
+            members, _ = load_population(population, kind="PopulationMLP")
             start, end = members.member(start_member).net, members.member(end_member).net
         else:
             start = build_mlp(in_features, tuple(hidden), 2, 0.0, start_seed)

@@ -1,8 +1,5 @@
-"""Ensembles of tabular MLPs over the loss landscape (Ley et al., §4-5).
-
-Every ensemble here is an ordinary ``nn.Module`` over M stacked MLPs (see
-``stacked.py``), so Captum and the evaluators explain it like one model, and all
-M members run in one batched forward pass:
+"""Ensembles over the loss landscape (Ley et al., §4-5), built by one registry from any
+population: ``build_ensemble(population, strategy, members, curves, **options)``.
 
 * ``average``: f(x) = (1/M) Σ_i softmax(g_i(x)), the mean member probability;
 * ``majority``: the prediction is the majority vote (a vote share is piecewise
@@ -14,7 +11,13 @@ M members run in one batched forward pass:
   t sampled on [0, 1] along every curve are averaged;
 * ``combine``: the curve samples, each perturbed as in ``perturb``.
 
-Outputs: ``forward`` gives the members' mean logit (B, 2), ``probabilities`` the mean
+A population gives its members as one ensemble (``ensemble(indices, reduction)``) and the
+models on curves between them (``curve_ensemble``), an ensemble its perturbed copy
+(``perturbed``): ``MLPEnsemble`` (below) for tabular populations, else ``ImageEnsemble``.
+
+``MLPEnsemble``: an ordinary ``nn.Module`` over M stacked MLPs (see ``stacked.py``), so
+Captum and the evaluators explain it like one model, and all M members run in one batched
+forward pass. ``forward`` gives the members' mean logit (B, 2), ``probabilities`` the mean
 probability (vote shares for ``majority``), which the predictions come from. ``explained_output``, the scalar
 explainers differentiate, is for every ensemble the members' mean positive-class
 output, logit or probability as the population's ``explain_output`` (the same
@@ -37,7 +40,6 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.interface import POSITIVE_CLASS, explained_output
-from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import rows_per_pass, stacked_forward
 
 Reduction = Literal["average", "majority"]
@@ -97,6 +99,20 @@ class MLPEnsemble(nn.Module):
         """The positive-class scalar per row, shape (B,)."""
         return explained_output(self, x, POSITIVE_CLASS, self.explain_output)
 
+    def perturbed(self, n_perturb: int, sigma: float, layer: int = 0, part: Part = "weight",
+                  seed: int = 0) -> "MLPEnsemble":  # fmt: skip
+        """The average of ``n_perturb`` noisy copies of every member (``perturb_stack``)."""
+        stacked = perturb_stack(*self.stacked, n_perturb, sigma, layer, part, seed)
+        return MLPEnsemble(*stacked, "average", self.explain_output)
+
+    @classmethod
+    def on_curves(cls, curves: Sequence, ts: torch.Tensor) -> "MLPEnsemble":
+        """The average of the MLPs at every t of ``ts`` on every curve (``MLPCurve``)."""
+        per_curve = [curve.stacked_at(ts) for curve in curves]
+        weights = [torch.cat([w[k] for w, _ in per_curve]) for k in range(len(per_curve[0][0]))]
+        biases = [torch.cat([b[k] for _, b in per_curve]) for k in range(len(per_curve[0][1]))]
+        return cls(weights, biases, "average", curves[0].explain_output)
+
     def subset(self, start: int, stop: int) -> "MLPEnsemble":
         """The ensemble of members start .. stop-1 (same reduction and output)."""
         weights, biases = self.stacked
@@ -112,11 +128,6 @@ class MLPEnsemble(nn.Module):
         rows = rows_per_pass(self.size, max(w.shape[1] for w in self.stacked[0]), PREDICT_BLOCK_FLOATS)
         scores = torch.cat([self.probabilities(piece) for piece in x.split(rows)])
         return (scores[:, 1] >= scores[:, 0]).long()
-
-
-def _members(population: PopulationMLP, indices: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    index = torch.as_tensor(list(indices))
-    return [w.detach()[index] for w in population.weights], [b.detach()[index] for b in population.biases]
 
 
 def perturb_stack(
@@ -144,48 +155,6 @@ def perturb_stack(
     return weights, biases
 
 
-def average(population: PopulationMLP, indices: Sequence[int]) -> MLPEnsemble:
-    return MLPEnsemble(*_members(population, indices), "average", population.hparams.explain_output)
-
-
-def majority(population: PopulationMLP, indices: Sequence[int]) -> MLPEnsemble:
-    return MLPEnsemble(*_members(population, indices), "majority", population.hparams.explain_output)
-
-
-def perturb(
-    population: PopulationMLP,
-    indices: Sequence[int],
-    n_perturb: int = 50,
-    sigma: float = 0.2,
-    layer: int = 0,
-    part: Part = "weight",
-    seed: int = 0,
-) -> MLPEnsemble:
-    stacked = perturb_stack(*_members(population, indices), n_perturb, sigma, layer, part, seed)
-    return MLPEnsemble(*stacked, "average", population.hparams.explain_output)
-
-
-def connect(curves: Sequence, n_t: int = 25, t_seed: int | None = None) -> MLPEnsemble:
-    """Average of models at ``n_t`` values of t on every curve: evenly spaced on [0, 1],
-    or drawn from U(0, 1) when ``t_seed`` is given."""
-    weights, biases = _curve_samples(curves, n_t, t_seed)
-    return MLPEnsemble(weights, biases, "average", curves[0].explain_output)
-
-
-def combine(
-    curves: Sequence,
-    n_t: int = 25,
-    n_perturb: int = 50,
-    sigma: float = 0.2,
-    layer: int = 0,
-    part: Part = "weight",
-    seed: int = 0,
-    t_seed: int | None = None,
-) -> MLPEnsemble:
-    stacked = perturb_stack(*_curve_samples(curves, n_t, t_seed), n_perturb, sigma, layer, part, seed)
-    return MLPEnsemble(*stacked, "average", curves[0].explain_output)
-
-
 def curve_ts(n_t: int, t_seed: int | None) -> torch.Tensor:
     """The ``n_t`` values of t sampled on every curve: evenly spaced on [0, 1], or drawn
     from U(0, 1) with ``t_seed`` when it is given."""
@@ -196,18 +165,49 @@ def curve_ts(n_t: int, t_seed: int | None) -> torch.Tensor:
     return torch.rand(n_t, generator=torch.Generator().manual_seed(t_seed))
 
 
-def _curve_samples(curves: Sequence, n_t: int, t_seed: int | None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    ts = curve_ts(n_t, t_seed)
-    per_curve = [curve.stacked_at(ts) for curve in curves]
-    weights = [torch.cat([w[k] for w, _ in per_curve]) for k in range(len(per_curve[0][0]))]
-    biases = [torch.cat([b[k] for _, b in per_curve]) for k in range(len(per_curve[0][1]))]
-    return weights, biases
+def average(population, members: Sequence[int], curves=None) -> nn.Module:
+    return population.ensemble(members, "average")
 
 
-ENSEMBLES: dict[str, Callable[..., MLPEnsemble]] = {
+def majority(population, members: Sequence[int], curves=None) -> nn.Module:
+    return population.ensemble(members, "majority")
+
+
+def perturb(population, members: Sequence[int], curves=None, n_perturb: int = 50, sigma: float = 0.2,
+            layer: int = 0, part: Part = "weight", seed: int = 0) -> nn.Module:  # fmt: skip
+    return population.ensemble(members).perturbed(n_perturb, sigma, layer, part, seed)
+
+
+def connect(population, members: Sequence[int], curves: Sequence, n_t: int = 25, t_seed: int | None = None,
+            loader=None) -> nn.Module:  # fmt: skip
+    """Models at ``curve_ts(n_t, t_seed)`` on every curve between pairs of ``members``
+    (curve j joins members[2j] and members[2j+1]); ``loader``: training batches over which an
+    image network's BatchNorm statistics are recomputed at each t."""
+    return population.curve_ensemble(curves, curve_ts(n_t, t_seed), members, loader)
+
+
+def combine(population, members: Sequence[int], curves: Sequence, n_t: int = 25, n_perturb: int = 50,
+            sigma: float = 0.2, layer: int = 0, part: Part = "weight", seed: int = 0, t_seed: int | None = None,
+            loader=None) -> nn.Module:  # fmt: skip
+    return connect(population, members, curves, n_t, t_seed, loader).perturbed(n_perturb, sigma, layer, part, seed)
+
+
+ENSEMBLES: dict[str, Callable[..., nn.Module]] = {
     "average": average,
     "majority": majority,
     "perturb": perturb,
     "connect": connect,
     "combine": combine,
 }
+
+
+def build_ensemble(population, strategy: str, members: Sequence[int], curves: Sequence | None = None,
+                   **options) -> nn.Module:  # fmt: skip
+    """The ensemble of ``strategy`` over ``members`` (indices) of a population of any kind
+    (``PopulationMLP``, ``ImagePopulation``, ``ImageMembers``); ``connect`` and ``combine``
+    take the ``curves`` between the members' pairs; ``options``: the strategy's."""
+    if strategy not in ENSEMBLES:
+        raise InputError(f"strategy {strategy!r}; expected one of {sorted(ENSEMBLES)}")
+    if strategy in ("connect", "combine") and not curves:
+        raise InputError(f"strategy {strategy!r} needs the curves between the members' pairs")
+    return ENSEMBLES[strategy](population, members, curves, **options)

@@ -1,4 +1,5 @@
-"""Ensembles of image classifiers of any architecture (Ley et al., §4-5, for images).
+"""Ensembles of image classifiers of any architecture (Ley et al., §4-5, for images), built
+by the registry of ``ensembles.py`` from an image population (``ImageNetworks``).
 
 The tabular ensembles (``ensembles.py``) stack M MLPs' weight matrices; an image network
 (a CNN, a ResNet with BatchNorm) has no such common shape, so an ``ImageEnsemble`` holds
@@ -15,8 +16,8 @@ act on every member's ReLU modules) explains it like one model. With the members
   module order, 0 the first, Ley et al.'s choice); the noise is drawn as
   ``ensembles.perturb_stack`` draws it for MLPs (variants of member i are i·m .. i·m+m-1);
 * ``connect``: models at ``n_t`` values of t on curves (``curves.CurveModel``) joining
-  disjoint pairs of members, each with its BatchNorm statistics recomputed at its t on
-  training data (``CurveModel.network_at``);
+  disjoint pairs of members, each shaped like its curve's start member and with its
+  BatchNorm statistics recomputed at its t on training data (``CurveModel.network_at``);
 * ``combine``: the curve samples, each perturbed as in ``perturb``.
 
 Outputs: ``forward`` returns the **mean member logit** (1/M) Σ_i g_i(x), shape (N, K).
@@ -34,13 +35,14 @@ member's layer only.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.curves import CurveModel
-from lightning_modules.ensembles import Part, Reduction, curve_ts, perturb_stack
+from lightning_modules.ensembles import Part, Reduction, perturb_stack
 
 
 class ImageEnsemble(nn.Module):
@@ -78,6 +80,30 @@ class ImageEnsemble(nn.Module):
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         return self.probabilities(x).argmax(-1)
 
+    def perturbed(self, n_perturb: int, sigma: float, layer: int = 0, part: Part = "weight",
+                  seed: int = 0) -> "ImageEnsemble":  # fmt: skip
+        """The average of ``n_perturb`` noisy copies of every member (``perturbed_networks``)."""
+        return ImageEnsemble(perturbed_networks(list(self.nets), n_perturb, sigma, layer, part, seed))
+
+
+class ImageNetworks:
+    """An image population as the ensemble registry reads it: its members' networks ``nets``
+    (``ImagePopulation``, ``ImageMembers``, or ``ImageNetworks(nets)`` around any networks)."""
+
+    def __init__(self, nets: Sequence[nn.Module]) -> None:
+        self.nets = list(nets)
+
+    def ensemble(self, indices: Sequence[int], reduction: Reduction = "average") -> ImageEnsemble:
+        return ImageEnsemble([self.nets[i] for i in indices], reduction)
+
+    def curve_ensemble(self, curves: Sequence[CurveModel], ts: torch.Tensor, members: Sequence[int],
+                       loader=None) -> ImageEnsemble:  # fmt: skip
+        """Networks at every t of ``ts`` on every curve, each shaped like its curve's start
+        member (members[2j] for curve j), BatchNorm statistics recomputed at t over ``loader``."""
+        templates = [self.nets[i] for i in list(members)[0 : 2 * len(curves) : 2]]
+        return ImageEnsemble([curve.network_at(t, template, loader) for curve, template in zip(curves, templates)
+                              for t in ts.tolist()])  # fmt: skip
+
 
 def network(member: nn.Module) -> nn.Module:
     """The plain network of a member: an ``ImageClassifier``'s ``net``, else the module itself."""
@@ -111,45 +137,3 @@ def perturbed_networks(nets: Sequence[nn.Module], n_perturb: int, sigma: float, 
             getattr(target, part).data.copy_(noisy[i * n_perturb + j])
             variants.append(variant)
     return variants
-
-
-def curve_networks(curves: Sequence[CurveModel], templates: Sequence[nn.Module], n_t: int,
-                   t_seed: int | None = None, loader=None) -> list[nn.Module]:  # fmt: skip
-    """Networks at ``curve_ts(n_t, t_seed)`` on every curve (shaped like that curve's
-    template, its start member), BatchNorm statistics recomputed at each t over ``loader``."""
-    ts = curve_ts(n_t, t_seed).tolist()
-    return [curve.network_at(t, template, loader) for curve, template in zip(curves, templates) for t in ts]
-
-
-def average(members: Sequence[nn.Module]) -> ImageEnsemble:
-    return ImageEnsemble([network(m) for m in members], "average")
-
-
-def majority(members: Sequence[nn.Module]) -> ImageEnsemble:
-    return ImageEnsemble([network(m) for m in members], "majority")
-
-
-def perturb(members: Sequence[nn.Module], n_perturb: int = 10, sigma: float = 0.05, layer: int = 0,
-            part: Part = "weight", seed: int = 0) -> ImageEnsemble:  # fmt: skip
-    return ImageEnsemble(perturbed_networks([network(m) for m in members], n_perturb, sigma, layer, part, seed))
-
-
-def connect(curves: Sequence[CurveModel], templates: Sequence[nn.Module], n_t: int = 5, t_seed: int | None = None,
-            loader=None) -> ImageEnsemble:  # fmt: skip
-    return ImageEnsemble(curve_networks(curves, [network(m) for m in templates], n_t, t_seed, loader))
-
-
-def combine(curves: Sequence[CurveModel], templates: Sequence[nn.Module], n_t: int = 5, n_perturb: int = 10,
-            sigma: float = 0.05, layer: int = 0, part: Part = "weight", seed: int = 0, t_seed: int | None = None,
-            loader=None) -> ImageEnsemble:  # fmt: skip
-    samples = curve_networks(curves, [network(m) for m in templates], n_t, t_seed, loader)
-    return ImageEnsemble(perturbed_networks(samples, n_perturb, sigma, layer, part, seed))
-
-
-IMAGE_ENSEMBLES: dict[str, Callable[..., ImageEnsemble]] = {
-    "average": average,
-    "majority": majority,
-    "perturb": perturb,
-    "connect": connect,
-    "combine": combine,
-}

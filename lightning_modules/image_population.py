@@ -38,7 +38,7 @@ The K forward and backward passes are computed in one of two ways (``stacking``)
   ``replace_all_batch_norm_modules_`` was not used: it drops the running statistics,
   so a member would no longer equal the model trained alone.
 * ``"loop"``: the members one after another within the same step (same batch, one
-  optimiser step).
+  optimiser step), each member's backward pass right after its forward pass.
 * ``"auto"``: ``vmap`` on a GPU, ``loop`` on a CPU, where stacking was measured slower
   (``bench/image_population.py``, ``docs/image_population.md``): K members' activations
   leave the cache, and oneDNN's grouped convolutions are slower than K dense ones.
@@ -59,7 +59,6 @@ from __future__ import annotations
 import copy
 from typing import Literal
 
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
@@ -74,14 +73,14 @@ from lightning_modules.image_classifier import (
     configure_image_optimizer,
     parameter_groups,
 )
+from lightning_modules.image_ensembles import ImageNetworks
+from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
 
 Stacking = Literal["auto", "vmap", "loop"]
-DataOrder = Literal["shared", "per_member"]
 STACKINGS = ("auto", "vmap", "loop")
-DATA_ORDERS = ("shared", "per_member")
 
 
-class ImagePopulation(pl.LightningModule):
+class ImagePopulation(Population, ImageNetworks):
     """K ``ImageClassifier`` networks of one architecture, seeds s_1..s_K, trained at once.
 
     Args:
@@ -104,6 +103,8 @@ class ImagePopulation(pl.LightningModule):
     ``test/acc_max``; after a test ``member_test_acc`` holds each member's accuracy (K,).
     """
 
+    TEST_LOG = ("test/acc", "")
+
     def __init__(
         self,
         arch: str = "small_cnn",
@@ -125,15 +126,10 @@ class ImagePopulation(pl.LightningModule):
         stacking: Stacking = "auto",
     ) -> None:
         super().__init__()
-        seeds = list(seeds) if seeds is not None else list(range(first_seed, first_seed + size))
-        if not seeds:
-            raise InputError(f"option size={size}; expected at least one member")
-        if len(set(seeds)) != len(seeds):
-            raise InputError("option seeds: repeated seeds; expected distinct initialisation seeds")
+        seeds = seed_list(size, first_seed, seeds)
         if member_lrs is not None and (len(member_lrs) != len(seeds) or not all(v > 0 for v in member_lrs)):
             raise InputError(f"option member_lrs={list(member_lrs)}; expected {len(seeds)} positive numbers")
-        if data_order not in DATA_ORDERS:
-            raise InputError(f"option data_order={data_order!r}; expected one of {list(DATA_ORDERS)}")
+        check_data_order(data_order)
         if stacking not in STACKINGS:
             raise InputError(f"option stacking={stacking!r}; expected one of {list(STACKINGS)}")
         self.save_hyperparameters(ignore=["size", "first_seed"])
@@ -142,12 +138,7 @@ class ImagePopulation(pl.LightningModule):
         self.lrs = list(member_lrs) if member_lrs is not None else [lr] * len(seeds)
         # ImageClassifier checks the shared options (optimizer, schedule, lr, ...) once per member
         self.nets = nn.ModuleList(ImageClassifier(**self.member_kwargs(i)).net for i in range(len(seeds)))
-        self.member_test_acc: torch.Tensor | None = None
         self._member_batches = None  # per-member data order: each member's batch iterator this epoch
-
-    @property
-    def size(self) -> int:
-        return len(self.seeds)
 
     # --- members --------------------------------------------------------------
     def member_kwargs(self, i: int) -> dict:
@@ -272,15 +263,42 @@ class ImagePopulation(pl.LightningModule):
         """(K,) mean cross-entropy per member, each computed as ``ImageClassifier`` computes it."""
         return torch.stack([F.cross_entropy(lg, t, label_smoothing=smoothing) for lg, t in zip(logits, y)])
 
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer) -> None:
+        """Nothing: ``training_step`` zeroes the gradients first (Lightning would zero them
+        after the step, where the loop's members already have theirs)."""
+
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         x, y = batch
         y = y if y.dim() == 2 else y.expand(self.size, -1)
-        logits = at_least_float32(self(x))
-        losses = self._member_losses(logits, y, self.hparams.label_smoothing)
-        acc = (logits.argmax(dim=-1) == y).float().mean()
-        self.log_dict({"train/loss": losses.mean(), "train/acc": acc}, prog_bar=True, on_step=False, on_epoch=True,
-                      batch_size=y.shape[1])  # fmt: skip
+        self.optimizers().zero_grad()
+        if self.stacks or self.trainer.world_size > 1:
+            logits = at_least_float32(self(x))
+            losses = self._member_losses(logits, y, self.hparams.label_smoothing)
+            correct = logits.argmax(dim=-1) == y
+        else:
+            losses, correct = self._member_by_member(x, y)
+        self.log_dict({"train/loss": losses.mean(), "train/acc": correct.float().mean()}, prog_bar=True,
+                      on_step=False, on_epoch=True, batch_size=y.shape[1])  # fmt: skip
         return losses.sum()
+
+    def _member_by_member(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loop on one process: each member's forward pass, loss and backward pass in
+        turn, so only one member's activations are held at a time, as when it trains alone
+        (holding all K members' made the loop 2.4x slower than K fits on the 2-core CPU).
+        Returns the members' losses, all but the last detached (Lightning's backward of
+        their sum is the last member's backward), and their correct predictions (K, N)."""
+        if self.hparams.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        losses, correct = [], []
+        for i, net in enumerate(self.nets):
+            logits = at_least_float32(net(x if x.dim() == 4 else x[i]))
+            loss = F.cross_entropy(logits, y[i], label_smoothing=self.hparams.label_smoothing)
+            if i < self.size - 1:
+                self.trainer.strategy.backward(loss, None)
+                loss = loss.detach()
+            losses.append(loss)
+            correct.append(logits.detach().argmax(dim=-1) == y[i])
+        return torch.stack(losses), torch.stack(correct)
 
     def validation_step(self, batch, batch_idx: int) -> None:
         x, y = batch
@@ -290,19 +308,3 @@ class ImagePopulation(pl.LightningModule):
         acc = (logits.argmax(dim=-1) == y).float().mean()
         self.log_dict({"val/loss": loss, "val/acc": acc}, prog_bar=True, on_epoch=True, sync_dist=True,
                       batch_size=y.shape[1])  # fmt: skip
-
-    # --- testing --------------------------------------------------------------
-    def on_test_epoch_start(self) -> None:
-        self._test_correct = torch.zeros(self.size, device=self.device)
-        self._test_images = 0
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        x, y = batch
-        self._test_correct += (self(x).argmax(dim=-1) == y).sum(dim=1)
-        self._test_images += len(y)
-
-    def on_test_epoch_end(self) -> None:
-        self.member_test_acc = (self._test_correct / self._test_images).cpu()
-        acc = self.member_test_acc
-        self.log_dict({"test/acc": acc.mean(), "test/acc_std": acc.std(unbiased=False), "test/acc_min": acc.min(),
-                       "test/acc_max": acc.max()})  # fmt: skip

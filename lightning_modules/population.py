@@ -28,14 +28,11 @@ every call and leaves the optimiser and clipping to be stacked by hand anyway
 
 from __future__ import annotations
 
-from typing import Literal
-
-import pytorch_lightning as pl
 import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from lightning_modules.allocator import retain_freed_memory
+from lightning_modules.ensembles import MLPEnsemble, Reduction
 from lightning_modules.interface import POSITIVE_CLASS, explained_output, output_kind
 from lightning_modules.mlp import (
     ExplainOutput,
@@ -46,9 +43,9 @@ from lightning_modules.mlp import (
     check_loss_on,
     classification_loss,
 )
+from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
 from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_backward, stacked_forward
 
-DataOrder = Literal["shared", "per_member"]
 # On a CPU, an evaluation batch is run through the members in pieces whose widest
 # activations (members x rows x width floats) take at most this many bytes: a quarter of the
 # 32 MiB L3 cache of the 2-core bench machine. Speed is the reason: 200 Adult members
@@ -56,7 +53,7 @@ DataOrder = Literal["shared", "per_member"]
 EVAL_BLOCK_BYTES = 8 * 2**20
 
 
-class PopulationMLP(pl.LightningModule):
+class PopulationMLP(Population):
     """M seed-varied ``MLPClassifier`` members with stacked parameters.
 
     Args:
@@ -74,6 +71,7 @@ class PopulationMLP(pl.LightningModule):
             M seeded MLPs only to overwrite them costs about 0.8 ms per member.
     """
 
+    TEST_LOG = ("test/member_acc", "_mean")
     explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(
@@ -92,14 +90,9 @@ class PopulationMLP(pl.LightningModule):
         initialise: bool = True,
     ) -> None:
         super().__init__()
-        if data_order not in ("shared", "per_member"):
-            raise InputError(f"option data_order={data_order!r}; expected 'shared' or 'per_member'")
+        check_data_order(data_order)
         check_loss_on(loss_on)
-        seeds = list(seeds) if seeds is not None else list(range(first_seed, first_seed + size))
-        if not seeds:
-            raise InputError("option size=0; expected at least one member")
-        if len(set(seeds)) != len(seeds):
-            raise InputError("option seeds: repeated seeds; expected distinct initialisation seeds")
+        seeds = seed_list(size, first_seed, seeds)
         self.save_hyperparameters(ignore=["size", "first_seed", "initialise"])
         self.hparams.seeds = seeds
         self.automatic_optimization = False
@@ -115,11 +108,6 @@ class PopulationMLP(pl.LightningModule):
         self.biases = nn.ParameterList([nn.Parameter(b) for b in biases])
         self._order_generators: list[torch.Generator] | None = None
         self._epoch_order: torch.Tensor | None = None
-        self.member_test_acc: torch.Tensor | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.seeds)
 
     # --- forward --------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,6 +137,22 @@ class PopulationMLP(pl.LightningModule):
                 lin.bias.copy_(b[i, 0])
         return model
 
+    @classmethod
+    def from_file(cls, hparams: dict, seeds: list[int]) -> "PopulationMLP":
+        return cls(**hparams, seeds=seeds, initialise=False)
+
+    def ensemble(self, indices: list[int], reduction: Reduction = "average") -> MLPEnsemble:
+        """Members ``indices`` as one ``MLPEnsemble`` with their current weights."""
+        index = torch.as_tensor(list(indices))
+        weights, biases = [w.detach()[index] for w in self.weights], [b.detach()[index] for b in self.biases]
+        return MLPEnsemble(weights, biases, reduction, self.hparams.explain_output)
+
+    @staticmethod
+    def curve_ensemble(curves: list, ts: torch.Tensor, members: list[int], loader=None) -> MLPEnsemble:
+        """The MLPs at every t of ``ts`` on every curve (``MLPEnsemble.on_curves``): they
+        are whole MLPs without BatchNorm, so neither ``members`` nor ``loader`` is needed."""
+        return MLPEnsemble.on_curves(curves, ts)
+
     def init_kwargs(self) -> dict:
         """The constructor arguments other than the seeds (plain types, for files and copies)."""
         names = ["in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on", "data_order",
@@ -177,10 +181,6 @@ class PopulationMLP(pl.LightningModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
         return adam(self.parameters(), hp.lr, hp.weight_decay, members=self.size)
-
-    def on_fit_start(self) -> None:
-        if self.device.type == "cpu":
-            retain_freed_memory()
 
     def on_train_start(self) -> None:
         if self.hparams.data_order == "per_member" and self.trainer.datamodule.shuffle:
@@ -260,27 +260,8 @@ class PopulationMLP(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         loss, acc = self._stats[0] / self._stats[2], self._stats[1] / self._stats[2]
-        self._log_spread("train/member_loss", loss)
-        self._log_spread("train/member_acc", acc)
-
-    def _log_spread(self, name: str, values: torch.Tensor) -> None:
-        self.log_dict(
-            {f"{name}_mean": values.mean(), f"{name}_std": values.std(unbiased=False),
-             f"{name}_min": values.min(), f"{name}_max": values.max()},
-            prog_bar=False, on_epoch=True,
-        )  # fmt: skip
-
-    # --- testing --------------------------------------------------------------
-    def on_test_epoch_start(self) -> None:
-        self._test_correct = torch.zeros(self.size, device=self.device)
-        self._test_rows = 0
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        x, y = batch
-        rows = self._eval_rows()
-        for xs, ys in zip(x.split(rows), y.split(rows)):
-            self._test_correct += (self(xs).argmax(dim=-1) == ys).sum(dim=1)
-        self._test_rows += len(y)
+        self.log_spread("train/member_loss", "_mean", loss)
+        self.log_spread("train/member_acc", "_mean", acc)
 
     def _eval_rows(self) -> int:
         """Rows per forward pass when evaluating: all of them on a GPU; on a CPU as many as
@@ -288,7 +269,3 @@ class PopulationMLP(pl.LightningModule):
         if self.device.type != "cpu":
             return 2**62
         return rows_per_pass(self.size, max(self.hparams.hidden), EVAL_BLOCK_BYTES // 4)
-
-    def on_test_epoch_end(self) -> None:
-        self.member_test_acc = (self._test_correct / self._test_rows).cpu()
-        self._log_spread("test/member_acc", self.member_test_acc)

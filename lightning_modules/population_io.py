@@ -1,8 +1,12 @@
-"""Saving and loading a trained population as one file.
+"""Saving and loading a trained population (any kind) as one file.
 
 The file is a plain ``torch.save`` dictionary of tensors, numbers, strings and
 lists, so it loads with ``torch.load(weights_only=True)``:
-``{"format", "hparams", "seeds", "state_dict", "member_test_acc", "metadata"}``.
+``{"format", "class", "hparams", "seeds", "state_dict", "member_test_acc", "metadata"}``;
+``class`` names the kind (``PopulationMLP``, ``ImagePopulation``), ``hparams`` its
+``init_kwargs()``, ``state_dict`` the population's (an ``ImagePopulation``'s keys are
+``nets.<i>.<parameter or buffer>``). Files written before this format named the kind by
+their format (``LEGACY_FORMATS``) and read the same.
 """
 
 from __future__ import annotations
@@ -12,14 +16,19 @@ from importlib.metadata import version
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.specs import DATASETS
-from lightning_modules.mlp import MLPClassifier
+from lightning_modules.image_population import ImagePopulation
 from lightning_modules.population import PopulationMLP
+from lightning_modules.population_base import Population
 
-FORMAT = "reliable-explanations/population-v2"  # v2: weights (M, out, in)
+FORMAT = "reliable-explanations/population-v3"  # v3: one format for every kind, named by "class"
+KINDS: dict[str, type[Population]] = {"PopulationMLP": PopulationMLP, "ImagePopulation": ImagePopulation}
+LEGACY_FORMATS = {"reliable-explanations/population-v2": "PopulationMLP",  # weights (M, out, in)
+                  "reliable-explanations/image-population-v1": "ImagePopulation"}  # fmt: skip
 
 
 def software_versions() -> dict[str, str]:
@@ -27,13 +36,12 @@ def software_versions() -> dict[str, str]:
     return {"python": platform.python_version(), **{n: version(n) for n in names}}
 
 
-def save_population(path: str | Path, population: PopulationMLP, member_test_acc: list[float], metadata: dict,
-                    file_format: str = FORMAT) -> None:  # fmt: skip
-    """Write atomically: a reader never sees a half-written population file. ``population``:
-    any population with ``init_kwargs()``, ``seeds`` and a state dict (``PopulationMLP``, or an
-    ``ImagePopulation`` under its own ``file_format``)."""
+def save_population(path: str | Path, population: Population, member_test_acc: list[float],
+                    metadata: dict) -> None:  # fmt: skip
+    """Write atomically: a reader never sees a half-written population file."""
     payload = {
-        "format": file_format,
+        "format": FORMAT,
+        "class": type(population).__name__,
         "hparams": population.init_kwargs(),
         "seeds": list(population.seeds),
         "state_dict": {k: v.detach().cpu() for k, v in population.state_dict().items()},
@@ -43,9 +51,10 @@ def save_population(path: str | Path, population: PopulationMLP, member_test_acc
     atomic_write(Path(path), lambda tmp: torch.save(payload, tmp))
 
 
-def read_population_file(path: str | Path, mmap: bool = False, file_format: str = FORMAT) -> dict:
-    """A population file's dictionary, checked to be one of ``file_format``; ``mmap=True``
-    maps its tensors instead of reading them (for a look at the metadata alone)."""
+def read_population_file(path: str | Path, mmap: bool = False, kind: str | None = None) -> dict:
+    """A population file's dictionary, its ``class`` the kind it holds (also for a file of
+    ``LEGACY_FORMATS``), checked to be ``kind`` where given; ``mmap=True`` maps its tensors
+    instead of reading them (for a look at the metadata alone)."""
     path = Path(path)
     if not path.is_file():
         dataset = path.parent.parent.name
@@ -55,21 +64,26 @@ def read_population_file(path: str | Path, mmap: bool = False, file_format: str 
         payload = torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
     except Exception as err:  # torch.load's failures on a foreign file differ by format (zip, pickle, mmap)
         raise InputError(f"{path}: not a population file written by train.py ({type(err).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != file_format:
-        raise InputError(f"{path}: not a population file (expected format {file_format!r})")
-    return payload
+    file_format = payload.get("format") if isinstance(payload, dict) else None
+    found = payload.get("class") if file_format == FORMAT else LEGACY_FORMATS.get(file_format)
+    if found not in KINDS:
+        raise InputError(f"{path}: not a population file (expected format {FORMAT!r}, or one of "
+                         f"{sorted(LEGACY_FORMATS)}, of a kind {sorted(KINDS)})")  # fmt: skip
+    if kind is not None and found != kind:
+        raise InputError(f"{path}: holds a {found}; expected a {kind}")
+    return {**payload, "class": found}
 
 
-def load_population(path: str | Path) -> tuple[PopulationMLP, dict]:
-    """The population and the rest of the file (seeds, accuracies, metadata)."""
-    payload = read_population_file(path)
-    population = PopulationMLP(**payload["hparams"], seeds=payload["seeds"], initialise=False)
+def load_population(path: str | Path, kind: str | None = None) -> tuple[Population, dict]:
+    """The population (on the CPU, of class ``kind`` where given) and the rest of the file."""
+    payload = read_population_file(path, kind=kind)
+    population = KINDS[payload["class"]].from_file(payload["hparams"], payload["seeds"])
     population.load_state_dict(payload["state_dict"])
     return population, payload
 
 
-def load_member(path: str | Path, index: int) -> MLPClassifier:
-    """Member ``index`` of a saved population as a plain ``MLPClassifier``."""
+def load_member(path: str | Path, index: int) -> nn.Module:
+    """Member ``index`` of a saved population as the model it equals alone (e.g. ``MLPClassifier``)."""
     population, _ = load_population(path)
     if not 0 <= index < population.size:
         raise InputError(f"member index {index}: expected 0 <= index < {population.size}")

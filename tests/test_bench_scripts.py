@@ -134,12 +134,14 @@ def test_image_explainers_check(monkeypatch):
 
 def test_ensembles_check(monkeypatch):
     bench = load_bench("ensembles")
+    from lightning_modules import PopulationMLP
     from lightning_modules.curves import MLPCurve
-    from lightning_modules.ensembles import ENSEMBLES
+    from lightning_modules.ensembles import build_ensemble
 
     torch.manual_seed(0)
     curves = [MLPCurve(in_features=bench.D, start_seed=s, end_seed=s + 1) for s in (0, 2)]
-    ensemble = ENSEMBLES["combine"](curves, n_t=2, n_perturb=2, sigma=0.2)
+    ends = PopulationMLP(in_features=bench.D, seeds=[0, 1, 2, 3])
+    ensemble = build_ensemble(ends, "combine", [0, 1, 2, 3], curves, n_t=2, n_perturb=2, sigma=0.2)
     x = torch.randn(16, bench.D)
     batched = bench.explain(ensemble, x, "saliency")
     looped, plain = bench.looped_captum(ensemble, x), bench.looped_plain(ensemble, x)
@@ -169,7 +171,7 @@ def test_consistency_check():
 
 def test_simplex_qp_check():
     bench = load_bench("simplex_qp")
-    from evaluators.maps.simplex_qp import enumerate_supports, solve_simplex_qp
+    from evaluators.aggregators.simplex_qp import enumerate_supports, solve_simplex_qp
 
     gamma = bench.problems(16, 5)
     w = solve_simplex_qp(gamma)

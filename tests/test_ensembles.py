@@ -7,7 +7,7 @@ import torch
 
 from lightning_modules import MLPClassifier, PopulationMLP
 from lightning_modules.curves import MLPCurve
-from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble, perturb_stack
+from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble, build_ensemble, perturb_stack
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +80,12 @@ def test_perturb_is_a_mean_of_perturbed_models(population):
 
 def test_connect_and_combine_average_points_along_curves():
     curves = [MLPCurve(in_features=5, start_seed=s, end_seed=s + 1) for s in (0, 10)]
+    ends = PopulationMLP(in_features=5, seeds=[0, 1, 10, 11])  # the curves' end points' seeds
     x = torch.randn(8, 5)
-    ensemble = ENSEMBLES["connect"](curves, n_t=3)
+    ensemble = build_ensemble(ends, "connect", [0, 1, 2, 3], curves, n_t=3)
     expected = torch.stack([c.classifier_at(t)(x).softmax(-1) for c in curves for t in (0.0, 0.5, 1.0)]).mean(0)
     torch.testing.assert_close(ensemble.probabilities(x), expected)
-    combined = ENSEMBLES["combine"](curves, n_t=3, n_perturb=5, sigma=0.0)
+    combined = build_ensemble(ends, "combine", [0, 1, 2, 3], curves, n_t=3, n_perturb=5, sigma=0.0)
     assert combined.size == 2 * 3 * 5
     torch.testing.assert_close(combined.probabilities(x), expected)
 
@@ -92,7 +93,7 @@ def test_connect_and_combine_average_points_along_curves():
 @pytest.mark.parametrize("kind", ["average", "majority", "perturb", "connect", "combine"])
 def test_ensembles_are_differentiable_wrt_input(population, kind):
     if kind in ("connect", "combine"):
-        ensemble = ENSEMBLES[kind]([MLPCurve(in_features=5, start_seed=0, end_seed=1)], n_t=3)
+        ensemble = ENSEMBLES[kind](population, [0, 1], [MLPCurve(in_features=5, start_seed=0, end_seed=1)], n_t=3)
     else:
         ensemble = ENSEMBLES[kind](population, [0, 1, 2])
     ensemble = ensemble.double()

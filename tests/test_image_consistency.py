@@ -96,7 +96,7 @@ def test_an_image_population_file_reads_as_its_members(image_population, tmp_pat
 
     from evaluators.protocols.consistency import ConsistencyConfig
     from lightning_modules.image_population import ImagePopulation
-    from lightning_modules.image_population_io import save_image_population
+    from lightning_modules import save_image_population
 
     runs, payload, data = load_image_members(image_population, torch.device("cpu"))
     data_cfg = yaml.safe_load((runs.folders[0] / "config.yaml").read_text())["data"]

@@ -10,7 +10,8 @@ from torch import nn
 from datamodules.errors import InputError
 from evaluators.maps import explain
 from lightning_modules.curves import CurveModel
-from lightning_modules.image_ensembles import IMAGE_ENSEMBLES, ImageEnsemble, weight_layers
+from lightning_modules.ensembles import build_ensemble
+from lightning_modules.image_ensembles import ImageEnsemble, ImageNetworks, weight_layers
 from lightning_modules.interface import class_probabilities
 
 
@@ -36,6 +37,11 @@ def images():
     return torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 
 
+def of(members, strategy: str, indices: list[int], *curves, **options) -> ImageEnsemble:
+    """The registry's ensemble of ``members`` (plain networks)."""
+    return build_ensemble(ImageNetworks(members), strategy, indices, *curves, **options)
+
+
 def loader(batches: int = 3):
     g = torch.Generator().manual_seed(2)
     return [(torch.randn(5, 1, 8, 8, generator=g, dtype=torch.float64), torch.zeros(5, dtype=torch.long))
@@ -43,13 +49,13 @@ def loader(batches: int = 3):
 
 
 def test_average_of_one_member_is_that_member(members, images):
-    ensemble = IMAGE_ENSEMBLES["average"](members[:1])
+    ensemble = of(members, "average", [0])
     torch.testing.assert_close(ensemble(images), members[0](images), rtol=0, atol=0)
     torch.testing.assert_close(class_probabilities(ensemble, images), members[0](images).softmax(-1))
 
 
 def test_average_predicts_mean_probability_and_forwards_mean_logit(members, images):
-    ensemble = IMAGE_ENSEMBLES["average"](members)
+    ensemble = of(members, "average", [0, 1, 2, 3])
     logits = torch.stack([m(images) for m in members])
     torch.testing.assert_close(ensemble(images), logits.mean(0))
     torch.testing.assert_close(class_probabilities(ensemble, images), logits.softmax(-1).mean(0))
@@ -57,7 +63,7 @@ def test_average_predicts_mean_probability_and_forwards_mean_logit(members, imag
 
 
 def test_majority_gives_vote_shares(members, images):
-    ensemble = IMAGE_ENSEMBLES["majority"](members[:3])
+    ensemble = of(members, "majority", [0, 1, 2])
     votes = torch.zeros(len(images), 3, dtype=torch.float64)
     for m in members[:3]:
         for n, c in enumerate(m(images).argmax(-1).tolist()):
@@ -68,27 +74,27 @@ def test_majority_gives_vote_shares(members, images):
 def test_ensemble_saliency_is_the_mean_of_member_saliencies(members, images):
     target = torch.tensor([0, 1, 2, 0, 1, 2])
     for strategy in ("average", "majority"):
-        ensemble = IMAGE_ENSEMBLES[strategy](members)
+        ensemble = of(members, strategy, [0, 1, 2, 3])
         maps = explain(ensemble, images, "saliency", target=target)
         mean = torch.stack([explain(m, images, "saliency", target=target) for m in members]).mean(0)
         torch.testing.assert_close(maps, mean)
-    ig = explain(IMAGE_ENSEMBLES["average"](members[:2]), images, "integrated_gradients", target=target, n_steps=8)
+    ig = explain(of(members, "average", [0, 1]), images, "integrated_gradients", target=target, n_steps=8)
     ig_mean = torch.stack([explain(m, images, "integrated_gradients", target=target, n_steps=8)
                            for m in members[:2]]).mean(0)  # fmt: skip
     torch.testing.assert_close(ig, ig_mean)
 
 
 def test_perturb_with_sigma_zero_equals_average(members, images):
-    perturbed = IMAGE_ENSEMBLES["perturb"](members[:2], n_perturb=3, sigma=0.0)
+    perturbed = of(members, "perturb", [0, 1], n_perturb=3, sigma=0.0)
     assert perturbed.size == 6
-    base = IMAGE_ENSEMBLES["average"](members[:2])
+    base = of(members, "average", [0, 1])
     torch.testing.assert_close(perturbed(images), base(images))
     torch.testing.assert_close(class_probabilities(perturbed, images), class_probabilities(base, images))
 
 
 @pytest.mark.parametrize(("layer", "part"), [(0, "weight"), (0, "bias"), (1, "weight")])
 def test_perturb_adds_noise_to_the_chosen_tensor_only(members, layer, part):
-    ensemble = IMAGE_ENSEMBLES["perturb"](members[:2], n_perturb=50, sigma=0.3, layer=layer, part=part, seed=3)
+    ensemble = of(members, "perturb", [0, 1], n_perturb=50, sigma=0.3, layer=layer, part=part, seed=3)
     for v, variant in enumerate(ensemble.nets):
         base = members[v // 50]
         for (name, p), q in zip(variant.named_parameters(), base.parameters()):
@@ -104,7 +110,7 @@ def test_perturb_adds_noise_to_the_chosen_tensor_only(members, layer, part):
 
 def test_perturb_refuses_a_layer_it_does_not_have(members):
     with pytest.raises(InputError, match="option layer=5; expected 0 <= layer < 2"):
-        IMAGE_ENSEMBLES["perturb"](members, layer=5)
+        of(members, "perturb", [0, 1, 2, 3], layer=5)
 
 
 def curves_between(members) -> list[CurveModel]:
@@ -132,7 +138,7 @@ def recomputed_bn(net: nn.Module, batches) -> nn.Module:
 def test_connect_samples_curves_with_batchnorm_recomputed_at_each_t(members, images):
     curves = curves_between(members)
     batches = loader()
-    ensemble = IMAGE_ENSEMBLES["connect"](curves, [members[0], members[2]], n_t=3, loader=batches)
+    ensemble = of(members, "connect", [0, 1, 2, 3], curves, n_t=3, loader=batches)
     assert ensemble.size == 6
     for c, curve in enumerate(curves):
         for k, t in enumerate((0.0, 0.5, 1.0)):
@@ -145,14 +151,13 @@ def test_connect_samples_curves_with_batchnorm_recomputed_at_each_t(members, ima
     for a, b in zip(ensemble.nets[2].parameters(), members[1].parameters()):
         torch.testing.assert_close(a, b)
     with pytest.raises(InputError, match="BatchNorm"):
-        IMAGE_ENSEMBLES["connect"](curves, [members[0], members[2]], n_t=2)
+        of(members, "connect", [0, 1, 2, 3], curves, n_t=2)
 
 
 def test_combine_with_sigma_zero_equals_connect(members, images):
     curves, batches = curves_between(members), loader()
-    connected = IMAGE_ENSEMBLES["connect"](curves, [members[0], members[2]], n_t=2, t_seed=4, loader=batches)
-    combined = IMAGE_ENSEMBLES["combine"](curves, [members[0], members[2]], n_t=2, n_perturb=3, sigma=0.0, t_seed=4,
-                                          loader=batches)  # fmt: skip
+    connected = of(members, "connect", [0, 1, 2, 3], curves, n_t=2, t_seed=4, loader=batches)
+    combined = of(members, "combine", [0, 1, 2, 3], curves, n_t=2, n_perturb=3, sigma=0.0, t_seed=4, loader=batches)
     assert combined.size == 12
     torch.testing.assert_close(combined(images), connected(images))
 
@@ -160,7 +165,7 @@ def test_combine_with_sigma_zero_equals_connect(members, images):
 def test_every_registry_explainer_explains_an_ensemble(members, images):
     from evaluators.maps import EXPLAINERS
 
-    ensemble = IMAGE_ENSEMBLES["average"](members[:2])
+    ensemble = of(members, "average", [0, 1])
     options = {"gradient_shap": {"baselines": images, "n_samples": 4}, "integrated_gradients": {"n_steps": 4},
                "smoothgrad": {"nt_samples": 3}, "smoothgrad_sq": {"nt_samples": 3}, "vargrad": {"nt_samples": 3},
                "occlusion": {"sliding_window_shapes": (1, 4, 4)}, "rise": {"n_masks": 20, "seed": 0},

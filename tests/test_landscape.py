@@ -131,10 +131,10 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
     import torch
 
     from evaluators.protocols import consistency as consistency_protocol
-    from evaluators.protocols.consistency import ConsistencyConfig, build_ensemble
+    from evaluators.protocols.consistency import ConsistencyConfig, set_ensemble
     from lightning_modules import load_population
     from lightning_modules.curve_population import curves_between
-    from lightning_modules.ensembles import ENSEMBLES
+    from lightning_modules.ensembles import build_ensemble
 
     population, _ = load_population(small_population)
     curves = [curves_between(population, [(0, 1), (2, 3)]).curve(i) for i in range(2)]
@@ -142,14 +142,15 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
     assert (paper.curve_mode, paper.t_sampling) == ("fixed", "uniform")  # the defaults: docs/table1.md says why
     x = torch.randn(7, 61)
     for s in (0, 1):  # t ~ U(0, 1), seeded by (seed + set), so sets differ and reruns agree
-        got = build_ensemble("connect", s, [0, 1, 2, 3], population, [curves, curves], paper).explained_output(x)
-        want = ENSEMBLES["connect"](curves, n_t=3, t_seed=s).explained_output(x)
+        got = set_ensemble("connect", s, [0, 1, 2, 3], population, [curves, curves], paper).explained_output(x)
+        want = build_ensemble(population, "connect", [0, 1, 2, 3], curves, n_t=3, t_seed=s).explained_output(x)
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     even = ConsistencyConfig(population=str(small_population), n_t=3, t_sampling="even")
-    evenly = build_ensemble("combine", 0, [0, 1, 2, 3], population, [curves], even).explained_output(x)
-    torch.testing.assert_close(evenly, ENSEMBLES["combine"](curves, n_t=3, seed=0).explained_output(x), rtol=0, atol=0)
-    assert not torch.equal(build_ensemble("connect", 0, [], population, [curves], paper).explained_output(x),
-                           build_ensemble("connect", 0, [], population, [curves], even).explained_output(x))
+    evenly = set_ensemble("combine", 0, [0, 1, 2, 3], population, [curves], even).explained_output(x)
+    combined = build_ensemble(population, "combine", [0, 1, 2, 3], curves, n_t=3, seed=0)
+    torch.testing.assert_close(evenly, combined.explained_output(x), rtol=0, atol=0)
+    assert not torch.equal(set_ensemble("connect", 0, [], population, [curves], paper).explained_output(x),
+                           set_ensemble("connect", 0, [], population, [curves], even).explained_output(x))
     for option in ("curve_mode", "t_sampling"):
         with pytest.raises(evaluate.InputError, match=f"option {option}='x'; expected one of"):
             ConsistencyConfig(population=str(small_population), **{option: "x"})
@@ -158,7 +159,7 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
     modes = []
     monkeypatch.setattr(consistency_protocol, "train_curves", lambda *a: modes.append(a[-1]) or [])
     for mode in ("fixed", "trained"):
-        with pytest.raises(IndexError):  # no curves came back: the mode is all this checks
+        with pytest.raises(evaluate.InputError, match="needs the curves"):  # none came back: the mode is all it checks
             consistency_protocol.evaluate_consistency(ConsistencyConfig(population=str(small_population), methods=[],
                                                       strategies=["connect"], n_sets=2, device="cpu", curve_mode=mode))
     assert modes == ["fixed", "trained"]

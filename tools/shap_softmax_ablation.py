@@ -40,7 +40,7 @@ from evaluators.maps import explain  # noqa: E402
 from evaluators.metrics.agreement_functional import ley_agreements  # noqa: E402
 from evaluators.protocols.population_sets import disjoint_sets  # noqa: E402
 from evaluators.protocols.consistency import (  # noqa: E402
-    ConsistencyConfig, build_ensemble, deepshap_background, explanation_seed,
+    ConsistencyConfig, deepshap_background, explanation_seed, set_ensemble,
 )  # fmt: skip
 
 STRATEGIES = ("single", "average", "perturb")
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     maps: dict[str, list[torch.Tensor]] = {"captum_logit": [], "shap_softmax": []}
     started = time.perf_counter()
     for s, members in enumerate(disjoint_sets(population.size, 4, cfg.n_sets, cfg.seed)):
-        ensemble = build_ensemble(args.strategy, s, members, population, [], cfg)
+        ensemble = set_ensemble(args.strategy, s, members, population, [], cfg)
         torch.manual_seed(explanation_seed(cfg.seed, 4, s))
         maps["captum_logit"].append(explain(ensemble, x, "deepshap", baselines=background).detach())
         maps["shap_softmax"].append(shap_positive_class(MeanSoftmax(*ensemble.stacked).eval(), x, background))

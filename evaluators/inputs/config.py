@@ -7,16 +7,20 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import yaml
 
 from datamodules.errors import InputError
-from datamodules.tabular import TabularDataModule
 from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, check_kind, not_found
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_population, population_datamodule, read_population_file
+
+if TYPE_CHECKING:
+    import pytorch_lightning as pl
+
+    from evaluators.inputs.image_members import ImageMembers
 
 
 def resolve_device(name: str) -> torch.device:
@@ -74,15 +78,16 @@ class PopulationSource:
             return image_source_name(self.population)
         return read_population_file(self.population, mmap=True)["metadata"]["dataset"]["dataset"]
 
-    def load(self) -> tuple[PopulationMLP, dict, TabularDataModule]:
-        """The population (on ``device``), the rest of its file, and its datamodule (for a
-        folder of image runs: ``ImageMembers``, a payload holding its metadata, its datamodule)."""
+    def load(self) -> tuple[PopulationMLP | ImageMembers, dict, pl.LightningDataModule]:
+        """The population (on ``device``), the rest of its file, and its datamodule: a
+        ``PopulationMLP`` from a tabular population file, ``ImageMembers`` from an image
+        population file or a folder of image runs (whose payload holds its metadata)."""
         device = resolve_device(self.device)
         if self.images:
             from evaluators.inputs.image_members import load_image_members
 
             return load_image_members(self.population, device, self.data_dir)
-        population, payload = load_population(self.population)
+        population, payload = load_population(self.population, kind="PopulationMLP")
         return population.to(device), payload, population_datamodule(payload, self.data_dir)
 
 

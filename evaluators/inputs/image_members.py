@@ -4,7 +4,7 @@ and the datamodule they were trained on.
 ``load_image_members(source)`` reads either
 
 * an image population file (``population.pt`` of an ``ImagePopulation`` run of train.py,
-  ``lightning_modules.image_population_io``): its members in order; or
+  ``lightning_modules.population_io``): its members in order; or
 * a folder: every ``train.py`` run under it (any depth: ``<folder>/**/checkpoints/last.ckpt``
   beside its ``config.yaml``), e.g. K runs of ``configs/images/fashion_mnist_cnn.yaml``
   that differ only in ``--model.seed``, written with ``--output_dir <folder>``; members
@@ -21,12 +21,12 @@ import yaml
 
 from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
-from lightning_modules.image_population_io import IMAGE_FORMAT, load_image_population
-from lightning_modules.population_io import population_datamodule, read_population_file
+from lightning_modules.image_ensembles import ImageNetworks, network
+from lightning_modules.population_io import load_population, population_datamodule, read_population_file
 
 
 @dataclass
-class ImageMembers:
+class ImageMembers(ImageNetworks):
     """K image classifiers (eval mode, on one device) and their datamodule."""
 
     members: list
@@ -36,6 +36,10 @@ class ImageMembers:
     @property
     def size(self) -> int:
         return len(self.members)
+
+    @property
+    def nets(self) -> list:
+        return [network(m) for m in self.members]
 
     @property
     def device(self) -> torch.device:
@@ -53,10 +57,9 @@ def is_image_source(source: str | Path) -> bool:
     if path.is_dir():
         return True
     try:
-        payload = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
-    except Exception:  # not a file, or not one torch reads: the tabular loader names the problem
+        return read_population_file(path, mmap=True)["class"] == "ImagePopulation"
+    except InputError:  # not a population file: the tabular loader names the problem
         return False
-    return isinstance(payload, dict) and payload.get("format") == IMAGE_FORMAT
 
 
 def member_runs(folder: str | Path) -> list[Path]:
@@ -72,7 +75,7 @@ def image_source_name(source: str | Path) -> str:
     from pytorch_lightning.cli import instantiate_class
 
     if not Path(source).is_dir():
-        return read_population_file(source, mmap=True, file_format=IMAGE_FORMAT)["metadata"]["dataset"]["dataset"]
+        return read_population_file(source, mmap=True, kind="ImagePopulation")["metadata"]["dataset"]["dataset"]
     folder = source
     data_cfg = yaml.safe_load((member_runs(folder)[0] / "config.yaml").read_text())["data"]
     return instantiate_class((), data_cfg).name
@@ -84,7 +87,7 @@ def load_image_members(source: str | Path, device: torch.device, data_dir: str |
     name}, "max_epochs": E}}`` (a population file's own), and the datamodule (``data_dir``:
     where its data lies now). A folder's runs must share one architecture and dataset."""
     if not Path(source).is_dir():
-        population, payload = load_image_population(source)
+        population, payload = load_population(source, kind="ImagePopulation")
         data = population_datamodule(payload, data_dir)
         members = [population.member(i).to(device).eval() for i in range(population.size)]
         return ImageMembers(members, data, [Path(source)] * population.size), payload, data

@@ -31,7 +31,7 @@ strategies' ensembles of one set see the same noise, so strategies are compared 
 paired draws.
 
 An image population (a folder of image runs or an ``ImagePopulation`` file; see
-``image_task``) goes through the same loop: ensembles from ``IMAGE_ENSEMBLES``, test
+``population_task``) goes through the same loop: ensembles from the same registry, test
 images explained for their labels, maps reduced per pixel and flattened, SA/SSA/CDC over
 the top-k pixels plus the angular difference and Watson et al.'s C
 (docs/image_consistency.md).
@@ -66,12 +66,10 @@ from evaluators.protocols.population_sets import (
     disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
 )  # fmt: skip
 from evaluators.inputs.runs import spread_images
-from lightning_modules.ensembles import ENSEMBLES
-from lightning_modules.image_ensembles import IMAGE_ENSEMBLES
+from lightning_modules.ensembles import build_ensemble
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
-IMAGE_METRICS = [*METRICS, "angular", "watson_c"]
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
 CURVE_MODES = ["fixed", "trained"]
@@ -144,60 +142,25 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
             "q45": float(q45), "q55": float(q55)}  # fmt: skip
 
 
-def build_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
-    """Set s's ensemble of a strategy (built one at a time: a ``combine`` ensemble holds
-    2,500-5,000 MLPs, and 50 of them at once outgrow a 24 GB machine): from
-    ``lightning_modules.ensembles.ENSEMBLES`` for a tabular population,
-    ``lightning_modules.image_ensembles.IMAGE_ENSEMBLES`` for ``ImageMembers`` (whose
-    curve samples take their start members as templates and recompute BatchNorm
-    statistics over the training images)."""
-    noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part}
-    t_seed = cfg.seed + s if cfg.t_sampling == "uniform" else None
-    if isinstance(population, ImageMembers):
-        registry, extra = IMAGE_ENSEMBLES, {"loader": population.bn_loader()}
-
-        def of(indices):
-            return ([population.members[i] for i in indices],)
-
-        def along():
-            return curves[s], [population.members[a] for a, _ in member_pairs(members)]
-    else:
-        registry, extra = ENSEMBLES, {}
-
-        def of(indices):
-            return population, indices
-
-        def along():
-            return (curves[s],)
+def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
+    """Set s's ensemble of a strategy (``lightning_modules.ensembles.build_ensemble``; built one
+    at a time: a ``combine`` ensemble holds 2,500-5,000 MLPs, and 50 of them at once outgrow a
+    24 GB machine). ``single``: the set's first member. Image curve samples recompute their
+    BatchNorm statistics over the training images."""
     if strategy == "single":
-        return registry["average"](*of(members[:1]))
-    if strategy in ("average", "majority"):
-        return registry[strategy](*of(members))
-    if strategy == "perturb":
-        return registry["perturb"](*of(members), **noise, seed=cfg.seed + s)
-    if strategy == "connect":
-        return registry["connect"](*along(), n_t=cfg.n_t, t_seed=t_seed, **extra)
-    return registry["combine"](*along(), n_t=cfg.n_t, **noise, seed=cfg.seed + s, t_seed=t_seed, **extra)
+        return build_ensemble(population, "average", members[:1])
+    noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": cfg.seed + s}
+    along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None}
+    if strategy in ("average", "majority", "perturb"):
+        return build_ensemble(population, strategy, members, **(noise if strategy == "perturb" else {}))
+    if isinstance(population, ImageMembers):
+        along["loader"] = population.bn_loader()
+    return build_ensemble(population, strategy, members, curves[s], **along, **(noise if strategy == "combine" else {}))
 
 
 def explanation_seed(seed: int, n: int, s: int) -> int:
     """The explainers' seed for set s's ensembles (every strategy's)."""
     return int(np.random.SeedSequence([seed, n, s]).generate_state(1)[0])
-
-
-def ensemble_results(ensemble, x_test, y_test, background, cfg: ConsistencyConfig, seed: int) -> tuple[float, dict]:
-    """An ensemble's test accuracy and its explanations of the first test points, per
-    method, each method's random draws starting from ``seed``."""
-    with torch.no_grad():
-        accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
-    points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
-    options = {"deepshap": {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule},
-               "smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
-    explained = {}
-    for method in cfg.methods:
-        x = x_test[: points.get(method, cfg.n_points)]
-        explained[method] = explain(ensemble, x, method, seed=seed, **options.get(method, {})).detach()
-    return accuracy, explained
 
 
 def set_file(run_dir: Path, n: int, strategy: str, s: int) -> Path:
@@ -238,31 +201,6 @@ def deepshap_background(x_train: torch.Tensor, cfg: ConsistencyConfig) -> torch.
     return x_train[order[: cfg.n_background]]
 
 
-def tabular_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
-    """Ley et al.'s Table 1 on tabular rows: every ensemble explains its positive class on
-    the first test points."""
-    if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
-        population.hparams.explain_output = cfg.explain_output
-    device = population.device
-    x_train, _ = data.train_tensors
-    x_test, y_test = (t.to(device) for t in data.test_tensors)
-    background = deepshap_background(x_train, cfg).to(device)
-    epochs = cfg.curve_epochs or meta["max_epochs"]
-
-    def curves(pairs):
-        return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
-
-    def results(strategy, s, members, set_curves, seed):
-        ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
-        return ensemble_results(ensemble, x_test, y_test, background, cfg, seed)
-
-    def scores(e):
-        agreements = ley_agreements(e, cfg.k)
-        return {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
-
-    return Task(population.size, device, curves, results, scores)
-
-
 def image_rows_per_pass(x: torch.Tensor, ensemble_size: int) -> int:
     """Images per pass of an image ensemble, all its members' rows together at most
     ``MODEL_ROWS`` and ``MODEL_PIXELS`` input pixels (the members run one after another in
@@ -270,42 +208,62 @@ def image_rows_per_pass(x: torch.Tensor, ensemble_size: int) -> int:
     return max(1, rows_within(x, MODEL_ROWS, MODEL_PIXELS) // ensemble_size)
 
 
-def image_task(cfg: ConsistencyConfig, population: ImageMembers, meta: dict, data) -> Task:
-    """The protocol on an image population: ``n_points`` test images spread through the
-    test split, each explained for its label; maps reduced per pixel (``map_reduction``)
-    and flattened to (N, H·W). Scores: SA/SSA/CDC over the top-k pixels and the angular
-    difference per image (averaged over pairs of ensembles), and per pair of ensembles
-    Watson et al.'s 1 - S(a, b) (its mean over pairs is their C). Test accuracy on
-    ``n_accuracy_images`` spread test images. Gradient SHAP draws its references from
-    ``n_background`` training images spread through the split."""
-    device = population.device
-    x_test, y_test = (t.to(device) for t in spread_images(data, cfg.n_points, "test"))
-    x_acc, y_acc = (t.to(device) for t in spread_images(data, cfg.n_accuracy_images, "test"))
-    background = spread_images(data, cfg.n_background, "train")[0].to(device)
-    epochs = cfg.curve_epochs or meta["max_epochs"]
-    options = {"gradient_shap": {"baselines": background},
-               "smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
+def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
+    """The protocol's inputs and scores for a population of either kind.
+
+    Tabular (Ley et al.'s Table 1): the first ``n_points`` test rows, each explained for the
+    positive class; test accuracy on the whole test split; DeepSHAP's background
+    ``n_background`` training rows drawn with ``seed``; SA/SSA/CDC over the top-k features.
+    Images: ``n_points`` test images spread through the test split, each explained for its
+    label; maps reduced per pixel (``map_reduction``) and flattened to (N, H·W); test accuracy
+    on ``n_accuracy_images`` spread test images; Gradient SHAP's references ``n_background``
+    training images spread through the split; scores: SA/SSA/CDC over the top-k pixels, the
+    angular difference per image (both averaged over pairs of ensembles) and per pair of
+    ensembles Watson et al.'s 1 - S(a, b) (its mean over pairs is their C)."""
+    images = isinstance(population, ImageMembers)
+    device, epochs = population.device, cfg.curve_epochs or meta["max_epochs"]
+    options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
+    points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
+    if images:
+        x_test, y_test = (t.to(device) for t in spread_images(data, cfg.n_points, "test"))
+        x_acc, y_acc = (t.to(device) for t in spread_images(data, cfg.n_accuracy_images, "test"))
+        options["gradient_shap"] = {"baselines": spread_images(data, cfg.n_background, "train")[0].to(device)}
+    else:
+        if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
+            population.hparams.explain_output = cfg.explain_output
+        x_test, y_test = (t.to(device) for t in data.test_tensors)
+        background = deepshap_background(data.train_tensors[0], cfg).to(device)
+        options["deepshap"] = {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule}
 
     def curves(pairs):
-        return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
+        if images:
+            return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
+        return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
 
     def results(strategy, s, members, set_curves, seed):
-        ensemble = build_ensemble(strategy, s, members, population, set_curves, cfg)
-        rows = image_rows_per_pass(x_test, ensemble.size)
-        accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
+        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg)
+        if images:
+            rows = image_rows_per_pass(x_test, ensemble.size)
+            accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
+        else:
+            with torch.no_grad():
+                accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
         explained = {}
         for method in cfg.methods:
-            n = cfg.n_points_smoothgrad if method == "smoothgrad" else cfg.n_points
-            explained[method] = explain(ensemble, x_test[:n], method, target=y_test[:n], max_batch=rows, seed=seed,
+            n = points.get(method, cfg.n_points)
+            per_image = {"target": y_test[:n], "max_batch": rows} if images else {}
+            explained[method] = explain(ensemble, x_test[:n], method, seed=seed, **per_image,
                                         **options.get(method, {})).detach()  # fmt: skip
         return accuracy, explained
 
     def scores(maps):
-        e = reduce_map(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(0, maps.shape[:2])
+        e = maps if not images else reduce_map(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(
+            0, maps.shape[:2])  # fmt: skip
         agreements = ley_agreements(e, cfg.k)
-        values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}
-        values["angular"] = angular_difference(e).mean(0).cpu()
-        values["watson_c"] = 1 - torch.tensor(pair_separations(e, cfg.seed), dtype=torch.float64)
+        values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
+        if images:
+            values["angular"] = angular_difference(e).mean(0).cpu()
+            values["watson_c"] = 1 - torch.tensor(pair_separations(e, cfg.seed), dtype=torch.float64)
         return values
 
     return Task(population.size, device, curves, results, scores)
@@ -316,7 +274,7 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     from there (see the module's docstring)."""
     population, payload, data = cfg.load()
     meta = payload["metadata"]
-    task = (image_task if isinstance(population, ImageMembers) else tabular_task)(cfg, population, meta, data)
+    task = population_task(cfg, population, meta, data)
 
     def kept(n: int, strategy: str, s: int) -> bool:
         """Whether this ensemble's results are kept in the run folder from an earlier start."""

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from lightning_modules.curves import MLPCurve
-from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
+from lightning_modules.ensembles import MLPEnsemble, build_ensemble
 from lightning_modules.population import PopulationMLP
 
 
@@ -110,14 +110,13 @@ def evaluate_landscape(cfg: LandscapeConfig) -> dict:
     for k, (members, pairs) in enumerate(zip(sets, set_pairs)):
         seeds = [population.seeds[i] for i in members]
         curves, trained = for_sets[cfg.curve_mode][k], for_sets["trained"][k]
-        accuracies["single"].append(accuracy(ENSEMBLES["average"](population, members[:1]), x_test, y_test))
-        for name in ("average", "majority"):
-            accuracies[name].append(accuracy(ENSEMBLES[name](population, members), x_test, y_test))
+        accuracies["single"].append(accuracy(build_ensemble(population, "average", members[:1]), x_test, y_test))
         noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": k}
-        accuracies["perturb"].append(accuracy(ENSEMBLES["perturb"](population, members, **noise), x_test, y_test))
-        accuracies["connect"].append(accuracy(ENSEMBLES["connect"](curves, n_t=cfg.n_t), x_test, y_test))
-        combined = ENSEMBLES["combine"](curves, n_t=cfg.n_t, **noise)
-        accuracies["combine"].append(accuracy(combined, x_test, y_test))
+        options = {"average": {}, "majority": {}, "perturb": noise, "connect": {"n_t": cfg.n_t},
+                   "combine": {"n_t": cfg.n_t, **noise}}  # fmt: skip
+        for name, chosen in options.items():
+            ensemble = build_ensemble(population, name, members, curves, **chosen)
+            accuracies[name].append(accuracy(ensemble, x_test, y_test))
         starts = [vector(c.point_state(0).values()).cpu() for c in trained]  # Figure 9: curves trained from seeds
         models = {i: vector(population.member(i).net.parameters()) for i in members}
         for (a, _), start in zip(pairs, starts):

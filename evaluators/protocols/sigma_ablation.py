@@ -20,7 +20,7 @@ from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
 from evaluators.maps import EXPLAINERS, explain
-from lightning_modules.ensembles import ENSEMBLES
+from lightning_modules.ensembles import build_ensemble
 
 
 @dataclass
@@ -56,7 +56,8 @@ def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
     for layer in cfg.layers:
         for sigma in cfg.sigmas:
             perturbed = [
-                ENSEMBLES["perturb"](population, [int(i)], cfg.n_perturb, sigma, layer, cfg.part, seed=cfg.seed + j)
+                build_ensemble(population, "perturb", [int(i)], n_perturb=cfg.n_perturb, sigma=sigma, layer=layer,
+                               part=cfg.part, seed=cfg.seed + j)  # fmt: skip
                 for j, i in enumerate(members)
             ]
             explanations = torch.stack([explain(p, x, cfg.method) for p in perturbed])

@@ -50,10 +50,10 @@ def _imports():
     TABULAR_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.fixed is not None]  # noqa: F841 (tabular)
     IMAGE_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.takes != "rows"]  # noqa: F841 (an image model's)
     from evaluators.maps.image_explainers import reduce_map  # noqa: F401
-    from evaluators.maps.normalisations import NORMALISATIONS, normalise  # noqa: F401
-    from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation  # noqa: F401
-    from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate  # noqa: F401
-    from evaluators.maps.simplex_qp import solve_simplex_qp  # noqa: F401
+    from evaluators.aggregators.normalisations import NORMALISATIONS, normalise  # noqa: F401
+    from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation  # noqa: F401
+    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate  # noqa: F401
+    from evaluators.aggregators.simplex_qp import solve_simplex_qp  # noqa: F401
     from evaluators.metrics import agreement_functional as agreement  # noqa: F401
     from evaluators.metrics.faithfulness_correlation import faithfulness_correlation  # noqa: F401
     from evaluators.metrics.infidelity import infidelity, subset_perturbations  # noqa: F401
@@ -66,8 +66,8 @@ def _imports():
     from lightning_modules import ImagePopulation, MLPClassifier, PopulationMLP, create_image_model  # noqa: F401
     from lightning_modules.curve_population import curves_between  # noqa: F401
     from lightning_modules.curves import CurveModel, MLPCurve  # noqa: F401
-    from lightning_modules.ensembles import ENSEMBLES  # noqa: F401
-    from lightning_modules.image_ensembles import IMAGE_ENSEMBLES  # noqa: F401
+    from lightning_modules.ensembles import ENSEMBLES, build_ensemble  # noqa: F401
+    from lightning_modules.image_ensembles import ImageNetworks  # noqa: F401
     from lightning_modules.population_fit import fit_population  # noqa: F401
 
     return SimpleNamespace(**{k: v for k, v in locals().items() if k != "SimpleNamespace"})
@@ -165,8 +165,8 @@ def ensembles(ns, explain_output: str) -> dict:
         "average": ns.ENSEMBLES["average"](pop, [0, 1, 2]),
         "majority": ns.ENSEMBLES["majority"](pop, [0, 1, 2]),
         "perturb": ns.ENSEMBLES["perturb"](pop, [0, 2], n_perturb=3, sigma=0.2, seed=5),
-        "connect": ns.ENSEMBLES["connect"](cur, n_t=3),
-        "combine": ns.ENSEMBLES["combine"](cur, n_t=2, n_perturb=2, sigma=0.2, seed=6),
+        "connect": ns.build_ensemble(pop, "connect", [0, 1, 2, 3], cur, n_t=3),
+        "combine": ns.build_ensemble(pop, "combine", [0, 1, 2, 3], cur, n_t=2, n_perturb=2, sigma=0.2, seed=6),
     }
 
 
@@ -277,12 +277,13 @@ def image_ensembles(ns) -> dict:
                     if name.endswith("_1"):
                         p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(k)))
         built = {
-            "average": ns.IMAGE_ENSEMBLES["average"](members[:3]),
-            "majority": ns.IMAGE_ENSEMBLES["majority"](members[:3]),
-            "perturb": ns.IMAGE_ENSEMBLES["perturb"](members[:2], n_perturb=2, sigma=0.05, seed=3),
-            "connect": ns.IMAGE_ENSEMBLES["connect"](curves_, [members[0], members[2]], n_t=3, loader=loader),
-            "combine": ns.IMAGE_ENSEMBLES["combine"](curves_, [members[0], members[2]], n_t=2, n_perturb=2,
-                                                     sigma=0.05, seed=4, loader=loader),
+            "average": ns.build_ensemble(ns.ImageNetworks(members), "average", [0, 1, 2]),
+            "majority": ns.build_ensemble(ns.ImageNetworks(members), "majority", [0, 1, 2]),
+            "perturb": ns.build_ensemble(ns.ImageNetworks(members), "perturb", [0, 1], n_perturb=2, sigma=0.05, seed=3),
+            "connect": ns.build_ensemble(ns.ImageNetworks(members), "connect", [0, 1, 2, 3], curves_, n_t=3,
+                                         loader=loader),
+            "combine": ns.build_ensemble(ns.ImageNetworks(members), "combine", [0, 1, 2, 3], curves_, n_t=2,
+                                         n_perturb=2, sigma=0.05, seed=4, loader=loader),
         }  # fmt: skip
         for name, ens in built.items():
             ens.eval()
