@@ -85,18 +85,19 @@ def check_protocol(ns: dict) -> None:
 def check_metric(ns: dict) -> None:
     import torch
 
+    from evaluators.metrics.registry import score
+
     model, x = ns["model"], ns["x"]
     weight, bias = model.weight.detach().double(), model.bias.detach().double()
     target = (x.double() @ weight.T + bias).argmax(1)  # the predicted class
     top = weight[target].abs().argmax(1)  # a linear model's saliency map is its target's weight row
-    rows = torch.arange(len(x))
-    drop = weight[target, top] * x.double()[rows, top]  # the logit loses w_tj x_j
-    assert torch.allclose(ns["top_feature_drop"](model, x, weight[target].float()).double(), drop, atol=1e-6)
-    assert torch.allclose(ns["metric"].compute(), drop.mean(), atol=1e-6)
-    halves = ns["TopFeatureDrop"]()
+    drop = weight[target, top] * x.double()[torch.arange(len(x)), top]  # the logit loses w_tj x_j
+    assert torch.allclose(ns["drops"].double(), drop, atol=1e-6)
+    assert torch.allclose(score("top_drop", model, x, weight[target].float()).double(), drop, atol=1e-6)
+    metric = ns["TopFeatureDrop"]()
     for part in (slice(0, 2), slice(2, 6)):
-        halves.update(model, x[part], weight[target[part]].float())
-    assert torch.allclose(halves.compute(), drop.mean(), atol=1e-6)
+        metric.update(model, x[part], weight[target[part]].float())
+    assert torch.allclose(metric.compute(), drop.mean(), atol=1e-6)
 
 
 def check_aggregator(ns: dict) -> None:
@@ -105,16 +106,20 @@ def check_aggregator(ns: dict) -> None:
 
     from callbacks import AggregationFidelity
     from datamodules.errors import InputError
+    from evaluators.aggregators.pixel_aggregators import aggregate
+    from evaluators.aggregators.registry import aggregator_names
     from evaluators.protocols.roar.estimators import estimator_names
 
     stack = ns["stack"].double().numpy()
     assert np.allclose(ns["merged"].numpy(), np.sort(stack, axis=0)[1:4].mean(0), atol=1e-6)
+    assert torch.equal(aggregate(ns["stack"], "trimmed_mean", trim=1), ns["merged"])
+    run = ns["AGGREGATORS"]["trimmed_mean"].run
     with pytest.raises(InputError, match="trim"):
-        ns["aggregate"](ns["stack"], "trimmed_mean", cut=1)
+        run(ns["stack"], cut=1)
     with pytest.raises(InputError, match="NaN"):
-        ns["aggregate"](ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))), "trimmed_mean")
-    model = torch.nn.Sequential(torch.nn.Linear(4, 2))
-    assert "agg:trimmed_mean" in estimator_names(model, torch.zeros(3, 4))
+        run(ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))))
+    assert "trimmed_mean" in aggregator_names("pixel")
+    assert "agg:trimmed_mean" in estimator_names(torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.zeros(3, 4))
     assert AggregationFidelity(aggregators={"trimmed_mean": {"trim": 1}}).aggregators == {"trimmed_mean": {"trim": 1}}
 
 
@@ -131,11 +136,14 @@ def test_readme_marks_each_example_once():
 def registries():
     """Every registry as it was before the test, restored after it."""
     from datamodules.specs import DATASETS
+    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS
+    from evaluators.aggregators.registry import AGGREGATORS
     from evaluators.maps import EXPLAINERS
-    from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS
+    from evaluators.metrics.registry import METRICS
     from evaluators.protocols.registry import PROTOCOLS
 
-    saved = [(registry, dict(registry)) for registry in (EXPLAINERS, DATASETS, PROTOCOLS, PIXEL_AGGREGATORS)]
+    registries = (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS, PIXEL_AGGREGATORS)
+    saved = [(registry, dict(registry)) for registry in registries]
     yield
     for registry, before in saved:
         registry.clear()
