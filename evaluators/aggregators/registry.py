@@ -35,12 +35,22 @@ def _run_optimised(name: str, model, x, explainers: dict, target=None, **options
     return optimised.optimised_aggregation(model, x, name, explainers, target, **options)
 
 
-AGGREGATORS: dict[str, Aggregator] = {
-    **{name: Aggregator("pixel", f, partial(_run_pixel, name), ("maps",))
-       for name, f in pixel.PIXEL_AGGREGATORS.items()},
-    **{name: Aggregator("optimised", f, partial(_run_optimised, name), ("model", "x", "explainers"))
-       for name, f in optimised.OPTIMISED_AGGREGATORS.items()},
-}
+KINDS = {"pixel": (pixel.PIXEL_AGGREGATORS, _run_pixel, ("maps",)),  # kind -> its table, run, needs
+         "optimised": (optimised.OPTIMISED_AGGREGATORS, _run_optimised, ("model", "x", "explainers"))}
+
+
+def register(name: str, function: Callable, kind: str = "pixel") -> None:
+    """Adds aggregator ``name`` of ``kind`` (the spec's ``function``) to ``AGGREGATORS`` and to
+    its kind's table, where ``aggregate`` and ROAR's estimators find it."""
+    table, run, needs = KINDS[kind]
+    table[name] = function
+    AGGREGATORS[name] = Aggregator(kind, function, partial(run, name), needs)
+
+
+AGGREGATORS: dict[str, Aggregator] = {}
+for _kind, (_table, _, _) in KINDS.items():
+    for _name, _function in list(_table.items()):
+        register(_name, _function, _kind)
 
 
 def aggregator_names(kind: str | None = None) -> list[str]:
