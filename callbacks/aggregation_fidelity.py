@@ -11,14 +11,13 @@ by the ``metrics`` averaged over the probe: insertion and deletion AUC (``Insert
 ``DeletionAUC``; the normal baseline from each image's own channel statistics, from the
 training set's feature statistics for tabular inputs), infidelity and faithfulness
 correlation (on ``n_samples`` subset perturbations shared by every map), and relative
-input, representation and output stability (``relative_stability``: RIS, RRS, ROS of
-Agarwal et al. by ``evaluators.metrics.relative_stability``, its defaults but for
-``n_samples`` noisy copies per probe input and OpenXAI's relative change of a map
-‖e − e'‖ / ‖e‖, ``change="norm"``, finite on min-max maps' exact zeros; L the model's output). The maps
-of the noisy copies are made as those of x, for x's explained class, with the optimised
-aggregators' weights fitted at x (not refitted per copy); each score is the mean over the
-probe inputs that kept a sample. Its cost: every explainer on n_probe × n_samples noisy
-inputs per evaluation (800 images with the defaults).
+input, representation and output stability (``relative_stability``: RIS, RRS, ROS by
+``evaluators.metrics.relative_stability``, its defaults but for ``n_samples`` noisy copies
+per probe input and ``change="norm"``, ‖e − e'‖ / ‖e‖, finite on min-max maps' exact zeros;
+L the model's output). The maps of the noisy copies are made as those of x, for x's
+explained class, with the optimised aggregators' weights fitted at x (not refitted per
+copy); each score is the mean over the probe inputs that kept a sample. Its cost: every
+explainer on n_probe × n_samples noisy inputs per evaluation (800 images with the defaults).
 Logged as ``aggregation/<map>/<metric>`` (``<map>``: ``base_<explainer>`` or an
 aggregator's name), with a PNG grid of the probe inputs and their maps (images) in
 ``<log_dir or default_root_dir>/aggregation/`` sent to W&B when a ``WandbLogger`` is

@@ -20,7 +20,7 @@ models and stay fixed, the bend starts on the straight line between them (Garipo
 Mode ``trained``: end points and bend are all trained from scratch with the loss
 along the curve (Ley et al.): the start point is initialised with a member's seed.
 BatchNorm running statistics depend on t, so ``update_bn`` recomputes them for each
-t before evaluation (the known pitfall of curve models).
+t before evaluation.
 """
 
 from __future__ import annotations

@@ -20,9 +20,8 @@ random weights (never a download):
   ``small_input_stem`` makes the first convolution 3x3 with stride 1 and drops the
   max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a plain mean over
   the spatial dimensions (deterministic on CUDA, unlike ``AdaptiveAvgPool2d(1)``).
-* any other name: ``timm.create_model(name, pretrained=False, num_classes=...,
-  in_chans=...)``. Names with a ``:`` (``hf-hub:...``, ``local-dir:...``) are refused,
-  since timm reads those from the Hugging Face hub or a folder.
+* any other name: ``timm.create_model(name, pretrained=False, num_classes=..., in_chans=...)``;
+  names with a ``:`` (``hf-hub:...``, ``local-dir:...``: a download or a folder) are refused.
 
 Mixed precision is the Trainer's option, not the model's: ``--trainer.precision
 bf16-mixed`` runs the forward pass under autocast (the loss and the metrics are computed

@@ -49,8 +49,7 @@ Image attributions (N, C, H, W) are summed over channels (``reduce_map(how=reduc
 ``normalisations.NORMALISATIONS``; a constant map becomes zeros), and a Gaussian smoothing
 of σ = 1 (``smoothing``; torchvision's reflect padding, kernel to 4σ). Tabular maps (N, d)
 are not smoothed (``smoothing`` must stay None or 0). The same post-processing applies to
-the maps at perturbed inputs. The aggregate E ω is not post-processed, so it keeps the
-linear structure the quadratic forms describe.
+the maps at perturbed inputs; the aggregate E ω is not post-processed.
 
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
 naming the explainer and the map), and so are inputs x with NaN or ±inf.

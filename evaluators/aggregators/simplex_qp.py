@@ -42,14 +42,12 @@ and g_j ≥ f for every j (the multiplier of Σω = 1 is 2f, those of ω ≥ 0 a
 
 ``enumerate_supports`` is the exhaustive exact method: for every support S ⊆ {1 … k}
 (2^k − 1 of them, 4,095 at k = 12) it solves the bordered system above for all inputs
-and supports at once (in chunks whose buffers stay within 64 MiB),
-projects each solution onto the simplex (negative weights to 0, then divided by the sum;
-a singular system's non-finite solution is skipped) and keeps, per input, the projected
-point of least objective, which is f* (why: docs/optimised_aggregation.md). Cost
-O(B 2^k k³) time. k is at most 16 (``MAX_EXPLAINERS``; Decker et al. combine 7).
-
-Why Wolfe's method, written by hand (timings against enumeration, cvxpy and proxsuite):
-docs/optimised_aggregation.md.
+and supports at once (in chunks whose buffers stay within 64 MiB), projects each solution
+onto the simplex (negative weights to 0, then divided by the sum; a singular system's
+non-finite solution is skipped) and keeps, per input, the projected point of least
+objective, which is f* (why: docs/optimised_aggregation.md). Cost O(B 2^k k³) time. k is
+at most 16 (``MAX_EXPLAINERS``; Decker et al. combine 7). Why Wolfe's method, written by
+hand (timings against enumeration, cvxpy and proxsuite): docs/optimised_aggregation.md.
 
 Degenerate Γ: rank-deficient matrices, identical explainers (equal rows and columns) and
 zero maps (a zero row and column: objective 0, e.g. all weight on that map) all have a

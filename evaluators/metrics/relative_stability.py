@@ -239,9 +239,8 @@ class RelativeStability(MeanOverInputs):
 
     ``update(model, x, maps, target=None, explain_fn=...)`` scores inputs x with their maps
     through ``relative_stability`` with this metric's options; one metric yields all three
-    because they share the explanations of the perturbed inputs (the states, a vector of
-    the three sums, and their reduction: ``evaluators.metrics.base``). Inputs whose
-    samples all flipped the prediction are counted in the state ``left_out``.
+    (states: a vector of the three sums, ``evaluators.metrics.base``). Inputs whose samples
+    all flipped the prediction are counted in the state ``left_out``.
 
     Args (those of ``relative_stability``): n_samples, radius, p, eps_min, change, layer,
     ros_output, seed, max_batch.

@@ -26,9 +26,8 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
   pixel removed together; NaN or ±inf in ``feature_means`` refused too).
 * **Percentages**: after removing p % of the n units, ⌊n p / 100⌋ of them (as Quantus),
   for each p in ``percentages`` (0 <= p < 100; 0 scores the clean input). Default 10, 20,
-  ..., 90: pytorch-grad-cam's ``ROAD*Average`` and Decker et al.'s Table 4 (their Table 3
-  shows 10, 20, 30). Ties in the map are broken by a seeded random order
-  (``evaluators.metrics.insertion_deletion.unit_ranks``; LeRF ranks the negated map).
+  ..., 90 (pytorch-grad-cam's ``ROAD*Average``, Decker et al.'s Table 4). Ties in the map
+  are broken by a seeded random order (``insertion_deletion.unit_ranks``; LeRF ranks the negated map).
 * **Output** (``output``, ``ROAD_OUTPUTS``): ``"probability"`` (default), the target's
   probability on each imputed input; ``"logit"``, its logit (a tabular model's
   ``explained_output``); ``"accuracy"``, 1 where the imputed input's predicted class is

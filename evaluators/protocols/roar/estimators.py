@@ -22,8 +22,7 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
   - ``sobel`` (images only): the Sobel edge magnitude of every channel, as scikit-image's
     ``filters.sobel`` of the 2-D channel (tested equal): with the edge kernel [1, 0, −1]
     along one axis and the smoothing kernel [1, 2, 1]/4 along the other, G_r and G_c,
-    e = √((G_r² + G_c²) / 2), borders by edge replication (scipy's ``reflect``); as a
-    batched convolution on x's device.
+    e = √((G_r² + G_c²) / 2), borders by edge replication (scipy's ``reflect``).
 * ``agg:<aggregator>``, an aggregated explanation over ``explainers`` (option: a list of
   registry names, or a dict name -> options; default :data:`AGG_EXPLAINERS`, the paper's
   base estimators GRAD, IG, GB):
