@@ -18,18 +18,11 @@
 where the run's data lies now, if it moved; for an image run its folder or archive); ``explain``
 draws an image model's explanations of ``--n_images`` test images evenly spaced through the
 test split it serves (``evaluators/protocols/explanation_grid.py``; ``--data_dir`` as for ``run``).
-``landscape`` runs the ensembles-over-the-loss-landscape evaluator
-(``evaluators/protocols/landscape.py``), ``sigma`` the σ ablation of perturbed models
-(``evaluators/protocols/sigma_ablation.py``), ``consistency`` Ley et al.'s protocol
-(``evaluators/protocols/consistency.py``), ``aggregation`` pixel-level aggregation of
-explanations scored by insertion and deletion (``evaluators/protocols/aggregation.py``),
-``optimised`` Decker et al.'s optimised aggregation (``evaluators/protocols/optimised_aggregation.py``),
-``roar`` Hooker et al.'s remove-and-retrain grid (``evaluators/protocols/roar/protocol.py``: its folder is
-named by its config, so a re-run or a ``--shard`` process continues the same grid).
-Each makes a new folder
-``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON,
-CSV and a PNG at the end. ``consistency`` keeps every finished ensemble there too, so
-an interrupted run (Ctrl-C, a lost machine) continues with ``--resume <folder>``.
+Every other command is a protocol of ``evaluators/protocols/`` (``sigma``: ``sigma_ablation.py``,
+``optimised``: ``optimised_aggregation.py``, ``roar``: ``roar/protocol.py``, whose folder is named
+by its config, so a re-run or a ``--shard`` process continues the same grid). Each makes a new
+folder ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON, CSV
+and a PNG at the end; an interrupted ``consistency`` run continues with ``--resume <folder>``.
 """
 
 from __future__ import annotations

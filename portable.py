@@ -1,11 +1,9 @@
 """Portable mode: a CPU run that gives the same bits on any x86-64 CPU.
 
-By default PyTorch picks the fastest kernels the CPU has (AVX2 or AVX-512 in ATen's
-vectorised loops, MKL's matrix products and oneDNN's convolutions tuned per instruction
-set and cache size, as many threads as cores). Their sums run in different orders, so two
-CPUs differ in the last bits, and 100 epochs of Adam turn those bits into different models:
-German Credit's seed-0 MLP tests at 0.7050 here (AMD EPYC, AVX2) and at 0.6700 on an
-AVX-512 machine. Portable mode fixes every choice that depends on the CPU:
+By default PyTorch picks the fastest kernels the CPU has, whose sums run in different
+orders on different CPUs, and training turns those last bits into different models
+(measurements: README, "Same seed, same numbers"). Portable mode fixes every choice that
+depends on the CPU:
 
 * ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility, the code branch
   that every x86-64 CPU runs the same way;
@@ -25,9 +23,8 @@ variable ``RELIABLE_EXPLANATIONS_PORTABLE=1``; either overrides any of those var
 environment already sets. The variables take effect only if set before ``torch`` is
 imported, so the entry points call :func:`enable_if_asked` first, before any other import
 of the project; a process that imported torch already cannot switch (an error says so).
-It runs on one thread without oneDNN, so it is opt in. What it cannot fix: another build of
-torch or MKL (the pins in setup.cfg fix them) and GPUs (cuBLAS and cuDNN choose their own
-kernels; portable mode is for CPU runs).
+It runs on one thread without oneDNN, so it is opt in; it is for CPU runs of one build of
+torch and MKL (the pins in setup.cfg).
 """
 
 from __future__ import annotations

@@ -11,15 +11,13 @@ by the ``metrics`` averaged over the probe: insertion and deletion AUC (``Insert
 ``DeletionAUC``; the normal baseline from each image's own channel statistics, from the
 training set's feature statistics for tabular inputs), infidelity and faithfulness
 correlation (on ``n_samples`` subset perturbations shared by every map), and relative
-input, representation and output stability (``relative_stability``: RIS, RRS, ROS of
-Agarwal et al. by ``evaluators.metrics.relative_stability``, its defaults but for
-``n_samples`` noisy copies per probe input and OpenXAI's relative change of a map
-‖e − e'‖ / ‖e‖, ``change="norm"``: the optimised aggregators' min-max maps have exact
-zeros, which the element-wise change divides by 1e-6; L is the model's output). The maps
-of the noisy copies are made as those of x, for x's explained class, with the optimised
-aggregators' weights fitted at x (not refitted per copy); each score is the mean over the
-probe inputs that kept a sample. Its cost: every explainer on n_probe × n_samples noisy
-inputs per evaluation (800 images with the defaults).
+input, representation and output stability (``relative_stability``: RIS, RRS, ROS by
+``evaluators.metrics.relative_stability``, its defaults but for ``n_samples`` noisy copies
+per probe input and ``change="norm"``, ‖e − e'‖ / ‖e‖, finite on min-max maps' exact zeros;
+L the model's output). The maps of the noisy copies are made as those of x, for x's
+explained class, with the optimised aggregators' weights fitted at x (not refitted per
+copy); each score is the mean over the probe inputs that kept a sample. Its cost: every
+explainer on n_probe × n_samples noisy inputs per evaluation (800 images with the defaults).
 Logged as ``aggregation/<map>/<metric>`` (``<map>``: ``base_<explainer>`` or an
 aggregator's name), with a PNG grid of the probe inputs and their maps (images) in
 ``<log_dir or default_root_dir>/aggregation/`` sent to W&B when a ``WandbLogger`` is
@@ -53,6 +51,7 @@ from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.registry import METRICS as REGISTRY
 from evaluators.metrics.relative_stability import STABILITIES
 from evaluators.inputs.runs import spread_images
+from lightning_modules.interface import eval_mode
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
@@ -135,17 +134,13 @@ class AggregationFidelity(pl.Callback):
             x, y = (t.to(pl_module.device) for t in self._probe[:2])
             stats = None if self._probe[2] is None else tuple(s.to(pl_module.device) for s in self._probe[2])
             tabular = x.dim() == 2
-            was_training = pl_module.training
-            pl_module.eval()
-            try:
+            with eval_mode(pl_module):
                 explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
                 target = predicted_class(pl_module, x)  # the default target: a tabular model's positive class
                 maps, weights = self._maps(pl_module, x, target, explainers, stats)
                 scores = self._scores(pl_module, x, maps, stats)
                 if "relative_stability" in self.metrics:
                     scores.update(self._stability(pl_module, x, target, explainers, stats, maps, weights))
-            finally:
-                pl_module.train(was_training)
         self.history.append({"epoch": trainer.current_epoch, "when": when, **scores})
         if self.log_grid and not tabular and trainer.is_global_zero:
             self._log_grid(trainer, pl_module, x, y, maps)

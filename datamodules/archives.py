@@ -13,9 +13,8 @@ member itself before anything is written, on every Python, and refuses the archi
 
 Where ``tarfile.data_filter`` exists it is applied on top (it also drops set-user-ID bits
 and the archive's owners); elsewhere the same normalisation is done on copies of the
-members: mode bits ``rwxr-xr-x`` at most, owner the extracting user. The data filter
-would strip a leading ``/`` and extract such a member inside the folder; the check
-refuses it instead, so both Pythons treat one archive the same way.
+members: mode bits ``rwxr-xr-x`` at most, owner the extracting user. Both Pythons treat
+one archive the same way (an absolute name is refused, not stripped as the filter would).
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ Preprocessing after Ley et al. (Appendix A.1): a fixed stratified 80/20 train/te
 split drawn with ``split_seed`` (independent of any model seed); missing values
 imputed with the training-split median; every feature standardised to zero mean
 and unit variance with training-split statistics only. ``drop_columns`` removes named
-columns of the encoded table first (Ley et al.'s reference code loses Default
-Credit's ``SEX=1`` dummy this way, giving its 90 inputs: docs/table1.md, "Encodings").
+columns of the encoded table first (Default Credit's ``SEX=1``: docs/table1.md, "Encodings").
 """
 
 from __future__ import annotations

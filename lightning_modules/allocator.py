@@ -3,10 +3,8 @@
 glibc's ``malloc`` hands every block above its mmap threshold (128 KiB, adapting
 up to the size of blocks freed) back to the kernel on ``free``. A stacked
 population's activations are megabytes per layer and are freed and allocated
-again at every step, so each step page-faults them back in. Written by hand
-because speed is the reason: on the 2-core bench machine, raising the thresholds
-made a 100-member Adult training step 1.3x faster (13.4 -> 10.0 ms). The memory a
-process keeps is its peak working set, which it used anyway.
+again at every step, so each step page-faults them back in (the speed gained:
+docs/tabular_population.md). The memory a process keeps is its peak working set.
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@ w_c = c₁(t_c) ω₁ + c_θ(t_c) θ + c₂(t_c) ω₂ (the order ``CurveModel``
 them as one stacked MLP (``stacked_forward``/``stacked_backward``) and hands each
 control point its gradient c_k(t_c) ∂L/∂w_c. The loss is the sum over curves of
 each curve's mean cross-entropy plus (λ/2)‖w_c‖², so curve c trained here equals
-``MLPCurve`` trained alone with the same t_seed, bit for bit (a test). Written by
-hand because speed is the reason: one curve is a few milliseconds of framework
-overhead per step for a few microseconds of arithmetic.
+``MLPCurve`` trained alone with the same t_seed, bit for bit (a test; why written by
+hand: docs/tabular_population.md).
 """
 
 from __future__ import annotations

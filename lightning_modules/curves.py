@@ -5,10 +5,8 @@ A curve joins two networks' weights ω₁ and ω₂ through a bend θ:
 * quadratic Bezier: φ_θ(t) = (1−t)² ω₁ + 2t(1−t) θ + t² ω₂;
 * polygonal chain: φ_θ(t) = lerp(ω₁, θ, 2t) for t < ½, lerp(θ, ω₂, 2t − 1) after;
 * line: φ(t) = (1−t) ω₁ + t ω₂, the bend unused. Trained from the seeds (mode
-  ``trained``) it is the curve of Ley et al.'s reference code
-  (``nicole-hjlin/harvard_cs282_ptg``, ``datasets/tabular.py``: ``get_curve`` builds a
-  two-bend ``CurveNet`` with both end points free): a segment whose two ends are
-  trained together so that the whole segment has low loss.
+  ``trained``) it is the curve of Ley et al.'s reference code (docs/table1.md, "Curves"):
+  a segment whose two ends are trained together so that the whole segment has low loss.
 
 All three are Σ_k c_k(t) w_k over the three control points (ω₁, θ, ω₂), so every
 curve layer keeps three copies of its parameters and mixes them with the current
@@ -22,7 +20,7 @@ models and stay fixed, the bend starts on the straight line between them (Garipo
 Mode ``trained``: end points and bend are all trained from scratch with the loss
 along the curve (Ley et al.): the start point is initialised with a member's seed.
 BatchNorm running statistics depend on t, so ``update_bn`` recomputes them for each
-t before evaluation (the known pitfall of curve models).
+t before evaluation.
 """
 
 from __future__ import annotations

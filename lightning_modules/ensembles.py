@@ -22,12 +22,8 @@ probability (vote shares for ``majority``), which the predictions come from. ``e
 explainers differentiate, is for every ensemble the members' mean positive-class
 output, logit or probability as the population's ``explain_output`` (the same
 output a single model explains), so a gradient explanation of the ensemble is the
-mean of its members' explanations. With ``logit`` (the default) this is what Ley et
-al.'s reference code computes: it averages the members' (and the perturbed and
-curve models') gradients of the label-1 logit. The gradient of the mean
-probability instead would weight member i by p_i(1 - p_i), so on an overconfident
-population (German Credit: 100 epochs on 800 rows) a saturated member contributes
-almost nothing and the ensemble's explanation is whichever member is least sure.
+mean of its members' explanations: with ``logit`` (the default), what Ley et al.'s
+reference code computes (why not the probability: docs/table1.md, "What is explained").
 """
 
 from __future__ import annotations

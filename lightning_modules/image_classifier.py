@@ -18,13 +18,10 @@ random weights (never a download):
 * ``resnet18``, ``resnet34``, ``resnet50``: torchvision's ImageNet ResNets
   (``weights=None``; each ReLU of a block a module of its own, for Captum's DeepLift).
   ``small_input_stem`` makes the first convolution 3x3 with stride 1 and drops the
-  max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a
-  plain mean over the spatial dimensions (the same values as torchvision's
-  ``AdaptiveAvgPool2d(1)``) because PyTorch has no deterministic CUDA backward for
-  adaptive pooling, and runs use ``trainer.deterministic: true``.
-* any other name: ``timm.create_model(name, pretrained=False, num_classes=...,
-  in_chans=...)``. Names with a ``:`` (``hf-hub:...``, ``local-dir:...``) are refused,
-  since timm reads those from the Hugging Face hub or a folder.
+  max-pool, for 32x32 inputs such as CIFAR-10. Their average pool is a plain mean over
+  the spatial dimensions (deterministic on CUDA, unlike ``AdaptiveAvgPool2d(1)``).
+* any other name: ``timm.create_model(name, pretrained=False, num_classes=..., in_chans=...)``;
+  names with a ``:`` (``hf-hub:...``, ``local-dir:...``: a download or a folder) are refused.
 
 Mixed precision is the Trainer's option, not the model's: ``--trainer.precision
 bf16-mixed`` runs the forward pass under autocast (the loss and the metrics are computed
@@ -357,9 +354,8 @@ class ImageClassifier(pl.LightningModule):
 
     Logs ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc`` (where the data has a
     ``val`` split), ``test/loss`` and ``test/acc``: per epoch, the mean over its images in
-    each process, then over the processes (``sync_dist``; equal to the mean over all
-    images when every process holds as many, as Lightning's distributed sampler makes
-    them). The training loss includes the label smoothing; the others do not.
+    each process, then over the processes (``sync_dist``). The training loss includes the
+    label smoothing; the others do not.
     """
 
     def __init__(

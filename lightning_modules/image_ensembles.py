@@ -1,9 +1,8 @@
 """Ensembles of image classifiers of any architecture (Ley et al., §4-5, for images), built
 by the registry of ``ensembles.py`` from an image population (``ImageNetworks``).
 
-The tabular ensembles (``ensembles.py``) stack M MLPs' weight matrices; an image network
-(a CNN, a ResNet with BatchNorm) has no such common shape, so an ``ImageEnsemble`` holds
-its M networks as an ``nn.ModuleList`` and runs them one after another on each batch:
+An ``ImageEnsemble`` holds its M networks (of any architecture, unlike the stacked MLPs
+of ``ensembles.py``) as an ``nn.ModuleList`` and runs them one after another on each batch:
 every explainer of ``evaluators.maps.EXPLAINERS`` (hook-based ones too: GuidedBackprop and DeepLift
 act on every member's ReLU modules) explains it like one model. With the members g_i
 (logits) and K classes:
@@ -23,9 +22,8 @@ act on every member's ReLU modules) explains it like one model. With the members
 Outputs: ``forward`` returns the **mean member logit** (1/M) Σ_i g_i(x), shape (N, K).
 Gradient explainers differentiate the target's entry of ``forward``, so the ensemble's
 saliency for class c is (1/M) Σ_i ∇ g_i,c(x), the mean of the members' saliency maps
-(likewise Integrated Gradients, Expected Gradients, SmoothGrad with shared noise:
-they are linear in the explained function), which is what Ley et al.'s reference code
-computes (it averages the members' logit gradients). Predictions instead come from
+(likewise every explainer linear in the explained function), as Ley et al.'s reference
+code computes it. Predictions instead come from
 ``probabilities`` (mean probability, or vote shares), which
 ``lightning_modules.interface.class_probabilities`` and ``predict`` read. GradCAM
 explains one layer: on an ensemble it needs an explicit ``layer`` and explains that

@@ -1,9 +1,8 @@
 """A population of image classifiers that differ only in their seed, trained at once.
 
-Watson et al. 2022 (§3, "agree to disagree") train K copies of one architecture that
-differ in their initialisation seed s_i and, in further runs, in one hyperparameter
-(learning rate, batch size, data order), and compare their explanations. Here member i
-is a network of :func:`create_image_model` initialised exactly like
+Watson et al. 2022 (§3) train K copies of one architecture that differ in their seed s_i
+(and in further runs in one hyperparameter). Here member i is a network of
+:func:`create_image_model` initialised exactly like
 ``ImageClassifier(seed=s_i)`` and trained with that class's optimiser, schedule, warm-up,
 label smoothing and weight-decay groups. Optionally one hyperparameter varies per member:
 
@@ -15,43 +14,28 @@ A batch size per member cannot be stacked (members' batches must have one shape)
 such members one after another, as ``ImageClassifier`` runs, and gather them with
 :meth:`ImagePopulation.from_classifiers`.
 
-The training loss is L = Σ_i L_i, L_i member i's mean cross-entropy over its batch
-(computed exactly as ``ImageClassifier`` computes it), so ∂L/∂θ_i is member i's own
-gradient. The optimiser is torch's SGD or AdamW with two parameter groups per member
-(weights with weight decay, BatchNorm parameters and biases without, each with lr_i):
-both are elementwise per tensor, so one step equals K separate steps, operation for
-operation. Gradient clipping by the Trainer (``gradient_clip_val``) would clip the whole
-population's norm, not each member's, and is refused.
+The loss is L = Σ_i L_i, L_i member i's mean cross-entropy (as ``ImageClassifier``
+computes it), so ∂L/∂θ_i is member i's own gradient; SGD or AdamW with two parameter
+groups per member (decay / no decay, each with lr_i) is elementwise, so one step equals
+K separate steps. Gradient clipping by the Trainer would clip the population's norm and
+is refused.
 
 The K forward and backward passes are computed in one of two ways (``stacking``):
 
 * ``"vmap"``: every step the members' parameters and buffers are stacked along a leading
   member axis with ``torch.stack`` and the network is called once for all members with
   ``torch.func.functional_call`` under ``torch.func.vmap`` (a convolution over stacked
-  weights becomes one grouped convolution). ``torch.stack`` is differentiable, so the
-  members' own parameters stay the leaves the optimiser steps; ``stack_module_state``
-  would detach new stacked leaves, and per-member learning rates would then need a
-  hand-written optimiser. BatchNorm runs in training mode per member: each member
-  normalises with its own batch's statistics, and its running statistics are the stacked
-  buffers, which vmap updates in place per member (they are batched tensors, so the
-  in-place update is legal) and which are copied back to the member after the step.
-  ``replace_all_batch_norm_modules_`` was not used: it drops the running statistics,
-  so a member would no longer equal the model trained alone.
+  weights becomes one grouped convolution); the members' own parameters stay the leaves
+  the optimiser steps. BatchNorm runs in training mode per member, its running statistics
+  updated in the stacked buffers and copied back to the member after the step.
 * ``"loop"``: the members one after another within the same step (same batch, one
   optimiser step), each member's backward pass right after its forward pass.
 * ``"auto"``: ``vmap`` on a GPU, ``loop`` on a CPU, where stacking was measured slower
-  (``bench/image_population.py``, ``docs/image_population.md``): K members' activations
-  leave the cache, and oneDNN's grouped convolutions are slower than K dense ones.
+  (``bench/image_population.py``; why: docs/image_population.md, "Speed").
 
-Exactness: with ``"loop"`` a member is computed as it is alone, operation for operation
-(measured: bit-identical on the CPU, and on a GPU with deterministic cuDNN and TF32 off).
-With ``"vmap"`` it differs by the summation order of the grouped convolutions: in float64
-within 1e-10 (measured ~4e-16 after 6 steps); in float32 ~1e-7 after a few SGD steps
-(tested below 2e-5), growing with the steps. AdamW magnifies such rounding where a
-gradient is near 0 (its first steps divide g by about |g|), so in float32 a parameter can
-differ by up to ~lr per step: measured 6e-4 (CPU) and 1e-3 (H100) after 10 steps of the
-``fashion_mnist_cnn`` optimiser (``bench/image_population.py``). Over hundreds of steps
-training amplifies any such difference (as it does cuDNN's non-deterministic kernels).
+Exactness: ``"loop"`` computes a member as it is alone, operation for operation;
+``"vmap"`` differs by the grouped convolutions' summation order (figures, and why vmap is
+written this way: docs/image_population.md, "How" and "Tolerance").
 """
 
 from __future__ import annotations

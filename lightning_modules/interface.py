@@ -10,6 +10,8 @@ A classifier is an ``nn.Module`` whose ``forward`` maps inputs (N, ...) to class
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 
@@ -40,6 +42,17 @@ def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
     """The device of the model's parameters (x's device for a model without any)."""
     parameter = next(model.parameters(), None)
     return x.device if parameter is None else parameter.device
+
+
+@contextmanager
+def eval_mode(model: nn.Module):
+    """``model`` in eval mode for the block, its previous mode restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def default_targets(model: nn.Module, x: torch.Tensor, target=None, rows: int | None = None) -> torch.Tensor:

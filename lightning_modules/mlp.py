@@ -26,10 +26,8 @@ LOSS_ON = ("logits", "probabilities")
 
 def classification_loss(logits: torch.Tensor, y: torch.Tensor, loss_on: LossOn = "logits", reduction: str = "mean"):
     """Cross-entropy of two-class scores. ``loss_on="probabilities"`` takes the softmax
-    output as the scores, i.e. ``nn.CrossEntropyLoss`` after a final ``nn.Softmax``, which
-    is how Ley et al.'s reference code trains (``TabularModel`` in
-    ``nicole-hjlin/harvard_cs282_ptg``, ``datasets/tabular.py``); an ablation setting
-    (docs/table1.md), the paper's text says cross-entropy."""
+    output as the scores, i.e. ``nn.CrossEntropyLoss`` after a final ``nn.Softmax``, as Ley
+    et al.'s reference code trains (an ablation setting: docs/table1.md)."""
     scores = logits.softmax(dim=-1) if loss_on == "probabilities" else logits
     return F.cross_entropy(scores, y, reduction=reduction)
 
@@ -61,14 +59,9 @@ def adam(params, lr: float, weight_decay: float, members: int = 1) -> torch.opti
 
     PyTorch's Adam, fused for every tensor whose per-model size is a whole number of
     16-value units and single-tensor for the others (in the 128-64-16 MLP: the output
-    bias, 2 values). The fused CPU kernel splits a tensor into 64-byte units and updates
-    the partial unit at its end with scalar code that rounds differently from its
-    vector body (measured: 1-ulp differences in the second moment), so such a tensor's
-    update would depend on whether it sits alone or inside a stack, and member i of a
-    population would drift from the same model trained alone. Whole units are updated
-    alike wherever they sit, and the single-tensor kernels are elementwise anywhere.
-    Fused where exact because speed is the reason: on the 2-core bench machine it made
-    a 200-member Adult step's optimiser 1.6x faster (3.1 -> 2.0 ms).
+    bias, 2 values): the fused CPU kernel rounds a tensor's partial 64-byte unit
+    differently, so only whole units are updated alike alone and inside a stack (why,
+    and the speed gained: docs/tabular_population.md).
     """
     params = list(params)
     whole_units = [(p.numel() // members) % FUSED_ADAM_UNIT == 0 for p in params]

@@ -6,10 +6,8 @@ members' parameters are stacked along a member axis and trained together:
 
 * every layer is one batched product over the member axis (``torch.baddbmm``);
   with the shared data order, layer 1 multiplies the same batch x (B, d), expanded
-  without a copy, by every member's weights. (One wide product x @ [W1_1 .. W1_M]
-  was measured too: its (B, M*128) output must be transposed to member-major for
-  layer 2, and the strided ReLU and its backward made a whole step 1.3-1.6x slower
-  on this 2-core CPU than the batched form.)
+  without a copy, by every member's weights (why not one wide product:
+  docs/tabular_population.md);
 * the loss is the sum over members of each member's mean cross-entropy, so the
   gradient of member i's parameters is exactly its own gradient; the layers'
   backward pass is ``stacked_backward``, per member the products autograd forms
@@ -19,10 +17,7 @@ members' parameters are stacked along a member axis and trained together:
 * gradient-norm clipping, which is not elementwise, is computed per member.
 
 Member i is initialised exactly like ``MLPClassifier(seed=s_i)`` and extracts as
-one (:meth:`PopulationMLP.member`). Written by hand because no maintained library
-trains stacked MLP populations under Lightning with an exact per-member optimiser
-step; torch.func's vmap over stacked modules gives a batched forward but re-batches
-every call and leaves the optimiser and clipping to be stacked by hand anyway
+one (:meth:`PopulationMLP.member`). Why written by hand: docs/tabular_population.md
 (speed: ``bench/population.py``).
 """
 
@@ -67,8 +62,7 @@ class PopulationMLP(Population):
             order ``TabularDataModule(shuffle=True, data_order_seed=s_i)`` gives a single model.
         grad_clip_norm: clip each member's gradient to this total 2-norm (None: off).
         initialise: False leaves the parameters unset, for a copy whose weights are
-            written right after (``subset``, ``concatenate``, loading a file): building
-            M seeded MLPs only to overwrite them costs about 0.8 ms per member.
+            written right after (``subset``, ``concatenate``, loading a file).
     """
 
     TEST_LOG = ("test/member_acc", "_mean")

@@ -38,10 +38,8 @@ def auto_chunk_size(population: PopulationMLP, batch_size: int, device: torch.de
     parameter and the optimiser's temporaries of its size) at or below 32 MiB, the
     largest block glibc's allocator serves from its heap once ``retain_freed_memory``
     has raised its thresholds: larger blocks are mapped and unmapped at every step.
-    Within that bound the chunk size hardly matters (measured on the 2-core bench
-    machine, Adult, batch 128, training steps alone: 54-64 member-epochs/s for 50 to
-    300 members at once, in no order, within the machine's drift), so the fewest
-    chunks win: each chunk pays a ``Trainer`` set-up and a test pass.
+    Within that bound the fewest chunks win (each pays a ``Trainer`` set-up and a test
+    pass; measured: docs/tabular_population.md).
     """
     widths = [population.hparams.in_features, *population.hparams.hidden, 2]
     if device.type == "cuda":

@@ -55,12 +55,8 @@ def stacked_backward(
     For each layer, from the last: grad_W = gᵀ h, grad_b = Σ_rows g, then
     g ← (g W) ⊙ [h > 0] for the layer below. These are, per model, the very products
     autograd forms for ``nn.Linear`` (weight gradient gᵀ h, not hᵀ g), so a model
-    trained inside a stack gets bit for bit the gradients it gets alone; autograd's
-    own ``baddbmm`` backward forms layer 1's weight gradient the other way round
-    (measured: up to 1e-5 apart per step). Written by hand, with no graph and into
-    preallocated gradient buffers, because speed is the reason too: a 100-member
-    Adult step (batch 128) measured 10.0 ms this way against 11.0 ms through autograd
-    on the 2-core bench machine.
+    trained inside a stack gets bit for bit the gradients it gets alone (why not
+    autograd's ``baddbmm`` backward: docs/tabular_population.md).
     """
     g = grad_output
     for k in range(len(weights) - 1, -1, -1):

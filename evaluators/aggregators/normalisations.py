@@ -1,8 +1,6 @@
 """Normalisations of explanation maps before they are aggregated (Mahlau & Nolde 2022, §3.1).
 
-Base attributions do not share a scale (RISE gives probability differences in [0, 1],
-CAMs products of activations, gradients small numbers around zero), so each map e is
-put on a common scale before an ensemble of maps is merged
+Each map e is put on a common scale before an ensemble of maps is merged
 (``evaluators.aggregators.pixel_aggregators``). Every statistic below is taken per map, over
 its last ``map_dims`` dims: 2 for pixel maps (..., H, W), 1 for tabular feature maps
 (..., d); any leading dims are a batch of maps.
@@ -19,10 +17,8 @@ its last ``map_dims`` dims: 2 for pixel maps (..., H, W), 1 for tabular feature 
 A constant map (max e = min e, hence σ(e) = 0) ranks no pixel above another: ``linear``
 and ``z`` map it to zeros, and so do ``l1``, ``l2`` and ``absmax`` for the all-zero map
 (norm 0; a nonzero constant map is an ordinary map for them). No normalisation
-returns NaN. Constancy is tested exactly (max = min), so rounding in σ(e) cannot turn a
-constant map into noise of order one. A map holding NaN or ±inf has no min, max, σ or
-norm: ``normalise`` refuses it (``InputError`` naming the map), where the guards above
-would silently give zeros.
+returns NaN. Constancy is tested exactly (max = min). A map holding NaN or ±inf has no
+min, max, σ or norm: ``normalise`` refuses it (``InputError`` naming the map).
 """
 
 from __future__ import annotations

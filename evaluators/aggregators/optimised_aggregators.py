@@ -28,12 +28,9 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
       G_{s,i} = β_i a_{s,i} − Δ_s,   Γ_faith = (1/m) GᵀG,
       ωᵀΓ_faith ω = (1/m) Σ_s (Σ_i ω_i β_i a_{s,i} − Δ_s)²   (using Σ_i ω_i = 1),
 
-  the unnormalised infidelity (``infidelity(normalize=False)``) of ψ_ω = Σ_i ω_i β_i φ_i. At
-  ω = e_i it is explainer i's normalised infidelity (β_i is the least-squares scale, so
-  (1/m) Σ_s (β_i a_{s,i} − Δ_s)² = min_β …), hence min_ω ωᵀΓ_faith ω ≤ min_i INFD(φ_i) on the
-  fitting samples, and INFD(ψ_ω) (normalised) ≤ ωᵀΓ_faith ω since normalising can only
-  lower it. The map returned is φ_ω = Σ_i ω_i φ_i, the paper's φ_ω (the bound is ψ_ω's;
-  docs/optimised_aggregation.md says when they differ and where this departs from the reference).
+  the unnormalised infidelity (``infidelity(normalize=False)``) of ψ_ω = Σ_i ω_i β_i φ_i
+  (the bound it gives: docs/optimised_aggregation.md). The map returned is φ_ω = Σ_i ω_i φ_i,
+  the paper's φ_ω (docs/optimised_aggregation.md says when it differs from ψ_ω).
 * ``agg_opt``: Γ = λ Γ_robust / ‖Γ_robust‖_F + (1 − λ) Γ_faith / ‖Γ_faith‖_F, λ = ½ (App. C.2:
   "normalized both metrics using the Frobenius norm of the respective parameter matrix";
   a zero matrix contributes nothing). Both use m_agg = ``n_samples``.
@@ -52,8 +49,7 @@ Image attributions (N, C, H, W) are summed over channels (``reduce_map(how=reduc
 ``normalisations.NORMALISATIONS``; a constant map becomes zeros), and a Gaussian smoothing
 of σ = 1 (``smoothing``; torchvision's reflect padding, kernel to 4σ). Tabular maps (N, d)
 are not smoothed (``smoothing`` must stay None or 0). The same post-processing applies to
-the maps at perturbed inputs. The aggregate E ω is not post-processed, so it keeps the
-linear structure the quadratic forms describe.
+the maps at perturbed inputs; the aggregate E ω is not post-processed.
 
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
 naming the explainer and the map), and so are inputs x with NaN or ±inf.
@@ -94,6 +90,7 @@ from evaluators.metrics.perturbations import (
     gaussian_blur,
     uniform_noise,
 )
+from lightning_modules.interface import eval_mode
 
 M_AGG = 50  # Decker et al.: weights fitted on 50 samples
 LAMBDA = 0.5  # AGG_opt's share of Γ_robust
@@ -284,11 +281,7 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
     if unknown:
         raise InputError(f"option(s) {unknown} for optimised aggregator {method!r}; expected some of "
                          f"{aggregator_options(method)}")  # fmt: skip
-    was_training = model.training
-    model.eval()  # tabular explainers do not switch modes themselves (dropout)
-    try:
+    with eval_mode(model):  # tabular explainers do not switch modes themselves (dropout)
         x = x.detach().to(model_device(model, x))
         target = resolve_targets(model, x, target, options.get("max_batch"))
         return OPTIMISED_AGGREGATORS[method](model, x, target, explainers, **options)
-    finally:
-        model.train(was_training)

@@ -34,10 +34,8 @@ the standard normal CDF and density; the gap D = μ − E⁺ − ε and Z = D / 
 Where σ = 0 (the k maps agree at a pixel) Z is undefined and the limit σ → 0+ is used:
 PI = 1, ½, 0 as D > 0, D = 0, D < 0; EI = max(D, 0) (so CI likewise); API and AEI average
 those limits over their ε grid; VAR = μ / δ. σ is set to exactly 0 where the k values are
-equal (rounding in the mean would otherwise leave σ of order 1e-17). No aggregator
-returns NaN on finite input, and ``aggregate`` takes no other: a stack holding NaN or
-±inf is refused (``InputError`` naming the stack entry and its map), where the
-percentile would hide it and PI, EI and CI spread it over the input's whole map.
+equal. No aggregator returns NaN on finite input, and ``aggregate`` takes no other: a
+stack holding NaN or ±inf is refused (``InputError`` naming the stack entry and its map).
 """
 
 from __future__ import annotations
@@ -201,14 +199,10 @@ def rbm(stack: torch.Tensor, map_dims: int = 2, alpha: float = 1e-4, k: int = 10
     divergence; ``learning_rate=alpha``, ``n_iter=k`` epochs, ``batch_size``,
     ``random_state=seed`` for every input, so an input's map does not depend on the
     others in the batch), and the aggregated map is the hidden unit's activation
-    probability P(h = 1 | v) per pixel, in [0, 1]. Nothing ties the hidden unit to
-    importance rather than unimportance: where its activation covaries negatively with
-    the mean map μ (eq. 5), the map is flipped to 1 − P(h = 1 | v), so that it
-    correlates positively with μ (Borisov et al. flip by overlap with the mean's top
-    pixels; the sign of the covariance is the same idea without a threshold). Runs in
-    float64 through NumPy on the CPU, one input at a time (about 0.6 s per 32 × 32 input
-    on one core at the defaults: k epochs of P / batch_size updates); the result returns
-    to the stack's device and dtype. Here k is the paper's number of training
+    probability P(h = 1 | v) per pixel, in [0, 1], flipped to 1 − P(h = 1 | v) where it
+    covaries negatively with the mean map μ (eq. 5; why: docs/aggregation.md). Runs in
+    float64 through NumPy on the CPU, one input at a time; the result returns to the
+    stack's device and dtype. Here k is the paper's number of training
     iterations, not the ensemble size.
     """
     alpha = _real("alpha", alpha, "a finite number > 0", lambda v: v > 0)

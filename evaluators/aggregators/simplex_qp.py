@@ -17,10 +17,7 @@ minimiser iff it is feasible and g_i = f for every i in its support S = {i : ω_
 and g_j ≥ f for every j (the multiplier of Σω = 1 is 2f, those of ω ≥ 0 are
 2(g_j − f) ≥ 0). For any feasible ω, convexity gives the certificate
 
-    f(ω) − f*  ≤  2 (f − min_j g_j)                                          (gap)
-
-(the Frank–Wolfe duality gap: with ∇f = 2g, f* ≥ f(ω) + ∇f(ω)ᵀ(ω* − ω), and the linear
-term is smallest at a vertex e_j of the simplex).
+    f(ω) − f*  ≤  2 (f − min_j g_j)                (gap; the Frank–Wolfe duality gap)
 
 * ``batched`` (the default; torch, on gamma's device): Wolfe's (1976) minimum-norm-point
   algorithm, a primal active-set method, on the Gram matrix Γ. The QP asks for the point
@@ -33,10 +30,8 @@ term is smallest at a vertex e_j of the simplex).
   when (gap) ≤ 2 (10⁻¹⁰ f + 10⁻¹²) in normalised units, else the vertex
   j = argmin_{j ∉ S} g_j joins S; or (minor cycle) ω moves towards α to the first face,
   ω ← ω + θ (α − ω), θ = min_{i ∈ S, α_i ≤ 0} ω_i / (ω_i − α_i), and the points whose
-  weight reaches 0 leave S. The norm falls strictly from one major cycle to the next and
-  a corral fixes its point, so no corral repeats and the method ends in finitely many
-  steps; on the tests' and the bench's problems (random, rank-deficient, duplicated and
-  zero maps) within 2k steps. An input not certified after 10 k steps (round-off in a
+  weight reaches 0 leave S (why it ends, and in how many steps:
+  docs/optimised_aggregation.md). An input not certified after 10 k steps (round-off in a
   nearly degenerate Γ could make it cycle) or whose system turns singular is solved by
   ``enumerate_supports``, so every returned ω is a minimiser. Cost: one batched LU of
   (k + 1) × (k + 1) per step, O(steps · B k³) time, O(B k²) memory.
@@ -47,32 +42,12 @@ term is smallest at a vertex e_j of the simplex).
 
 ``enumerate_supports`` is the exhaustive exact method: for every support S ⊆ {1 … k}
 (2^k − 1 of them, 4,095 at k = 12) it solves the bordered system above for all inputs
-and supports at once (in chunks whose buffers stay within 64 MiB),
-projects each solution onto the simplex (negative weights to 0, then divided by the sum;
-a singular system's non-finite solution is skipped) and keeps, per input, the projected
-point of least objective. Each candidate is feasible, so its objective is ≥ f*; and the
-optimal set, a polytope, has a vertex ω* whose support gives a non-singular system
-solved by ω*: the least is f*, with no need to check the multipliers. Cost
-O(B 2^k k³) time. k is at most 16 (``MAX_EXPLAINERS``; Decker et al. combine 7).
-
-Why Wolfe's method, written by hand: measured by ``bench/simplex_qp.py`` (one CPU
-thread, 2 cores shared with other jobs, so ±50 % between runs; seconds for B problems at
-k = 7 / k = 12, one run):
-
-    B       batched          enumerate        cvxpy (Clarabel)   proxsuite 0.8.0
-    1       0.002 / 0.005    0.001 / 0.024    0.006 / 0.010      0.0003 / 0.0004
-    100     0.005 / 0.013    0.046 / 2.6      0.61 / 0.84        0.013 / 0.022
-    2,000   0.039 / 0.14     0.63 / 38        13.5 / 15.3        0.26 / 0.54
-
-From B = 100 on the batched method is the fastest: about 300 times cvxpy at B = 2,000,
-and 1.3–2.4 times (B = 100) to 4–7 times (B = 2,000) proxsuite's dense ProxQP (one
-problem per input set up in a ``BatchQP`` and solved by ``solve_in_parallel``,
-eps_abs = 1e-12). proxsuite is quicker for a single problem, but it is an iterative
-solver that stops at a tolerance (at eps_abs = 1e-10 its objectives were up to 1.4e-6
-relative above the optimum, and its weights reach −1e-10), runs on the CPU only and
-would be a new dependency; the torch method ends on an exact KKT point with a
-certificate, and runs on the GPU beside the explainers. Enumerating the supports is
-exact too, but grows as 2^k: several hundred times slower than Wolfe's steps at k = 12.
+and supports at once (in chunks whose buffers stay within 64 MiB), projects each solution
+onto the simplex (negative weights to 0, then divided by the sum; a singular system's
+non-finite solution is skipped) and keeps, per input, the projected point of least
+objective, which is f* (why: docs/optimised_aggregation.md). Cost O(B 2^k k³) time. k is
+at most 16 (``MAX_EXPLAINERS``; Decker et al. combine 7). Why Wolfe's method, written by
+hand (timings against enumeration, cvxpy and proxsuite): docs/optimised_aggregation.md.
 
 Degenerate Γ: rank-deficient matrices, identical explainers (equal rows and columns) and
 zero maps (a zero row and column: objective 0, e.g. all weight on that map) all have a

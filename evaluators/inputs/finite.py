@@ -22,10 +22,9 @@ def check_finite(values: torch.Tensor, what: str, unit: str = "map", unit_dims: 
     first unit that holds NaN or ±inf, its counts of each, and how many units do.
     ``stacked``: ``values`` is a stack (k, ...) of k such tensors, and the error names the
     entry, ``what[j]``, before the unit within it. When all is finite the cost is one sum
-    of ``values`` (NaN or ±inf anywhere makes it NaN or ±inf; about 20 times faster than
-    ``torch.isfinite(values).all()`` on a CPU), the element-wise test only runs where the
-    sum is not finite (a bad value, or finite values whose sum overflows), and the
-    counting on the error path only.
+    of ``values`` (NaN or ±inf anywhere makes it NaN or ±inf; docs/fidelity_metrics.md);
+    the element-wise test only runs where the sum is not finite (a bad value, or finite
+    values whose sum overflows), and the counting on the error path only.
     """
     if bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values).all()):
         return

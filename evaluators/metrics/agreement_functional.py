@@ -11,15 +11,11 @@ Ley et al. (2023), §4:
 * SA@k, top-k sign agreement: |{f ∈ T_k(a) ∩ T_k(b) : sign a_f = sign b_f}| / k;
 * SSA@k, signed-set agreement: 1 if T_k(a) = T_k(b) and the signs agree on it, else 0
   (so SSA = 1 exactly when SA = 1);
-* CDC, consistent direction of contribution. The paper: CDC "requires that any feature
-  that appears in the top-k of one model has the same signed value if it appears in the
-  other model", and top-5 CDC "typically returned 1" and is "the least strict of the
-  three metrics". So CDC@k is 1 if sign a_f = sign b_f for every f in T_k(a) ∩ T_k(b)
-  (a feature must be in both top-k sets to be compared), else 0; with no common feature
-  it is 1. CDC@d compares every feature (T_d is all of them), the Table 1 column.
-  A stricter reading compares every f in T_k(a) ∪ T_k(b) (``cdc_union``): it is not the
-  paper's, and on correlated random explanations it gives 0.46-0.74 where the paper's
-  gives about 1; it is kept under its own name for comparison.
+* CDC@k, consistent direction of contribution (the paper's reading: docs/table1.md):
+  1 if sign a_f = sign b_f for every f in T_k(a) ∩ T_k(b), else 0; with no common
+  feature it is 1. CDC@d compares every feature (T_d is all of them), the Table 1 column.
+  ``cdc_union`` compares every f in T_k(a) ∪ T_k(b): not the paper's reading (on
+  correlated random explanations 0.46-0.74 where the paper's gives about 1).
 Krishna et al. (2022): feature agreement |T_k(a) ∩ T_k(b)| / k; rank agreement, the
 share of the k ranks holding the same feature; signed-rank agreement, the same with
 equal signs too. Angular difference: arccos of the cosine similarity (radians); an
@@ -168,11 +164,9 @@ def separability(
 
     Row i of a and of b explain the same individual x_i, so the split into training and
     held-out rows is by individual (both of x_i's rows on one side, a random
-    ``test_fraction`` of the individuals held out, from ``seed``). Split by row, the
-    classifier would meet the twin of a held-out row in training with the other label
-    and score below 0.5 on identical explanation sets. ``classifier``: options of
-    scikit-learn's ``LogisticRegression`` (default ``max_iter=1000``, otherwise its own
-    defaults: L2, C = 1)."""
+    ``test_fraction`` of the individuals held out, from ``seed``; why: docs/image_consistency.md).
+    ``classifier``: options of scikit-learn's ``LogisticRegression`` (default
+    ``max_iter=1000``, otherwise its own defaults: L2, C = 1)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupShuffleSplit
 

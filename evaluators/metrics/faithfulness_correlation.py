@@ -15,25 +15,23 @@ model blind to the removals).
 
 The samples are those of infidelity, ``evaluators.metrics.infidelity.subset_perturbations``
 (Decker et al. "use the same kind of perturbation" for both): ``faithfulness_correlation
-(maps, samples)`` scores maps on given samples, so every map of the same inputs (every
-explainer, every aggregate) is scored, for FCOR and INFD alike, on one set of N n forward
-passes. Their defaults are Decker et al.'s:
+(maps, samples)`` scores every map of the same inputs, for FCOR and INFD alike, on one set
+of N n forward passes. Their defaults are Decker et al.'s:
 
 * **f**: the explained output, the raw logit of the target class (default: the predicted
-  class) of an image classifier, a tabular model's ``explained_output``; as Decker et
-  al.'s reference code takes Δf, and as Quantus's ``FaithfulnessCorrelation`` reads
-  logits unless ``softmax=True``.
+  class) of an image classifier, a tabular model's ``explained_output``.
 * **Subsets** (``share``, ``units``): a random 20 % (``share=0.2``) of each image's SLIC
   superpixels (``units="superpixels"``; Decker et al.'s "image area of 20 %") or of its
-  pixels (``units="pixels"``: Bhatt et al.'s and Quantus's subsets of |S| pixels, |S| =
-  ⌊share H W⌋, at least 1; Quantus's default |S| = 224 pixels is a share of 224 / (H W)),
-  or of a tabular row's features; all C channels of a pixel together.
-* **Replacement** x_b (``baseline``): a Gaussian-blurred copy of each image (σ = 10, the
-  reference code's; Decker et al.'s main FCOR), or a tensor of x's shape or one input's:
-  zeros for their FCOR_0 (Quantus's ``perturb_baseline=0``; the training mean on
-  standardised inputs), the training set's feature means for tabular rows.
-* **n** = 200 samples (``n_samples``, Decker et al.'s m_eval; Quantus's ``nr_runs`` = 100),
-  seeded per input and kept apart from the aggregators' fitting samples (``stream``).
+  pixels (``units="pixels"``: |S| = ⌊share H W⌋ pixels, at least 1), or of a tabular row's
+  features; all C channels of a pixel together.
+* **Replacement** x_b (``baseline``): a Gaussian-blurred copy of each image (σ = 10;
+  Decker et al.'s main FCOR), or a tensor of x's shape or one input's: zeros for their
+  FCOR_0 (the training mean on standardised inputs), the training set's feature means for
+  tabular rows.
+* **n** = 200 samples (``n_samples``, Decker et al.'s m_eval), seeded per input and kept
+  apart from the aggregators' fitting samples (``stream``).
+
+How these compare with Decker et al.'s code and Quantus: docs/fidelity_metrics.md.
 
 ``FaithfulnessCorrelation`` (a torchmetrics ``Metric``) averages FCOR over the inputs
 passed to ``update(model, x, maps, target=None)`` where it is defined.

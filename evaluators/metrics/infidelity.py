@@ -24,10 +24,8 @@ feature subsets, ``n_samples=200``, Decker et al.'s m_eval) and evaluates the mo
 perturbed inputs: N·n forward rows, ``max_batch`` at a time, without gradients, in eval
 mode (the previous mode is restored), on the model's device. ``infidelity(maps, samples)``
 scores maps on those samples, so that several maps of the same inputs (every explainer,
-every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for images
-(reduce (N, C, H, W) attributions with ``reduce_map``), (N, d) for tabular rows. Inputs,
-maps, a baseline tensor and the model's outputs with NaN or ±inf are refused with one
-``InputError`` naming which (``evaluators.inputs.finite``), not scored as NaN.
+every aggregate) are scored on the same samples. Maps, and NaN or ±inf refused (also in a
+baseline tensor): as ``evaluators.metrics.model_scores`` says.
 
 ``Infidelity`` (a ``Metric``, ``SubsetMetric``) averages INFD over the inputs of its updates.
 """
@@ -55,6 +53,7 @@ from evaluators.metrics.perturbations import (
     superpixels,
     unit_masks,
 )
+from lightning_modules.interface import eval_mode
 
 M_EVAL = 200  # Decker et al.: every metric on 200 fresh samples
 UNITS = ("superpixels", "pixels")
@@ -102,9 +101,7 @@ def subset_perturbations(
     tabular = check_inputs(model, x)
     if units not in UNITS:
         raise InputError(f"option units={units!r}; expected one of {list(UNITS)}")
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             x = x.detach().to(model_device(model, x))
             max_batch = resolve_max_batch(max_batch, x)
@@ -125,8 +122,6 @@ def subset_perturbations(
                 perturbed = torch.where(removed, base[i], x[i])
                 outputs.append(explained_scores(model, perturbed, target[i]))
             deltas = clean[:, None] - torch.cat(outputs).view(len(x), n_samples)
-    finally:
-        model.train(was_training)
     return SubsetSamples(groups, chosen, deltas)
 
 

@@ -22,36 +22,24 @@ when every step moves as many units).
 * **Order and ties.** Units are moved in descending order of the map. Ties are broken by a
   seeded random order: each image's units are first put in a random permutation
   (``torch.randperm(n)``, one per image in order, from a CPU ``torch.Generator`` seeded
-  with ``seed``), then stably sorted by the map, so tied units keep their random order.
-  Mahlau et al. (§4.1) note that a sparse map's many zeros are moved "in random order".
+  with ``seed``), then stably sorted by the map, so tied units keep their random order
+  (Mahlau et al. §4.1: a sparse map's zeros are moved "in random order").
 * **Steps.** S increments, k_s = ⌊s n / S⌋ units moved after step s (every step moves
-  ⌊n/S⌋ or ⌈n/S⌉ units; k_0 = 0, k_S = n). Mahlau et al. use 1,000 increments: on
-  ImageNet's 224 x 224 images 224²/1,000 ≈ 50 pixels each (their text says "about 64";
-  16 on GTSRB's 128 x 128 is 128²/1,000); by default S = ⌈n / 50⌉ keeps 50 pixels per
-  step on any image size (21 steps on 32 x 32). A tabular row has tens of features, so
-  there the default moves one feature per step (S = d). ``steps`` overrides S.
-* **Target.** ``target=None`` scores each image's predicted class on the clean input (the
-  argmax of its class probabilities), else an int or a LongTensor of N labels. A tabular
-  model scores its positive class, p(1 | x) = ``class_probabilities(model, x)[:, 1]``.
-  Probabilities are ``lightning_modules.interface.class_probabilities`` (the softmax of the
-  logits; an ``MLPEnsemble``'s own mean probabilities).
+  ⌊n/S⌋ or ⌈n/S⌉ units; k_0 = 0, k_S = n). Default S = ⌈n / 50⌉ (50 pixels per step, as
+  Mahlau et al.'s 1,000 increments on 224 x 224 images; docs/fidelity_metrics.md) on
+  images, S = d on tabular rows; ``steps`` overrides S.
+* **Target.** As ``evaluators.metrics.model_scores`` resolves it (default: each image's
+  predicted class on the clean input; a tabular model's positive class), scored by its
+  probability (``lightning_modules.interface.class_probabilities``).
 * **Baselines** (``BASELINES``, or an explicit tensor of x's shape or of one input's):
 
   - ``"normal"``: Mahlau et al.'s random-normal image, a new value for every pixel drawn
-    from N(μ_c, σ_c²) of its channel c. The paper "estimate[s] mean and standard deviation
-    of each color channel"; by default μ_c, σ_c are the image's own (its pixels' mean and
-    standard deviation, correction 0), the reading that needs nothing beyond the image.
-    Such a baseline keeps the image's mean colour (some class information, the same for
-    every map of the image); ``stats=(mean, std)``, the training set's per-channel
-    statistics, draws an image-independent baseline instead. (For inputs standardised
-    with the training set's statistics, as this framework's image datamodules do, those
-    are about (0, 1) per channel.) Tabular rows need ``stats``: the training set's feature
-    means and standard deviations (a row's own features share no scale).
+    from N(μ_c, σ_c²) of its channel c: by default the image's own per-channel mean and
+    standard deviation (correction 0; why: docs/fidelity_metrics.md); ``stats=(mean, std)``
+    gives per-channel (images) or per-feature (tabular rows, which need it) statistics instead.
   - ``"blur"``: RISE's insertion baseline, the image blurred channel by channel with RISE's
-    kernel: 11 x 11, σ = 5, built as RISE's ``gkern`` builds it (``scipy.ndimage``'s
-    Gaussian filter, truncated at 4σ, of a centred delta, whose reflect boundary folds the
-    tails back into the window: a nearly flat kernel summing to 1), applied with zero
-    padding of 5 pixels as RISE's ``conv2d`` applies it. Images only.
+    kernel (11 x 11, σ = 5, built as RISE's ``gkern``: docs/fidelity_metrics.md), applied
+    with zero padding of 5 pixels as RISE's ``conv2d`` applies it. Images only.
   - ``"zero"``: RISE's deletion baseline, all zeros (the training mean on standardised inputs).
   - a tensor: e.g. the training set's feature means (d,) for tabular rows, as Ley et al.'s
     baseline; broadcast over the N inputs where it has one input's shape.
@@ -64,10 +52,7 @@ when every step moves as many units).
   without gradients, in eval mode (the model's previous mode is restored), on the model's
   device (x, maps and the baseline are moved there). Memory beyond the model's own: one
   chunk of ``max_batch`` inputs, the baseline (x's size) and the ranks (N, n) int64. The
-  chunks take x's memory format: images in channels-last format
-  (``x.contiguous(memory_format=torch.channels_last)``) run about 1.5x faster through a
-  ResNet on a CPU, where the model allows it (a ``.view`` of a convolution's output
-  does not), so it is the caller's choice.
+  chunks take x's memory format (channels-last: docs/fidelity_metrics.md).
 
 ``InsertionAUC`` and ``DeletionAUC`` (torchmetrics ``Metric``s) average the AUC over every
 input passed to ``update(model, x, maps, target=None)``.
@@ -87,6 +72,7 @@ from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
+from lightning_modules.interface import eval_mode
 
 MODES = ("insertion", "deletion")
 PIXELS_PER_STEP = 50  # Mahlau et al.: 1,000 increments on 224 x 224 images
@@ -216,9 +202,7 @@ def insertion_deletion_curves(
         max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
     """
     tabular, n, steps = _check_inputs(model, x, maps, mode, steps)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
@@ -238,8 +222,6 @@ def insertion_deletion_curves(
                 rows_in = torch.where(moved, end[image], start[image]).contiguous(memory_format=memory_format)
                 points.append(target_outputs(model, rows_in, target[image], "probability"))
             curves = torch.cat(points).view(len(x), steps + 1)
-    finally:
-        model.train(was_training)
     return counts.to(curves.dtype) / n, curves
 
 

@@ -26,16 +26,14 @@ Two kinds, each drawn ``n_samples`` times per input:
   - Tabular rows: every feature is its own group (K = d) and the replacement is a
     fixed row, the training set's feature means (as Ley et al.'s baseline).
 
-**Seeds, and why fitting and evaluation samples never coincide.** Every draw comes from a
-CPU ``torch.Generator`` of its own per input, seeded from (seed, stream, kind, index)
-through NumPy's ``SeedSequence`` (``sample_generator``): ``index`` is the input's position
-in the call (plus ``offset``), ``kind`` is ``"noise"`` or ``"subsets"`` and ``stream`` is
-``"evaluation"`` (the metrics: Infidelity, Sensitivity) or ``"fitting"`` (the aggregation
-weights of ``evaluators.aggregators.optimised_aggregators``). Distinct tuples give independent
-streams (``SeedSequence``'s hashing), so the m_agg fitting samples and the m_eval
-evaluation samples of the same input and seed are independent draws, not the same
-samples reused, and an input's samples do not depend on the other inputs of the batch,
-on chunking, or on the device (drawn on the CPU, then moved).
+**Seeds.** Every draw comes from a CPU ``torch.Generator`` of its own per input, seeded
+from (seed, stream, kind, index) through NumPy's ``SeedSequence`` (``sample_generator``):
+``index`` is the input's position in the call (plus ``offset``), ``kind`` is ``"noise"`` or
+``"subsets"`` and ``stream`` is ``"evaluation"`` (the metrics) or ``"fitting"`` (the
+weights of ``evaluators.aggregators.optimised_aggregators``). Distinct tuples give
+independent streams, so fitting and evaluation samples of one input and seed are
+independent draws, and an input's samples do not depend on the other inputs, on
+chunking, or on the device (drawn on the CPU, then moved).
 """
 
 from __future__ import annotations

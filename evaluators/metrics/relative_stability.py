@@ -11,19 +11,16 @@ predicted class is x's (ŷ_x' = ŷ_x), and the explanations e_x' of those:
     ROS = max_x' ‖(e_x − e_x') / e_x‖_p / max(‖h(x) − h(x')‖_p, ε_min)
 
 the explanation's relative change over the relative change of the input (RIS), of an
-internal representation L (RRS), or the change of the output h (ROS; not relative, as
-Quantus implements it; OpenXAI's current code takes a relative change there too).
+internal representation L (RRS), or the change of the output h (ROS; not relative).
+How this compares with Quantus and OpenXAI: docs/fidelity_metrics.md.
 
 ``relative_stability(model, x, maps, explain_fn, ...)`` -> {"ris", "rrs", "ros": (N,), "kept": (N,)}:
 
-* **Maps and explanations**: maps (N, H, W) per pixel of images (N, C, H, W), (N, d) for
-  a tabular model (``evaluators.metrics.model_scores``), e_x = ``maps``; ``explain_fn(x_rows,
-  target_rows)`` returns the maps of a batch of perturbed inputs in the same layout, for
-  ``target_rows`` the (rows,) LongTensor of the classes explained (a tabular model's
-  positive class), as ``evaluators.metrics.sensitivity`` calls
-  it: e.g. ``lambda v, t: reduce_map(explain(model, v, "saliency", target=t))``, or any
-  aggregated explainer. The class is each input's ``target`` resolved on the clean input
-  (default: its predicted class), so e_x' explains what e_x explains.
+* **Maps and explanations**: e_x = ``maps`` (layout: ``evaluators.metrics.model_scores``);
+  ``explain_fn(x_rows, target_rows)`` returns the maps of a batch of perturbed inputs in
+  the same layout, as ``evaluators.metrics.sensitivity`` calls it (e.g. ``lambda v, t:
+  reduce_map(explain(model, v, "saliency", target=t))``), for ``target_rows`` each input's
+  ``target`` resolved on the clean input, so e_x' explains what e_x explains.
 * **Perturbations** (``n_samples``, ``radius``): x' = x + ε, ε ~ U[−r, r] independently per
   value (every channel of every pixel, every feature), n samples per input; defaults
   r = 0.1 (the uniform noise radius of Decker et al.'s sensitivity metrics) and n = 200
@@ -34,32 +31,26 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
 * **Prediction flips**: a sample x' whose predicted class (argmax of the model's output)
   differs from x's is left out, as the definitions require; an input whose n samples all
   flip has no score (NaN; ``kept`` counts each input's samples kept).
-* **Norms and ε_min**: ‖·‖_p over all of an input's values (flattened), p = 2 by default
-  (Quantus's only norm, OpenXAI's default); ε_min = 1e-6 (Quantus; the
-  denominators' floor, max(·, ε_min) as Agarwal et al. write it, where Quantus adds ε_min
-  only to a zero denominator). ``change`` (``RELATIVE_CHANGES``) says how a relative
-  change is taken: ``"elementwise"`` (default) as the equations above, (a − a') / a value
-  by value, a zero a_i replaced by ε_min (Quantus; so a map's exact zeros weigh 1/ε_min);
-  ``"norm"``: ‖a − a'‖_p / max(‖a‖_p, ε_min), as OpenXAI's current code, finite on
-  sparse maps. ROS's output change is absolute either way.
+* **Norms and ε_min**: ‖·‖_p over all of an input's values (flattened), p = 2 by default;
+  ε_min = 1e-6, the denominators' floor max(·, ε_min). ``change`` (``RELATIVE_CHANGES``)
+  says how a relative change is taken: ``"elementwise"`` (default) as the equations above,
+  (a − a') / a value by value, a zero a_i replaced by ε_min (so a map's exact zeros weigh
+  1/ε_min); ``"norm"``: ‖a − a'‖_p / max(‖a‖_p, ε_min), finite on sparse maps. ROS's
+  output change is absolute either way.
 * **Representation** L (``layer``): None (default) the model's output (the logits; an
   ``MLPEnsemble``'s mean probabilities), which needs no knowledge of the network; a name in
   ``model.named_modules()``: the input of that module at its last call in a forward pass,
-  flattened. Decker et al. took "the activation of the final layer before the
-  classification", here ``layer="fc"`` on the framework's ResNets (the pooled features
-  going into the classifier); OpenXAI's code takes the first hidden layer's activations.
-* **Output** h (``ros_output``): ``"logit"`` (default; the model's output, as L's default;
-  Quantus's ``RelativeOutputStability`` reads logits unless ``softmax=True``) or
-  ``"probability"`` (``class_probabilities``; Decker et al. describe h as the output
-  prediction probabilities).
+  flattened (Decker et al.'s "final layer before the classification": ``layer="fc"`` on
+  the framework's ResNets).
+* **Output** h (``ros_output``): ``"logit"`` (default; the model's output, as L's default)
+  or ``"probability"`` (``class_probabilities``).
 * **Randomness and batching**: input i's noise comes from its own seeded CPU generator
   (``perturbations.sample_generator``), so a call's result does not depend on the device,
   on the other inputs or on ``max_batch``. The perturbed inputs go through ``explain_fn``
   and the model in calls of whole inputs, max(1, ⌊max_batch / n⌋) inputs (all their
   samples) per call (the forward passes in pieces of at most ``max_batch`` rows, without
-  gradients, in eval mode; ``explain_fn`` runs with gradients enabled and chunks as it
-  likes), on the model's device. All three scores come from one pass, which shares the
-  explanations of the perturbed inputs, by far the dearest part.
+  gradients, in eval mode; ``explain_fn`` runs with gradients enabled), on the model's
+  device. All three scores come from one pass (one explanation per perturbed input).
 
 Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs with NaN or
 ±inf are refused with one ``InputError`` naming which (``evaluators.inputs.finite``): a NaN
@@ -89,7 +80,7 @@ from evaluators.metrics.model_scores import (
     resolve_targets,
 )
 from evaluators.metrics.perturbations import RADIUS, check_count, check_real, uniform_noise
-from lightning_modules.interface import class_probabilities
+from lightning_modules.interface import class_probabilities, eval_mode
 
 STABILITIES = ("ris", "rrs", "ros")
 EPS_MIN = 1e-6  # Quantus's eps_min
@@ -202,9 +193,7 @@ def relative_stability(
         n_samples = perturbed.shape[1]
     module = _layer(model, layer)
     relative = RELATIVE_CHANGES[change]
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         device = model_device(model, x)
         x, maps = x.detach().to(device), maps.detach().to(device)
         max_batch = resolve_max_batch(max_batch, x)
@@ -240,8 +229,6 @@ def relative_stability(
                 for name, denominator in denominators.items():
                     ratio = (explanation / denominator.clamp_min(eps_min)).to(maps.dtype).view(len(inputs), n_samples)
                     best[name].append(torch.where(same, ratio, -torch.inf).amax(1))
-    finally:
-        model.train(was_training)
     kept = torch.cat(kept)
     return {**{name: torch.where(kept > 0, torch.cat(v), torch.nan) for name, v in best.items()}, "kept": kept}
 
@@ -252,9 +239,8 @@ class RelativeStability(MeanOverInputs):
 
     ``update(model, x, maps, target=None, explain_fn=...)`` scores inputs x with their maps
     through ``relative_stability`` with this metric's options; one metric yields all three
-    because they share the explanations of the perturbed inputs (the states, a vector of
-    the three sums, and their reduction: ``evaluators.metrics.base``). Inputs whose
-    samples all flipped the prediction are counted in the state ``left_out``.
+    (states: a vector of the three sums, ``evaluators.metrics.base``). Inputs whose samples
+    all flipped the prediction are counted in the state ``left_out``.
 
     Args (those of ``relative_stability``): n_samples, radius, p, eps_min, change, layer,
     ros_output, seed, max_batch.

@@ -22,23 +22,18 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
 
 ``road_curves(model, x, maps, order, percentages, ...)`` -> (percentages (P,), curves (N, P)):
 
-* **Units, maps, target**: as ``evaluators.metrics.model_scores`` says (per-pixel maps
-  (N, H, W), all channels of a pixel removed together; (N, d) for a tabular model,
-  scored on its positive class; inputs, maps, ``feature_means`` and the model's outputs
-  with NaN or ±inf refused with one ``InputError`` naming which).
+* **Units, maps, target**: as ``evaluators.metrics.model_scores`` says (all channels of a
+  pixel removed together; NaN or ±inf in ``feature_means`` refused too).
 * **Percentages**: after removing p % of the n units, ⌊n p / 100⌋ of them (as Quantus),
   for each p in ``percentages`` (0 <= p < 100; 0 scores the clean input). Default 10, 20,
-  ..., 90: pytorch-grad-cam's ``ROAD*Average`` and Decker et al.'s Table 4 (their Table 3
-  shows 10, 20, 30). Ties in the map are broken by a seeded random order
-  (``evaluators.metrics.insertion_deletion.unit_ranks``; LeRF ranks the negated map).
+  ..., 90 (pytorch-grad-cam's ``ROAD*Average``, Decker et al.'s Table 4). Ties in the map
+  are broken by a seeded random order (``insertion_deletion.unit_ranks``; LeRF ranks the negated map).
 * **Output** (``output``, ``ROAD_OUTPUTS``): ``"probability"`` (default), the target's
   probability on each imputed input; ``"logit"``, its logit (a tabular model's
   ``explained_output``); ``"accuracy"``, 1 where the imputed input's predicted class is
-  the target, else 0 (Rong et al. plot test accuracy: pass the labels as ``target``;
-  Quantus's ROAD scores accuracy too). ``difference=True`` subtracts the clean input's
-  output, as pytorch-grad-cam does and Decker et al.'s MoRF_p ("the average decrease in
-  confidence for the correct class") reads: their values (−0.6 to −14.7 on ImageNet) fit
-  logits better than probabilities; the paper does not say which.
+  the target, else 0 (Rong et al. plot test accuracy: pass the labels as ``target``).
+  ``difference=True`` subtracts the clean input's output (as pytorch-grad-cam; which
+  output Decker et al. read: docs/fidelity_metrics.md).
 * **Randomness**: one CPU ``torch.Generator`` seeded with ``seed`` draws, in this order,
   the N tie-breaking permutations, then each row's noise (``torch.randn`` of one input's
   shape in x's dtype, rows in the order input-major, percentage-minor), so a call's
@@ -52,8 +47,7 @@ Where this departs from pytorch-grad-cam and Quantus: docs/fidelity_metrics.md.
 ``ROADMoRF`` and ``ROADLeRF`` (torchmetrics ``Metric``s) average the curves over every
 input passed to ``update(model, x, maps, target=None)``: ``compute()`` is the mean curve
 (P,), and its mean over the percentages the AUC-like summary (Decker et al.'s "Average"
-column; on an even grid, the area under the curve per unit of share removed up to the
-trapezoid rule's end corrections).
+column).
 """
 
 from __future__ import annotations
@@ -79,7 +73,7 @@ from evaluators.metrics.model_scores import (
     resolve_targets,
     target_outputs,
 )
-from lightning_modules.interface import class_probabilities
+from lightning_modules.interface import class_probabilities, eval_mode
 
 ORDERS = ("morf", "lerf")
 ROAD_OUTPUTS = OUTPUTS + ("accuracy",)
@@ -207,9 +201,7 @@ def road_curves(
     _check_options(order, output, noise)
     percentages = _check_percentages(percentages)
     n = math.prod(unit_shape)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
@@ -238,8 +230,6 @@ def road_curves(
                 clean = torch.cat([_outputs(model, x[rows], target[rows], output)
                                    for rows in torch.arange(len(x), device=device).split(max_batch)])  # fmt: skip
                 curves = curves - clean[:, None]
-    finally:
-        model.train(was_training)
     return torch.tensor(percentages, dtype=curves.dtype, device=device), curves
 
 

@@ -16,11 +16,9 @@ Lower is better. The division is Quantus's and Captum's (docs/fidelity_metrics.m
 ``explain_fn(x_rows, target_rows) -> maps`` explains a batch of perturbed inputs: rows of
 x's shape, and ``target_rows`` the targets expanded to the rows (None stays None, an int
 stays an int, a LongTensor (N,) is repeated n times per input), so that e(x + ε) explains
-the same class as e(x) when the caller passes the targets e(x) was made for (Quantus
-explains the given labels at perturbed inputs; Captum expands ``target``). Its maps must
+the same class as e(x) when the caller passes the targets e(x) was made for. Its maps must
 have ``maps``' shape per row. The N·n perturbed rows go to ``explain_fn`` in calls of
-whole inputs, max(1, ⌊max_batch / n⌋) inputs (all their samples) per call: the explainer
-sees batches, never one sample at a time.
+whole inputs, max(1, ⌊max_batch / n⌋) inputs (all their samples) per call.
 
 ``sensitivities(explain_fn, x, maps, ...)`` -> (N, n) distances; ``AverageSensitivity`` and
 ``MaxSensitivity`` (torchmetrics ``Metric``s) average SENS_AVG and SENS_MAX over every input

@@ -4,8 +4,7 @@ Rows: ``n_images`` test images evenly spaced through the datamodule's test split
 its validation split where it has no test split); columns: the image, then one map per
 explainer of ``evaluators.maps.image_explainers`` for the model's predicted class, reduced
 to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map from its minimum to its
-maximum (RISE's scores are probabilities, far from 0 everywhere). Expected
-Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
+maximum. Expected Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
 (the test images where the datamodule has no training split). A blank map (all zero, e.g.
 GradCAM's where no channel of its layer has positive evidence, or constant;
 ``evaluators.reports.map_grid``) has its kind written on its cell, is counted per method in the

@@ -9,8 +9,7 @@ between curve start points, between pre-trained models, and between each start p
 and the model trained alone from the same seed; and loss / accuracy along each curve
 against the straight line between its end points. Beside them, a yardstick the paper
 does not plot: the distance from each model to its own rerun from the same seed with
-every initial parameter nudged by N(0, ``nudge``²), which shows how far training
-alone carries two runs apart that start (almost) at the same point.
+every initial parameter nudged by N(0, ``nudge``²).
 """
 
 from __future__ import annotations

@@ -5,34 +5,24 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 
 1. ``n_inputs`` test inputs (as ``evaluators.inputs.runs.load_inputs``), explained for their
    predicted class (images) or the positive class (tabular) by the k ``explainers``, each
-   map post-processed as the reference code (``optimised_aggregators.explainer_maps``:
-   channel sum, absolute value (``absolute``; False keeps the sign), min-max, Gaussian σ = 1
-   on images);
+   map post-processed by ``optimised_aggregators.explainer_maps`` (``absolute``: False keeps the sign);
 2. Γ_robust and Γ_faith per input on ``m_agg`` fitting samples (the ``"fitting"`` stream),
    and the weights of ``agg_robust``, ``agg_faith`` and ``agg_opt`` from the exact simplex QP
    solver (the same computation as ``optimised_aggregation``, with each Γ computed once);
    ``agg_mean`` and ``agg_var`` beside them;
 3. every row (each explainer alone, each aggregator) scored per input on fresh samples
-   (the ``"evaluation"`` stream): infidelity (β-normalised) on ``m_eval`` superpixel (feature)
-   subset perturbations, faithfulness correlation on the same perturbations (as Decker et
-   al.), average and maximum sensitivity on ``m_sens`` noisy copies, and ROAD (Rong et al.:
-   noisy linear imputation of the 10-90 % most (MoRF) or least (LeRF) relevant pixels; the
-   change in the target's probability, averaged over the nine percentages), and relative
-   input, representation and output stability (RIS, RRS, ROS; Agarwal et al. 2022, as
-   Decker et al.'s Table 3; ``evaluators.metrics.relative_stability``) on
-   ``stability_samples`` noisy copies U[−r, r], r = ``stability_radius``, the
+   (the ``"evaluation"`` stream; the metrics of ``evaluators.metrics``): infidelity
+   (β-normalised) and faithfulness correlation on ``m_eval`` superpixel (feature) subset
+   perturbations, average and maximum sensitivity on ``m_sens`` noisy copies, ROAD MoRF and
+   LeRF (the change in the target's probability, averaged over 10-90 %), and RIS, RRS, ROS
+   (Decker et al.'s Table 3) on ``stability_samples`` noisy copies U[−r, r], r = ``stability_radius``, the
    representation L the input of module ``stability_layer`` (Decker et al.: the last layer
    before the classification, ``net.fc`` of the framework's ResNets, ``net.6`` of the
    tabular MLPs; None: the logits), the explanation's relative change taken as
    ``stability_change`` (a name of ``RELATIVE_CHANGES``);
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
-   explainers' maps there (``agg_var``: recomputed there). Fixed, not refitted at x':
-   Γ_robust, which AGG_robust and AGG_opt minimise, is the expected change of the weighted
-   sum Σ ω_i φ_i under noise with ω held fixed (Decker et al. §4: SENS_AVG as a generalised
-   L2 metric, Definition 4.1, γ₂ = φ_ω(x + ε)), so fixed weights score the map the
-   optimisation made stable, as the sensitivity columns do; refitting at
-   each of the n copies would cost m_agg more explanations per copy and add the fit's own
-   variation to the score;
+   explainers' maps there (``agg_var``: recomputed there; why fixed, not refitted at x':
+   docs/optimised_aggregation.md);
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
    over inputs; the paper's CIFAR-10 values beside a CIFAR-10 run's), the per-input weights
    (Figure 4 box plots), per explainer the number of blank (all-zero or constant) maps
@@ -47,13 +37,6 @@ come from ``seed`` for the inputs' maps, ``derived_seed(seed, 1)`` for the fitti
 and ``derived_seed(seed, 2)`` for the evaluation copies, with each row's index
 (``evaluators.maps.explain``): a resumed run gives an uninterrupted run's numbers, and image
 maps do not depend on ``max_batch``.
-
-**Cost of the stability columns**: the explainers' maps of N × ``stability_samples`` noisy
-copies (the sensitivity pass's cost with m_sens = ``stability_samples``; with the
-defaults, 200, ten times the CIFAR-10 config's m_sens = 20), plus one forward pass of
-those copies per row (each explainer and aggregator). The copies are the "evaluation"
-stream's, so with ``stability_samples = m_sens`` and ``stability_radius = radius`` they
-are the sensitivity's copies, explained again (a separate cache).
 """
 
 from __future__ import annotations

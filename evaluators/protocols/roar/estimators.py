@@ -17,25 +17,21 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
 
   - ``random``: i.i.d. uniform scores in [0, 1) per input element, a pure function of
     (``seed``, example index, element) (``datamodules.roar.uniform_hash``): independent of
-    the model, of the input's values and of the chunking. (The paper's random estimator
-    draws a Bernoulli(1 − t) mask per t; ranking by uniform scores and keeping the top t
-    is the same in distribution, with exactly ⌊t·n + ½⌋ units removed and nested masks
-    across t.)
+    the model, of the input's values and of the chunking (against the paper's Bernoulli
+    masks: docs/roar.md).
   - ``sobel`` (images only): the Sobel edge magnitude of every channel, as scikit-image's
     ``filters.sobel`` of the 2-D channel (tested equal): with the edge kernel [1, 0, −1]
     along one axis and the smoothing kernel [1, 2, 1]/4 along the other, G_r and G_c,
-    e = √((G_r² + G_c²) / 2), borders by edge replication (scipy's ``reflect``); as a
-    batched convolution on x's device.
+    e = √((G_r² + G_c²) / 2), borders by edge replication (scipy's ``reflect``).
 * ``agg:<aggregator>``, an aggregated explanation over ``explainers`` (option: a list of
   registry names, or a dict name -> options; default :data:`AGG_EXPLAINERS`, the paper's
   base estimators GRAD, IG, GB):
 
   - ``<aggregator>`` of ``pixel_aggregators.PIXEL_AGGREGATORS`` (``mean``, ``ucb``, ``var``
-    …, Mahlau & Nolde): each base map is taken in absolute value (``absolute=True``: the
-    importance is the magnitude, and opposite signs of two explainers would otherwise
-    cancel), normalised per map over all its elements (``normalisation``, default ``z``,
-    their Table 1's) and the k maps merged element by element by ``aggregate``; further
-    options (``aggregator_options``) go to the aggregator;
+    …, Mahlau & Nolde): each base map is taken in absolute value (``absolute=True``),
+    normalised per map over all its elements (``normalisation``, default ``z``, their
+    Table 1's) and the k maps merged element by element by ``aggregate``; further options
+    (``aggregator_options``) go to the aggregator;
   - ``<aggregator>`` of ``optimised_aggregators.OPTIMISED_AGGREGATORS`` (``agg_mean``,
     ``agg_var``, ``agg_robust``, ``agg_faith``, ``agg_opt``, Decker et al.), through
     ``optimised_aggregation`` with its own post-processing and options; its image maps are
@@ -60,7 +56,7 @@ from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
-from lightning_modules.interface import default_targets, model_device
+from lightning_modules.interface import default_targets, eval_mode, model_device
 
 CHUNK = 1024
 AGG_PREFIX = "agg:"
@@ -159,14 +155,10 @@ def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, ch
     if isinstance(target, torch.Tensor) and target.shape != (n,):
         raise InputError(f"option target of shape {tuple(target.shape)}; expected ({n},) labels or an int")
     device = model_device(model, x)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         parts = []
         for start in range(0, n, chunk):
             part = slice(start, min(start + chunk, n))
             t = target[part] if isinstance(target, torch.Tensor) else target
             parts.append(_estimate(model, x[part].to(device), name, t, index[part], seed, options).detach())
         return torch.cat(parts)
-    finally:
-        model.train(was_training)

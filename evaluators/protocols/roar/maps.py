@@ -11,14 +11,11 @@ has no ``test/``).
 
 Cache: ``<cache_dir>/<split>-<estimator>-<key>.pt`` holding ``{"maps": float32 (N, ...),
 "key": ...}``, written whole or not at all (``datamodules.files.atomic_write``). The key
-is a SHA-256 over the model's parameters and buffers (its state dict: the checkpoint's
-weights, whatever file they came from), the split's input tensor (so a changed dataset,
+is a SHA-256 over the model's state dict (parameters and buffers), the split's input tensor (so a changed dataset,
 normalisation or split misses), the estimator, its options (tensors by their bytes), the
 seed and the chunk size (noise estimators draw per chunk). A re-call with the same key
-loads the file; an unreadable file is recomputed. Maps are stored as float32: float16
-(max 65504, smallest subnormal 6e-8) flushes the small squared gradients of SG-SQ and
-VarGrad to zero and overflows large ones, turning ranked scores into ties; float32 costs
-4 bytes per input element (Fashion-MNIST's train split: 188 MB; CIFAR-10's: 614 MB).
+loads the file; an unreadable file is recomputed. Maps are stored as float32, 4 bytes per
+input element (why not float16, and the sizes: docs/roar.md).
 """
 
 from __future__ import annotations
