@@ -73,21 +73,8 @@ def check_data_options(class_path: str, options: dict) -> None:
 
 
 def spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` images evenly spaced through the split (``test``: the datamodule's evaluation
-    split; index 0, k, 2k, ... with k = size // n, in fixed order, without augmentation),
-    so that class-sorted folders show several classes."""
-    name = data.eval_split if split == "test" else split
-    step = max(1, data.split_sizes[name] // n)
-    loader = data.eval_dataloader(name)
-    xs, ys, seen = [], [], 0
-    for x, y in loader:
-        picked = [i for i in range(len(x)) if (seen + i) % step == 0]
-        xs.append(x[picked])
-        ys.append(y[picked])
-        seen += len(x)
-        if sum(len(v) for v in ys) >= n:
-            break
-    return torch.cat(xs)[:n], torch.cat(ys)[:n]
+    """``n`` images evenly spaced through the split: the image datamodule's ``probe``."""
+    return data.probe(n, split)
 
 
 def cached(path: Path, compute: Callable[[], dict]) -> dict:
