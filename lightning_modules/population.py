@@ -71,7 +71,7 @@ class PopulationMLP(Population):
             M seeded MLPs only to overwrite them costs about 0.8 ms per member.
     """
 
-    TEST_LOG = ("test/member_acc", "_mean")
+    TEST_LOG, CHUNKED, INPUTS = ("test/member_acc", "_mean"), True, "rows"
     explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(
