@@ -153,8 +153,7 @@ def _check_datamodule(datamodule) -> None:
 
 
 def _raw_split(datamodule, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """A split as stored (the datamodule's ``stored_split``: uint8 images (N, C, H, W) or
-    standardised rows (N, d)), and labels."""
+    """A split as stored (the datamodule's ``stored_split``: uint8 images or rows) and its labels."""
     if split not in ("train", "test"):
         raise InputError(f"option split={split!r}; expected 'train' or 'test'")
     return datamodule.stored_split(split)
@@ -170,8 +169,7 @@ def model_inputs(datamodule, split: str, raw: tuple[torch.Tensor, torch.Tensor] 
 
 
 def training_fill(datamodule) -> torch.Tensor:
-    """The uninformative value c in the stored space (the datamodule's ``stored_fill`` of its
-    stored training split)."""
+    """The fill c in the stored space: the datamodule's ``stored_fill`` of its training split."""
     return datamodule.stored_fill(_raw_split(datamodule, "train")[0])
 
 

@@ -155,10 +155,9 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     def test_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._arrays["x_test"], self._arrays["y_test"]
 
-    def probe(self, n: int, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+    def probe(self, n: int, split: str = "test") -> tuple[torch.Tensor, ...]:
         """The first ``n`` rows of the split (drawn at random by the split) and their labels."""
-        x, y = self.stored_split(split)
-        return x[:n], y[:n]
+        return tuple(t[:n] for t in self.stored_split(split))
 
     # --- what remove-and-retrain (datamodules.roar) reads: rows are stored as the model sees them
     def stored_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:

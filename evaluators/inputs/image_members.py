@@ -46,10 +46,9 @@ class ImageMembers(ImageNetworks):
         return next(self.members[0].parameters()).device
 
     def curve_ensemble(self, curves, ts: torch.Tensor, members, loader=None):
-        """``ImageNetworks.curve_ensemble``, BatchNorm statistics recomputed by default over the
-        training images in fixed order without augmentation."""
-        return super().curve_ensemble(curves, ts, members, self.data.eval_dataloader("train") if loader is None
-                                      else loader)  # fmt: skip
+        """``ImageNetworks.curve_ensemble``, BatchNorm recomputed by default over the training images (in order)."""
+        loader = self.data.eval_dataloader("train") if loader is None else loader  # not augmented
+        return super().curve_ensemble(curves, ts, members, loader)
 
 
 def is_image_source(source: str | Path) -> bool:

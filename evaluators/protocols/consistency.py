@@ -64,7 +64,6 @@ from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.protocols.population_sets import (
     disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
 )  # fmt: skip
-from evaluators.inputs.runs import spread_images
 from lightning_modules.ensembles import build_ensemble
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
@@ -221,9 +220,9 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
     if images:
-        x_test, y_test = (t.to(device) for t in spread_images(data, cfg.n_points, "test"))
-        x_acc, y_acc = (t.to(device) for t in spread_images(data, cfg.n_accuracy_images, "test"))
-        options["gradient_shap"] = {"baselines": spread_images(data, cfg.n_background, "train")[0].to(device)}
+        x_test, y_test = (t.to(device) for t in data.probe(cfg.n_points, "test"))
+        x_acc, y_acc = (t.to(device) for t in data.probe(cfg.n_accuracy_images, "test"))
+        options["gradient_shap"] = {"baselines": data.probe(cfg.n_background, "train")[0].to(device)}
     else:
         if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
             population.hparams.explain_output = cfg.explain_output
