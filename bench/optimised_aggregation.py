@@ -3,7 +3,7 @@
     python bench/optimised_aggregation.py
 
 Seconds per input to obtain the convex weights ω = argmin_{ω ∈ Ω} ωᵀΓω (Decker et al. 2024,
-§4, App. C.2; ``evaluators.maps.optimised_aggregators``) of Γ_faith and of Γ_robust, on
+§4, App. C.2; ``evaluators.aggregators.optimised_aggregators``) of Γ_faith and of Γ_robust, on
 m_agg = ``M_AGG`` fitting samples, for the seven explainers of Decker et al.'s Table 1
 (``EXPLAINERS``: Saliency, GuidedBackprop, DeepLift, IntGrad with 20 steps, InputxGrad,
 SmoothGrad and VarGrad with 10 noise samples), each map post-processed as the
@@ -87,9 +87,9 @@ from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps.image_explainers import predicted_class  # noqa: E402
-from evaluators.maps.optimised_aggregators import explainer_maps, optimised_aggregation  # noqa: E402
+from evaluators.aggregators.optimised_aggregators import explainer_maps, optimised_aggregation  # noqa: E402
 from evaluators.maps.seeds import derived_seed  # noqa: E402
-from evaluators.maps.simplex_qp import solve_simplex_qp  # noqa: E402
+from evaluators.aggregators.simplex_qp import solve_simplex_qp  # noqa: E402
 from evaluators.metrics.model_scores import explained_scores  # noqa: E402
 from evaluators.metrics.perturbations import (  # noqa: E402
     BLUR_SIGMA, RADIUS, SHARE, gaussian_blur, subset_choices, superpixels, uniform_noise, unit_masks,

@@ -8,7 +8,7 @@ explainers. Γ = AᵀA / (2k), A (2k × k) standard normal with its column j sca
 explainers (equal rows and columns), an eighth a zero map (zero row and column).
 
 (batched)   ``solve_simplex_qp(gamma)``: Wolfe's minimum-norm-point active-set method,
-            all inputs at once in torch (``evaluators.maps.simplex_qp``);
+            all inputs at once in torch (``evaluators.aggregators.simplex_qp``);
 (enumerate) ``enumerate_supports(gamma)``: every one of the 2^k − 1 supports, batched;
 (cvxpy)     ``solve_simplex_qp(gamma, "cvxpy")``: one cvxpy/Clarabel problem per input,
             as Decker et al.'s code does;
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from evaluators.maps.simplex_qp import enumerate_supports, solve_simplex_qp  # noqa: E402
+from evaluators.aggregators.simplex_qp import enumerate_supports, solve_simplex_qp  # noqa: E402
 
 K_VALUES, B_VALUES, REPEATS = (7, 12), (1, 100, 2000), 3
 RELATIVE, ABSOLUTE = 1e-6, 1e-12

@@ -42,16 +42,16 @@ from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import plot_map_grid
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
-from evaluators.maps.normalisations import NORMALISATIONS
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate_all
-from evaluators.maps.optimised_aggregators import (
-    OPTIMISED_AGGREGATORS, VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
+from evaluators.aggregators.normalisations import NORMALISATIONS
+from evaluators.aggregators.pixel_aggregators import aggregate_all
+from evaluators.aggregators.optimised_aggregators import (
+    VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
 )  # fmt: skip
-from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
-from evaluators.metrics.infidelity import infidelity, subset_perturbations
-from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
+from evaluators.aggregators.registry import aggregator_names
+from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
-from evaluators.metrics.relative_stability import STABILITIES, relative_stability
+from evaluators.metrics.registry import METRICS as REGISTRY
+from evaluators.metrics.relative_stability import STABILITIES
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
@@ -89,15 +89,15 @@ class AggregationFidelity(pl.Callback):
         if normalisation not in NORMALISATIONS:
             raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
                              f"{sorted(NORMALISATIONS)}")  # fmt: skip
-        unknown = sorted(set(aggregators or {}) - set(PIXEL_AGGREGATORS))
+        unknown = sorted(set(aggregators or {}) - set(aggregator_names("pixel")))
         if unknown:
             raise InputError(f"AggregationFidelity: unknown aggregator(s) {unknown}; expected some of "
-                             f"{sorted(PIXEL_AGGREGATORS)}")  # fmt: skip
-        unknown = sorted(set(optimised or {}) - set(OPTIMISED_AGGREGATORS))
+                             f"{sorted(aggregator_names('pixel'))}")  # fmt: skip
+        unknown = sorted(set(optimised or {}) - set(aggregator_names("optimised")))
         unknown += sorted(set(metrics) - set(METRICS))
         if unknown:
             raise InputError(f"AggregationFidelity: unknown optimised aggregator(s) or metric(s) {unknown}; expected "
-                             f"some of {list(OPTIMISED_AGGREGATORS)} and {list(METRICS)}")  # fmt: skip
+                             f"some of {aggregator_names('optimised')} and {list(METRICS)}")  # fmt: skip
         if every_n_epochs < 1 or n_probe < 1:
             raise InputError(f"AggregationFidelity: every_n_epochs={every_n_epochs}, n_probe={n_probe}; "
                              "expected positive integers")  # fmt: skip
@@ -181,7 +181,7 @@ class AggregationFidelity(pl.Callback):
         repeated = {name: None if w is None else w.repeat_interleave(n, 0) for name, w in weights.items()}
         noisy, _ = self._maps(pl_module, perturbed.flatten(0, 1), target.repeat_interleave(n), explainers, stats,
                               repeated)  # fmt: skip
-        scores = {}
+        scores, relative_stability = {}, REGISTRY["relative_stability"].function
         for name, m in maps.items():
             result = relative_stability(pl_module, x, m, lambda v, t, name=name: noisy[name], target,
                                         change="norm", perturbed=perturbed, seed=self.seed,
@@ -194,21 +194,21 @@ class AggregationFidelity(pl.Callback):
                 stats) -> dict[str, float]:  # fmt: skip
         """``aggregation/<map>/<metric>``: each map's mean over the probe."""
         options = {"steps": self.steps, "baseline": self.baseline, "stats": stats, "seed": self.seed}
-        curves = [m for m in (InsertionAUC, DeletionAUC) if m.mode in self.metrics]
+        curves = [mode for mode in ("insertion", "deletion") if mode in self.metrics]
         samples = None
         if {"infidelity", "fcor"} & set(self.metrics):
             samples = subset_perturbations(pl_module, x, n_samples=self.n_samples, seed=self.seed,
                                            baseline=None if stats is None else stats[0])  # fmt: skip
         scores = {}
         for name, m in maps.items():
-            for cls in curves:
-                metric = cls(**options)
+            for mode in curves:
+                metric = REGISTRY[mode].metric(**options)
                 metric.update(pl_module, x, m)
-                scores[f"aggregation/{name}/{cls.mode}"] = metric.compute().item()
+                scores[f"aggregation/{name}/{mode}"] = metric.compute().item()
             if "infidelity" in self.metrics:
-                scores[f"aggregation/{name}/infidelity"] = infidelity(m, samples).mean().item()
+                scores[f"aggregation/{name}/infidelity"] = REGISTRY["infidelity"].function(m, samples).mean().item()
             if "fcor" in self.metrics:
-                scores[f"aggregation/{name}/fcor"] = faithfulness_correlation(m, samples).nanmean().item()
+                scores[f"aggregation/{name}/fcor"] = REGISTRY["fcor"].function(m, samples).nanmean().item()
         return scores
 
     def _log_grid(self, trainer: pl.Trainer, pl_module: pl.LightningModule, x: torch.Tensor, y: torch.Tensor,

@@ -16,8 +16,8 @@ import train
 from datamodules.errors import InputError
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
-from evaluators.maps.normalisations import normalise
-from evaluators.maps.pixel_aggregators import aggregate
+from evaluators.aggregators.normalisations import normalise
+from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from evaluators.inputs import runs as run_inputs
 from evaluators.protocols import aggregation

@@ -171,7 +171,7 @@ def test_consistency_check():
 
 def test_simplex_qp_check():
     bench = load_bench("simplex_qp")
-    from evaluators.maps.simplex_qp import enumerate_supports, solve_simplex_qp
+    from evaluators.aggregators.simplex_qp import enumerate_supports, solve_simplex_qp
 
     gamma = bench.problems(16, 5)
     w = solve_simplex_qp(gamma)

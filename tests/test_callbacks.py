@@ -50,7 +50,7 @@ def fashion_mnist_or_skip():
 def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_metrics(tmp_path):
     from evaluators.maps import explain
     from evaluators.maps.image_explainers import reduce_map
-    from evaluators.maps.pixel_aggregators import aggregate_all
+    from evaluators.aggregators.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
     from lightning_modules import ImageClassifier
 
@@ -103,7 +103,7 @@ def test_aggregation_fidelity_names_bad_options():
 
 
 def test_aggregation_fidelity_scores_optimised_aggregators_by_infidelity_and_fcor():
-    from evaluators.maps.optimised_aggregators import optimised_aggregation
+    from evaluators.aggregators.optimised_aggregators import optimised_aggregation
     from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
     from evaluators.metrics.infidelity import infidelity, subset_perturbations
     from lightning_modules import MLPClassifier
@@ -129,7 +129,7 @@ def test_aggregation_fidelity_scores_optimised_aggregators_by_infidelity_and_fco
 
 
 def test_aggregation_fidelity_scores_relative_stability_with_weights_fixed_at_the_probe():
-    from evaluators.maps.optimised_aggregators import combine, explainer_maps, optimised_aggregation
+    from evaluators.aggregators.optimised_aggregators import combine, explainer_maps, optimised_aggregation
     from evaluators.metrics.relative_stability import relative_stability
     from lightning_modules import MLPClassifier
 

@@ -154,7 +154,7 @@ def test_fcor_metric_is_the_mean_over_defined_inputs():
     metric.update(model, x[:2], maps[:2])
     metric.update(model, x[2:], maps[2:])
     values = torch.cat(parts)
-    assert values[2].isnan() and metric.undefined.item() == 1 and metric.count.item() == 4
+    assert values[2].isnan() and metric.left_out.item() == 1 and metric.count.item() == 4
     assert metric.compute().item() == pytest.approx(values[~values.isnan()].mean().item(), abs=1e-12)
     assert FaithfulnessCorrelation.higher_is_better and not list(metric.parameters())
 
@@ -461,8 +461,8 @@ def test_relative_stability_skips_flips_and_leaves_inputs_without_samples_unscor
     all_flipped = relative_stability(model, x[:2], maps[:2], lambda v, t: 1.5 * maps[:2], perturbed=flipped)
     assert all_flipped["kept"].tolist() == [0, 0] and all_flipped["ris"].isnan().all()
     metric = RelativeStability()
-    metric.update(model, x[:2], maps[:2], lambda v, t: 1.5 * maps[:2].repeat_interleave(len(v) // 2, 0))  # no flip
-    assert metric.unscored.item() == 0 and metric.count.item() == 2
+    metric.update(model, x[:2], maps[:2], explain_fn=lambda v, t: 1.5 * maps[:2].repeat_interleave(len(v) // 2, 0))
+    assert metric.left_out.item() == 0 and metric.count.item() == 2
 
 
 def test_relative_changes_and_the_eps_min_floor_by_hand():
@@ -514,13 +514,13 @@ def test_relative_stability_is_seeded_and_the_metric_is_the_mean():
     for k in ("ris", "rrs", "ros"):
         np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), rtol=1e-12)
     metric = RelativeStability(**options)
-    metric.update(model, x[:2], maps[:2], explain_fn)
-    metric.update(model, x[2:], maps[2:], explain_fn)
+    metric.update(model, x[:2], maps[:2], explain_fn=explain_fn)
+    metric.update(model, x[2:], maps[2:], explain_fn=explain_fn)
     parts = [relative_stability(model, x[s], maps[s], explain_fn, **options) for s in (slice(0, 2), slice(2, 5))]
     result = metric.compute()
     for k in ("ris", "rrs", "ros"):
         assert result[k].item() == pytest.approx(torch.cat([part[k] for part in parts]).mean().item(), rel=1e-12)
-    assert metric.unscored.item() == 0 and not list(metric.parameters())
+    assert metric.left_out.item() == 0 and not list(metric.parameters())
 
 
 def test_quantus_relative_stabilities_equal_ours_on_the_same_noise():

@@ -35,7 +35,7 @@ import train
 from datamodules import FinancialDataModule
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.simplex_qp import solve_simplex_qp
+from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from lightning_modules import ImageClassifier, MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve

@@ -310,8 +310,8 @@ def test_sensitivity_metrics_average_updates():
     maps = explain_fn(x, target)
     average, maximum = AverageSensitivity(n_samples=3), MaxSensitivity(n_samples=3)
     for metric in (average, maximum):
-        metric.update(explain_fn, x[:3], maps[:3], target[:3])
-        metric.update(explain_fn, x[3:], maps[3:], target[3:])
+        metric.update(None, x[:3], maps[:3], target[:3], explain_fn=explain_fn)
+        metric.update(None, x[3:], maps[3:], target[3:], explain_fn=explain_fn)
     first = sensitivities(explain_fn, x[:3], maps[:3], target[:3], n_samples=3)
     second = sensitivities(explain_fn, x[3:], maps[3:], target[3:], n_samples=3)
     both = torch.cat([first, second])

@@ -21,9 +21,11 @@ from datamodules import FinancialDataModule
 from datamodules.errors import InputError, run_entry_point
 from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS
-from evaluators.maps.normalisations import NORMALISATIONS, normalise
-from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
+from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
+from evaluators.aggregators.optimised_aggregators import (
+    OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate,
+)
+from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import Infidelity, infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC, auc, insertion_deletion_curves
@@ -139,8 +141,8 @@ def _explain(v, t):
     return v.sum(1)
 
 
-def _update(metric, *args):
-    metric.update(*args)
+def _update(metric, *args, **kwargs):
+    metric.update(*args, **kwargs)
     return metric.compute()
 
 
@@ -155,13 +157,13 @@ MAP_CALLS = {  # name -> call(model, x, maps) of each public function and Metric
     "FaithfulnessCorrelation": lambda m, x, a: _update(FaithfulnessCorrelation(n_samples=4), m, x, a),
     "sensitivities": lambda m, x, a: sensitivities(_explain, x, a, n_samples=2),
     "map_distances": lambda m, x, a: map_distances(a.repeat_interleave(2, 0), a),
-    "AverageSensitivity": lambda m, x, a: _update(AverageSensitivity(n_samples=2), _explain, x, a),
-    "MaxSensitivity": lambda m, x, a: _update(MaxSensitivity(n_samples=2), _explain, x, a),
+    "AverageSensitivity": lambda m, x, a: _update(AverageSensitivity(n_samples=2), m, x, a, explain_fn=_explain),
+    "MaxSensitivity": lambda m, x, a: _update(MaxSensitivity(n_samples=2), m, x, a, explain_fn=_explain),
     "road_curves": lambda m, x, a: road_curves(m, x, a, percentages=(20, 50)),
     "ROADMoRF": lambda m, x, a: _update(ROADMoRF(percentages=(20,)), m, x, a),
     "ROADLeRF": lambda m, x, a: _update(ROADLeRF(percentages=(20,)), m, x, a),
     "relative_stability": lambda m, x, a: relative_stability(m, x, a, _explain, n_samples=2),
-    "RelativeStability": lambda m, x, a: _update(RelativeStability(n_samples=2), m, x, a, _explain),
+    "RelativeStability": lambda m, x, a: _update(RelativeStability(n_samples=2), m, x, a, explain_fn=_explain),
 }
 INPUT_CALLS = {name: call for name, call in MAP_CALLS.items() if name != "map_distances"}
 INPUT_CALLS["subset_perturbations"] = lambda m, x, a: subset_perturbations(m, x, n_samples=4)

@@ -1,4 +1,4 @@
-"""Decker et al.'s optimised aggregators (evaluators.maps.optimised_aggregators): Γ_robust and
+"""Decker et al.'s optimised aggregators (evaluators.aggregators.optimised_aggregators): Γ_robust and
 Γ_faith against direct float64 loops (one input, one sample, one explainer call at a time, the
 maps post-processed in NumPy/SciPy) on a tiny CNN and a tiny MLP; the weights against a brute
 force over a simplex grid; Decker's theorem on the fitting samples; degenerate inputs; errors."""
@@ -15,7 +15,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from evaluators.maps import explain
-from evaluators.maps.optimised_aggregators import (
+from evaluators.aggregators.optimised_aggregators import (
     OPTIMISED_AGGREGATORS,
     VAR_EPS,
     aggregator_options,

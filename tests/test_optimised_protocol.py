@@ -3,6 +3,7 @@ equals the public functions called directly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -14,7 +15,7 @@ import yaml
 
 import evaluate
 from evaluators.maps.image_explainers import predicted_class
-from evaluators.maps.optimised_aggregators import combine, explainer_maps, optimised_aggregation
+from evaluators.aggregators.optimised_aggregators import combine, explainer_maps, optimised_aggregation
 from evaluators.protocols import optimised_aggregation as protocol
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
@@ -81,7 +82,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
 
 
 def test_blank_maps_are_counted_in_the_json_and_named_under_the_table(tiny_run, tmp_path, monkeypatch):
-    from evaluators.maps import optimised_aggregators
+    from evaluators.aggregators import optimised_aggregators
 
     explain = optimised_aggregators.explain
 
@@ -148,8 +149,10 @@ def test_resume_of_a_report_without_stability_adds_only_those_columns(tiny_run, 
     def recomputed(*args, **kwargs):
         raise AssertionError("a cached column group was computed again")
 
-    for name in ("subset_perturbations", "road_curves", "fit_weights", "map_distances"):
+    for name in ("subset_perturbations", "fit_weights", "map_distances"):
         monkeypatch.setattr(protocol, name, recomputed)
+    for name in ("road_morf", "road_lerf"):  # the protocol reads ROAD from the metric registry
+        monkeypatch.setitem(protocol.REGISTRY, name, dataclasses.replace(protocol.REGISTRY[name], function=recomputed))
     resumed = evaluate.main(["optimised", "--resume", str(old)])
     assert all((old / name).stat().st_mtime == 0 for name in CACHES[:-1])
     assert (old / "stability.pt").is_file()

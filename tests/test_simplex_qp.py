@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from datamodules.errors import InputError
-from evaluators.maps import simplex_qp
-from evaluators.maps.simplex_qp import MAX_EXPLAINERS, enumerate_supports, solve_simplex_qp
+from evaluators.aggregators import simplex_qp
+from evaluators.aggregators.simplex_qp import MAX_EXPLAINERS, enumerate_supports, solve_simplex_qp
 
 RELATIVE, ABSOLUTE = 1e-6, 1e-12
 

@@ -1,43 +1,40 @@
 """Explanation agreement as torchmetrics ``Metric``s (functional core: ``agreement_functional``).
 
 ``PairwiseAgreement(name, k)`` accumulates, over batches of individuals, the mean
-and spread of a pairwise agreement score across all model pairs and individuals.
-Its states are sums with ``dist_reduce_fx="sum"``, so under DDP each process scores
-its own individuals and ``compute`` returns the score over all of them.
+and spread of a pairwise agreement score across all model pairs and individuals
+(states summed under DDP: ``evaluators.metrics.base``).
 """
 
 from __future__ import annotations
 
 import torch
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.metrics.agreement_functional import AGREEMENTS, angular_difference
+from evaluators.metrics.base import MeanOverInputs
 
 METRICS = (*AGREEMENTS, "angular")
 
 
-class PairwiseAgreement(Metric):
-    """Mean (and std) over model pairs and individuals of one agreement score.
+class PairwiseAgreement(MeanOverInputs):
+    """Mean (and std) over model pairs and individuals of one agreement score (the
+    states ``total`` and ``count`` of ``evaluators.metrics.base``, and ``total_sq``).
 
     Args:
         name: ``sa``, ``ssa``, ``cdc``, ``feature``, ``rank``, ``signed_rank`` or ``angular``.
         k: top-k size; for ``cdc`` None means all features (CDC@d); unused by ``angular``.
     """
 
-    full_state_update = False
     higher_is_better = None  # True for agreements, False for the angular difference
 
     def __init__(self, name: str = "sa", k: int | None = 5, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__({"k": k}, **kwargs)
         if name not in METRICS:
             raise InputError(f"unknown agreement metric {name!r}; expected one of {list(METRICS)}")
         if name not in ("cdc", "angular") and k is None:
             raise InputError(f"agreement metric {name!r} needs k")
         self.name, self.k = name, k
-        self.add_state("total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("total_sq", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
     def scores(self, explanations: torch.Tensor) -> torch.Tensor:
         """(P, N) scores of explanations (M, N, d)."""

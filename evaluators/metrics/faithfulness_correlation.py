@@ -42,11 +42,8 @@ passed to ``update(model, x, maps, target=None)`` where it is defined.
 from __future__ import annotations
 
 import torch
-from torch import nn
-from torchmetrics import Metric
 
-from evaluators.metrics.infidelity import M_EVAL, SubsetSamples, check_maps, subset_perturbations
-from evaluators.metrics.perturbations import BLUR_SIGMA, COMPACTNESS, N_SEGMENTS, SHARE
+from evaluators.metrics.infidelity import SubsetMetric, SubsetSamples, check_maps
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -72,43 +69,13 @@ def faithfulness_correlation(maps: torch.Tensor, samples: SubsetSamples) -> torc
     return pearson(samples.attribution_sums(maps.to(dtype)), deltas.to(dtype))
 
 
-class FaithfulnessCorrelation(Metric):
-    """The mean faithfulness correlation over the inputs scored by ``update`` where it is
-    defined (higher is better).
+class FaithfulnessCorrelation(SubsetMetric):
+    """The mean faithfulness correlation (higher is better) over the inputs where it is
+    defined; the others are counted in the state ``left_out``. Args: those of ``SubsetMetric``
+    (input i of each update has the samples of index i)."""
 
-    ``update(model, x, maps, target=None)`` draws ``subset_perturbations`` with this
-    metric's options and scores the maps on them. As ``Infidelity``, it holds no model,
-    its states are sums reduced with ``dist_reduce_fx="sum"`` (the mean over every
-    process's inputs under DDP), and every update draws its samples from ``seed`` afresh
-    (input i of each update has the samples of index i). Inputs whose FCOR is undefined
-    are left out of the mean and counted in the state ``undefined``.
-
-    Args: the options of ``subset_perturbations`` (n_samples, share, baseline, blur_sigma,
-    n_segments, compactness, units, seed, max_batch).
-    """
-
-    full_state_update = False
     higher_is_better = True
+    leaves_out_undefined = True
 
-    def __init__(self, n_samples: int = M_EVAL, share: float = SHARE, baseline: torch.Tensor | None = None,
-                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
-                 units: str = "superpixels", seed: int = 0, max_batch: int | None = None,
-                 **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
-        self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
-                        "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
-                        "max_batch": max_batch}  # fmt: skip
-        self.add_state("fcor_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("undefined", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
-        samples = subset_perturbations(model, x, target, **self.options)
-        fcor = faithfulness_correlation(maps.to(samples.deltas.device), samples)
-        defined = ~fcor.isnan()
-        self.fcor_sum += fcor[defined].double().sum().to(self.fcor_sum.device)
-        self.count += int(defined.sum())
-        self.undefined += int((~defined).sum())
-
-    def compute(self) -> torch.Tensor:
-        return self.fcor_sum / self.count
+    def score(self, maps: torch.Tensor, samples: SubsetSamples) -> torch.Tensor:
+        return faithfulness_correlation(maps, samples)

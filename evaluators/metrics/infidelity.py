@@ -29,20 +29,18 @@ every aggregate) are scored on the same samples. Maps: (N, H, W) per pixel for i
 maps, a baseline tensor and the model's outputs with NaN or ±inf are refused with one
 ``InputError`` naming which (``evaluators.inputs.finite``), not scored as NaN.
 
-``Infidelity`` (a torchmetrics ``Metric``) averages INFD over every input passed to
-``update(model, x, maps, target=None)``; every update draws its samples from ``seed``
-afresh (input i of each update has the samples of index i).
+``Infidelity`` (a ``Metric``, ``SubsetMetric``) averages INFD over the inputs of its updates.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs, explained_scores, model_device, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
@@ -161,37 +159,33 @@ def infidelity(maps: torch.Tensor, samples: SubsetSamples, normalize: bool = Tru
     return (beta * sums - deltas).pow(2).mean(1)
 
 
-class Infidelity(Metric):
-    """The mean infidelity over every input scored by ``update(model, x, maps, target=None)``
-    (``subset_perturbations`` with this metric's options, then ``infidelity``). The model is
-    an argument of ``update``, not held by the metric (as ``InsertionAUC``); the states, the
-    sum of scores and the number of inputs, are reduced with ``dist_reduce_fx="sum"``, so
-    under DDP ``compute`` is the mean over every process's inputs. Lower is better.
+class SubsetMetric(MeanOverInputs):
+    """The mean over inputs of ``score(maps, samples)`` (N,), the maps scored on
+    ``subset_perturbations`` drawn with this metric's options (n_samples, share, baseline,
+    blur_sigma, n_segments, compactness, units, seed, max_batch) by every ``update(model, x,
+    maps, target=None)`` (the states and their reduction: ``evaluators.metrics.base``)."""
 
-    Args: normalize, and the options of ``subset_perturbations`` (n_samples, share,
-    baseline, blur_sigma, n_segments, compactness, units, seed, max_batch).
-    """
+    def __init__(self, n_samples: int = M_EVAL, share: float = SHARE, baseline: torch.Tensor | None = None,
+                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
+                 units: str = "superpixels", seed: int = 0, max_batch: int | None = None,
+                 **kwargs) -> None:  # fmt: skip
+        super().__init__({"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
+                          "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
+                          "max_batch": max_batch}, **kwargs)  # fmt: skip
 
-    full_state_update = False
+    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn=None):
+        samples = subset_perturbations(model, x, target, **self.options)
+        return self.score(maps.to(samples.deltas.device), samples)
+
+
+class Infidelity(SubsetMetric):
+    """The mean infidelity (lower is better); args: ``normalize`` and those of ``SubsetMetric``."""
+
     higher_is_better = False
 
-    def __init__(self, normalize: bool = True, n_samples: int = M_EVAL, share: float = SHARE,
-                 baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
-                 compactness: float = COMPACTNESS, units: str = "superpixels", seed: int = 0,
-                 max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
+    def __init__(self, normalize: bool = True, **options) -> None:
+        super().__init__(**options)
         self.normalize = normalize
-        self.options = {"n_samples": n_samples, "share": share, "baseline": baseline, "blur_sigma": blur_sigma,
-                        "n_segments": n_segments, "compactness": compactness, "units": units, "seed": seed,
-                        "max_batch": max_batch}  # fmt: skip
-        self.add_state("score_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
-        samples = subset_perturbations(model, x, target, **self.options)
-        scores = infidelity(maps.to(samples.deltas.device), samples, self.normalize)
-        self.score_sum += scores.double().sum().to(self.score_sum.device)
-        self.count += len(scores)
-
-    def compute(self) -> torch.Tensor:
-        return self.score_sum / self.count
+    def score(self, maps: torch.Tensor, samples: SubsetSamples) -> torch.Tensor:
+        return infidelity(maps, samples, self.normalize)

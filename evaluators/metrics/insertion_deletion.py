@@ -81,11 +81,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
 
 MODES = ("insertion", "deletion")
@@ -254,43 +254,28 @@ def auc(curves: torch.Tensor, fractions: torch.Tensor) -> torch.Tensor:
 
 
 # --- the Metrics ------------------------------------------------------------------------------------
-class _CurveAUC(Metric):
+class _CurveAUC(MeanOverInputs):
     """The mean insertion or deletion AUC over every input scored by ``update``.
 
     ``update(model, x, maps, target=None)`` scores inputs x with their maps through
-    ``insertion_deletion_curves`` with this metric's options. The model is an argument of
-    ``update``, not held by the metric: a metric that held it would register it as a
-    submodule (its weights in the metric's ``state_dict``, moved by the metric's ``.to``, and
-    a cycle where a LightningModule keeps the metric as an attribute), and one metric can
-    score any model. The states are the AUC sum and the number of inputs, reduced with
-    ``dist_reduce_fx="sum"``, so under DDP each process scores its own inputs and
-    ``compute`` returns the mean over all of them. Every ``update`` draws its random numbers
-    (tie-breaking order, normal baseline) from ``seed`` afresh, as one call of the
-    functional core does: scoring two batches in two updates equals the mean of the two
-    functional calls.
+    ``insertion_deletion_curves`` with this metric's options (the states, their reduction
+    and the random numbers of each update: ``evaluators.metrics.base``).
 
     Args (those of ``insertion_deletion_curves``): steps, baseline, stats, seed, max_batch.
     """
 
-    full_state_update = False
     mode: str
 
     def __init__(self, steps: int | None = None, baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0,
                  max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
         if isinstance(baseline, str) and baseline not in BASELINES:
             raise InputError(f"option baseline={baseline!r}; expected one of {list(BASELINES)} or a tensor")
-        self.options = {"steps": steps, "baseline": baseline, "stats": stats, "seed": seed, "max_batch": max_batch}
-        self.add_state("auc_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        super().__init__({"steps": steps, "baseline": baseline, "stats": stats, "seed": seed, "max_batch": max_batch},
+                         **kwargs)  # fmt: skip
 
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
+    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn=None):
         fractions, curves = insertion_deletion_curves(model, x, maps, self.mode, target, **self.options)
-        self.auc_sum += auc(curves, fractions).double().sum().to(self.auc_sum.device)
-        self.count += len(curves)
-
-    def compute(self) -> torch.Tensor:
-        return self.auc_sum / self.count
+        return auc(curves, fractions)
 
 
 class InsertionAUC(_CurveAUC):

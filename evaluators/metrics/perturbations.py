@@ -17,31 +17,21 @@ Two kinds, each drawn ``n_samples`` times per input:
   - Images: the groups are SLIC superpixels (Achanta et al. 2012; scikit-image's
     ``slic``) of each image, ``superpixels``: n_segments = 50, compactness = 10, sigma = 1,
     start_label = 0, as the reference code's ``get_segments`` (``thomdeck/aggopt``). SLIC
-    returns about, not exactly, n_segments superpixels. Departure: the reference
-    segments the normalised input tensor as it is; here each image is first min-max
-    scaled to [0, 1] over all its values, the range SLIC and its Lab conversion (applied
-    by scikit-image to 3-channel images) are made for, so that compactness means the
-    same on every dataset whatever its normalisation. All C channels of a pixel move
-    together. The replacement x_b is a Gaussian-blurred copy of the image,
-    ``gaussian_blur`` with σ = 10 (the reference blurs the original image with
-    ``scipy.ndimage.gaussian_filter(sigma=(10, 10, 0))`` before its normalisation; blurring
-    commutes with the per-channel affine normalisation, so blurring the normalised image
-    is the same up to the reference's resize and crop). On a 32 × 32 image σ = 10 is a
-    third of the image: the blurred copy is close to the image's mean colour.
+    returns about, not exactly, n_segments superpixels; each image is first min-max scaled
+    to [0, 1] over all its values. All C channels of a pixel move together. The replacement
+    x_b is a Gaussian-blurred copy of the image, ``gaussian_blur`` with σ = 10 (where this
+    departs from the reference code, and why: docs/fidelity_metrics.md).
   - Images, ``units="pixels"``: every pixel is its own group (K = H W, ``pixel_groups``),
     the random pixel subsets of Bhatt et al.'s faithfulness correlation and Quantus.
   - Tabular rows: every feature is its own group (K = d) and the replacement is a
     fixed row, the training set's feature means (as Ley et al.'s baseline).
-
-  The reference returns the input unchanged when ⌊share · K⌋ = 0; here at least one
-  group is removed, so every sample perturbs.
 
 **Seeds, and why fitting and evaluation samples never coincide.** Every draw comes from a
 CPU ``torch.Generator`` of its own per input, seeded from (seed, stream, kind, index)
 through NumPy's ``SeedSequence`` (``sample_generator``): ``index`` is the input's position
 in the call (plus ``offset``), ``kind`` is ``"noise"`` or ``"subsets"`` and ``stream`` is
 ``"evaluation"`` (the metrics: Infidelity, Sensitivity) or ``"fitting"`` (the aggregation
-weights of ``evaluators.maps.optimised_aggregators``). Distinct tuples give independent
+weights of ``evaluators.aggregators.optimised_aggregators``). Distinct tuples give independent
 streams (``SeedSequence``'s hashing), so the m_agg fitting samples and the m_eval
 evaluation samples of the same input and seed are independent draws, not the same
 samples reused, and an input's samples do not depend on the other inputs of the batch,

@@ -29,15 +29,11 @@ Quantus implements it; OpenXAI's current code takes a relative change there too)
   r = 0.1 (the uniform noise radius of Decker et al.'s sensitivity metrics) and n = 200
   (their m_eval). Drawn by ``evaluators.metrics.perturbations.uniform_noise`` in its
   "evaluation" stream: with the same seed, the very noisy copies Average- and
-  Max-Sensitivity score, independent of the aggregators' fitting samples. (OpenXAI
-  perturbs tabular rows with Gaussian noise; Quantus's ``RelativeInputStability`` default
-  noise is U[0.02, 0.2], one-sided.) ``perturbed`` takes given x' instead: a tensor
-  (N, n, ...) of n perturbed copies per input.
+  Max-Sensitivity score, independent of the aggregators' fitting samples. ``perturbed``
+  takes given x' instead: a tensor (N, n, ...) of n perturbed copies per input.
 * **Prediction flips**: a sample x' whose predicted class (argmax of the model's output)
   differs from x's is left out, as the definitions require; an input whose n samples all
-  flip has no score (NaN; ``kept`` counts each input's samples kept). Quantus 0.6.0
-  instead returns NaN for an input as soon as one sample flips (its max over samples
-  propagates the NaN); OpenXAI skips flipped samples as here.
+  flip has no score (NaN; ``kept`` counts each input's samples kept).
 * **Norms and ε_min**: ‖·‖_p over all of an input's values (flattened), p = 2 by default
   (Quantus's only norm, OpenXAI's default); ε_min = 1e-6 (Quantus; the
   denominators' floor, max(·, ε_min) as Agarwal et al. write it, where Quantus adds ε_min
@@ -70,7 +66,7 @@ Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs w
 output would otherwise turn a sample into a prediction flip, left out unseen.
 
 ``RelativeStability`` (a torchmetrics ``Metric``) averages the three over the inputs
-passed to ``update(model, x, maps, explain_fn, target=None)`` that have a score.
+passed to ``update(model, x, maps, target=None, explain_fn=...)`` that have a score.
 """
 
 from __future__ import annotations
@@ -79,11 +75,11 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import (
     OUTPUTS,
@@ -250,46 +246,36 @@ def relative_stability(
     return {**{name: torch.where(kept > 0, torch.cat(v), torch.nan) for name, v in best.items()}, "kept": kept}
 
 
-class RelativeStability(Metric):
+class RelativeStability(MeanOverInputs):
     """Mean RIS, RRS and ROS (lower is better) over the inputs scored by ``update`` that
     have a score; ``compute()`` returns {"ris", "rrs", "ros"}.
 
-    ``update(model, x, maps, explain_fn, target=None)`` scores inputs x with their maps
+    ``update(model, x, maps, target=None, explain_fn=...)`` scores inputs x with their maps
     through ``relative_stability`` with this metric's options; one metric yields all three
-    because they share the explanations of the perturbed inputs. As
-    ``evaluators.metrics.insertion_deletion``'s metrics, it holds no model (nor
-    ``explain_fn``), its states are sums reduced with ``dist_reduce_fx="sum"`` (the mean
-    over every process's inputs under DDP), and every ``update`` draws its noise from
-    ``seed`` afresh, so two updates equal the mean of two functional calls. Inputs whose
-    samples all flipped the prediction are counted in the state ``unscored``.
+    because they share the explanations of the perturbed inputs (the states, a vector of
+    the three sums, and their reduction: ``evaluators.metrics.base``). Inputs whose
+    samples all flipped the prediction are counted in the state ``left_out``.
 
     Args (those of ``relative_stability``): n_samples, radius, p, eps_min, change, layer,
     ros_output, seed, max_batch.
     """
 
-    full_state_update = False
     higher_is_better = False
+    leaves_out_undefined = True
 
     def __init__(self, n_samples: int = M_EVAL, radius: float = RADIUS, p: float = 2.0, eps_min: float = EPS_MIN,
                  change: str = "elementwise", layer: str | None = None, ros_output: str = "logit", seed: int = 0,
                  max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
         _check_options(n_samples, radius, p, eps_min, change, ros_output)
-        self.options = {"n_samples": n_samples, "radius": radius, "p": p, "eps_min": eps_min, "change": change,
-                        "layer": layer, "ros_output": ros_output, "seed": seed, "max_batch": max_batch}  # fmt: skip
-        for name in STABILITIES:
-            self.add_state(f"{name}_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("unscored", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        super().__init__({"n_samples": n_samples, "radius": radius, "p": p, "eps_min": eps_min, "change": change,
+                          "layer": layer, "ros_output": ros_output, "seed": seed, "max_batch": max_batch},
+                         (len(STABILITIES),), **kwargs)  # fmt: skip
 
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, explain_fn: Callable, target=None) -> None:
-        scores = relative_stability(model, x, maps, explain_fn, target, **self.options)
-        scored = scores["kept"] > 0
-        for name in STABILITIES:
-            total = getattr(self, f"{name}_sum")
-            total += scores[name][scored].double().sum().to(total.device)
-        self.count += int(scored.sum())
-        self.unscored += int((~scored).sum())
+    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None,
+               explain_fn: Callable | None = None) -> torch.Tensor:  # fmt: skip
+        """(N, 3) RIS, RRS, ROS; NaN where every sample flipped the prediction."""
+        scores = relative_stability(model, x, maps, require_explain_fn(explain_fn, self), target, **self.options)
+        return torch.stack([scores[name] for name in STABILITIES], 1)
 
     def compute(self) -> dict[str, torch.Tensor]:
-        return {name: getattr(self, f"{name}_sum") / self.count for name in STABILITIES}
+        return dict(zip(STABILITIES, super().compute()))

@@ -16,13 +16,8 @@ with w = 1/6 for the 4 direct and 1/12 for the 4 diagonal neighbours (neighbours
 the image are dropped, so s_i < 1 on the border), one linear system per image and
 channel over the removed pixels, and then Gaussian noise N(0, noise²) is added to every
 imputed value (``noise`` = 0.01, Rong et al.'s and pytorch-grad-cam's default; in input
-units: standardised units for this framework's images). The system matrix A = D_s − W
-is symmetric and, while at least one pixel is kept (p < 100), positive definite (every
-connected set of removed pixels borders a kept one), so ``linear_imputation`` solves all
-systems of a batch at once by preconditioned conjugate gradients on the pixel grid
-(neighbour sums from 8 shifted copies of the grid; preconditioner D_s), in float64, to a
-relative residual of 1e-12: the tests check it against ``scipy.sparse.linalg.spsolve``, one image
-at a time, as Rong et al.'s code solves it. Tabular rows have no neighbours: a removed
+units: standardised units for this framework's images). ``linear_imputation`` solves the
+systems (how: docs/fidelity_metrics.md). Tabular rows have no neighbours: a removed
 feature takes the training set's mean (``feature_means``) plus the same noise.
 
 ``road_curves(model, x, maps, order, percentages, ...)`` -> (percentages (P,), curves (N, P)):
@@ -52,15 +47,7 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
   ``max_batch`` rows, without gradients, in eval mode (restored afterwards), on the
   model's device. The solve holds about six float64 copies of a chunk.
 
-Where this departs from the references: pytorch-grad-cam (Decker et al.'s
-implementation) names its MoRF argument a percentile and removes the pixels at or above
-it (``ROADMostRelevantFirst(percentile=90)`` removes the top 10 %, ties included); here p
-is the share removed. Quantus 0.6.0's ``ROAD`` broadcasts the map to the image's shape
-and ranks its C H W channel elements, but removes ⌊H W p / 100⌋ of them and imputes by
-pixel index: on one-channel images this is ROAD, on colour images an element index past
-H W raises an IndexError (tried with 3 x 8 x 8 images, a map of one channel or three);
-it reports accuracy only, MoRF only, and has an open report of returning 0 at every
-percentage. The tests compare with it on one-channel images, without noise.
+Where this departs from pytorch-grad-cam and Quantus: docs/fidelity_metrics.md.
 
 ``ROADMoRF`` and ``ROADLeRF`` (torchmetrics ``Metric``s) average the curves over every
 input passed to ``update(model, x, maps, target=None)``: ``compute()`` is the mean curve
@@ -78,11 +65,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.insertion_deletion import unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS,
@@ -263,42 +250,32 @@ def _outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor, output: st
     return target_outputs(model, x, target, output)
 
 
-class _ROAD(Metric):
+class _ROAD(MeanOverInputs):
     """The mean ROAD curve over every input scored by ``update``.
 
     ``update(model, x, maps, target=None)`` scores inputs x with their maps through
-    ``road_curves`` with this metric's options. As ``evaluators.metrics.insertion_deletion``'s
-    metrics, it holds no model, its states are sums reduced with ``dist_reduce_fx="sum"``
-    (the mean over every process's inputs under DDP), and every ``update`` draws its
-    random numbers from ``seed`` afresh, so two updates equal the mean of two functional
-    calls. ``compute()`` is the mean curve (P,) over the inputs, at ``self.percentages``;
-    its ``.mean()`` is the AUC-like summary.
+    ``road_curves`` with this metric's options (the states, their reduction and the random
+    numbers of each update: ``evaluators.metrics.base``). ``compute()`` is the mean curve
+    (P,) over the inputs, at ``self.percentages``; its ``.mean()`` is the AUC-like summary.
 
     Args (those of ``road_curves``): percentages, output, difference, noise,
     feature_means, seed, max_batch.
     """
 
-    full_state_update = False
     order: str
 
     def __init__(self, percentages: Sequence[float] = PERCENTAGES, output: str = "probability",
                  difference: bool = False, noise: float = NOISE, feature_means: torch.Tensor | None = None,
                  seed: int = 0, max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
         _check_options(self.order, output, noise)
-        self.percentages = _check_percentages(percentages)
-        self.options = {"percentages": self.percentages, "output": output, "difference": difference, "noise": noise,
-                        "feature_means": feature_means, "seed": seed, "max_batch": max_batch}  # fmt: skip
-        self.add_state("curve_sum", torch.zeros(len(self.percentages), dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        percentages = _check_percentages(percentages)
+        super().__init__({"percentages": percentages, "output": output, "difference": difference, "noise": noise,
+                          "feature_means": feature_means, "seed": seed, "max_batch": max_batch},
+                         (len(percentages),), **kwargs)  # fmt: skip
+        self.percentages = percentages
 
-    def update(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
-        _, curves = road_curves(model, x, maps, self.order, target=target, **self.options)
-        self.curve_sum += curves.double().sum(0).to(self.curve_sum.device)
-        self.count += len(curves)
-
-    def compute(self) -> torch.Tensor:
-        return self.curve_sum / self.count
+    def scores(self, model: nn.Module, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn=None):
+        return road_curves(model, x, maps, self.order, target=target, **self.options)[1]
 
 
 class ROADMoRF(_ROAD):

@@ -11,14 +11,7 @@ with ‖·‖₂ the Euclidean (Frobenius) norm over all of a map's entries, and
 
     SENS_AVG = (1/n) Σ_s d_s,   SENS_MAX = max_s d_s.
 
-Lower is better. The norm and the division: Decker et al. compute both metrics with
-Quantus (App. C.1), whose ``AvgSensitivity``/``MaxSensitivity`` (0.6) divide the Frobenius
-norm of the difference by the Frobenius norm of e(x), as Captum's ``sensitivity_max``
-does; so ``relative=True`` is the default here. Where ‖e(x)‖ = 0 the divisor is 1, as
-Captum's (Quantus would divide by zero). Quantus draws its noise from U[−0.2, 0.2] unless
-``lower_bound`` is set: Decker et al. state r = 0.1. The undivided squared distance
-d_s² is the generalised L2 metric Decker et al. optimise (AGG_robust, their §4), which
-``evaluators.maps.optimised_aggregators`` fits on m_agg = 50 samples.
+Lower is better. The division is Quantus's and Captum's (docs/fidelity_metrics.md).
 
 ``explain_fn(x_rows, target_rows) -> maps`` explains a batch of perturbed inputs: rows of
 x's shape, and ``target_rows`` the targets expanded to the rows (None stays None, an int
@@ -31,7 +24,7 @@ sees batches, never one sample at a time.
 
 ``sensitivities(explain_fn, x, maps, ...)`` -> (N, n) distances; ``AverageSensitivity`` and
 ``MaxSensitivity`` (torchmetrics ``Metric``s) average SENS_AVG and SENS_MAX over every input
-passed to ``update(explain_fn, x, maps, target=None)``; every update draws its noise from
+passed to ``update(model, x, maps, target=None, explain_fn=...)``; every update draws its noise from
 ``seed`` afresh (input i of each update has the noise of index i). Inputs and maps (also
 ``explain_fn``'s) with NaN or ±inf are refused with one ``InputError`` naming which.
 """
@@ -41,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torchmetrics import Metric
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
+from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise
 
@@ -114,37 +107,28 @@ def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, tar
     return torch.cat(distances)
 
 
-class _Sensitivity(Metric):
+class _Sensitivity(MeanOverInputs):
     """The mean of SENS_AVG or SENS_MAX over every input scored by
-    ``update(explain_fn, x, maps, target=None)`` (``sensitivities`` with this metric's
-    options). States: the sum of scores and the number of inputs, reduced with
-    ``dist_reduce_fx="sum"``. Lower is better.
+    ``update(model, x, maps, target=None, explain_fn=...)`` (``sensitivities`` with this
+    metric's options; the model is not read and may be None; the states and their
+    reduction: ``evaluators.metrics.base``). Lower is better.
 
     Args (those of ``sensitivities``): n_samples, radius, relative, seed, max_batch.
     """
 
-    full_state_update = False
     higher_is_better = False
 
     def __init__(self, n_samples: int = M_EVAL, radius: float = RADIUS, relative: bool = True, seed: int = 0,
                  max_batch: int | None = None, **kwargs) -> None:  # fmt: skip
-        super().__init__(**kwargs)
-        self.options = {"n_samples": n_samples, "radius": radius, "relative": relative, "seed": seed,
-                        "max_batch": max_batch}  # fmt: skip
-        self.add_state("score_sum", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        super().__init__({"n_samples": n_samples, "radius": radius, "relative": relative, "seed": seed,
+                          "max_batch": max_batch}, **kwargs)  # fmt: skip
 
     statistic: str  # the torch reduction over the samples: "mean" or "amax"
 
-    def update(self, explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None) -> None:
+    def scores(self, model, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn: Callable | None = None):
         with torch.enable_grad():  # torchmetrics runs update without gradients; explainers need them
-            distances = sensitivities(explain_fn, x, maps, target, **self.options)
-        scores = getattr(distances, self.statistic)(1)
-        self.score_sum += scores.double().sum().to(self.score_sum.device)
-        self.count += len(scores)
-
-    def compute(self) -> torch.Tensor:
-        return self.score_sum / self.count
+            distances = sensitivities(require_explain_fn(explain_fn, self), x, maps, target, **self.options)
+        return getattr(distances, self.statistic)(1)
 
 
 class AverageSensitivity(_Sensitivity):

@@ -47,9 +47,11 @@ from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
-from evaluators.maps.normalisations import NORMALISATIONS, normalise
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
-from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
+from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
+from evaluators.aggregators.pixel_aggregators import aggregate
+from evaluators.aggregators.registry import aggregator_names
+from evaluators.metrics.insertion_deletion import auc
+from evaluators.metrics.registry import METRICS
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.reports.wandb_log import check_log_to, log_report
 
@@ -97,7 +99,7 @@ class AggregationConfig:
     reduction: str = "abs_sum"  # image maps (C, H, W) -> (H, W)
     normalisation: str = "z"
     normalisations: list[str] = field(default_factory=lambda: list(NORMALISATIONS))
-    aggregators: dict = field(default_factory=lambda: {name: {} for name in PIXEL_AGGREGATORS})
+    aggregators: dict = field(default_factory=lambda: {name: {} for name in aggregator_names("pixel")})
     sweeps: dict = field(default_factory=lambda: {  # the paper's Figures 5-9, fewer points
         "percentile": {"q": [0, 10, 25, 40, 50, 75, 100]},
         "ucb": {"eps": [-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]},
@@ -123,11 +125,11 @@ class AggregationConfig:
                 raise InputError(f"option {name}={value!r}; expected one of {sorted(allowed)}")
         check_log_to(self.log_to)
         unknown = sorted(set(self.normalisations) - set(NORMALISATIONS))
-        unknown += sorted(set(self.aggregators) - set(PIXEL_AGGREGATORS))
-        unknown += sorted(set(self.sweeps) - set(PIXEL_AGGREGATORS))
+        unknown += sorted(set(self.aggregators) - set(aggregator_names("pixel")))
+        unknown += sorted(set(self.sweeps) - set(aggregator_names("pixel")))
         if unknown:
             raise InputError(f"unknown normalisation(s) or aggregator(s) {unknown}; expected some of "
-                             f"{sorted(NORMALISATIONS)} and {sorted(PIXEL_AGGREGATORS)}")  # fmt: skip
+                             f"{sorted(NORMALISATIONS)} and {sorted(aggregator_names('pixel'))}")  # fmt: skip
         for name, sweep in self.sweeps.items():
             if not isinstance(sweep, dict) or len(sweep) != 1 or not isinstance(next(iter(sweep.values())), list):
                 raise InputError(f"option sweeps.{name}={sweep!r}; expected one parameter and its values, "
@@ -190,8 +192,8 @@ def score_row(cfg: AggregationConfig, model, inputs: Inputs, maps: torch.Tensor)
     """Per-input insertion and deletion AUCs of one row's maps, and the mean curves."""
     result = {}
     for mode in MODES:
-        fractions, curves = insertion_deletion_curves(
-            model, inputs.x, maps, mode, target=inputs.target, steps=cfg.steps, baseline=cfg.baseline,
+        fractions, curves = METRICS[mode].function(
+            model, inputs.x, maps, **METRICS[mode].fixed, target=inputs.target, steps=cfg.steps, baseline=cfg.baseline,
             stats=None if cfg.baseline_stats == "image" and not inputs.tabular else inputs.stats, seed=cfg.seed,
             max_batch=cfg.max_batch,
         )  # fmt: skip

@@ -71,23 +71,22 @@ from evaluators.inputs.config import resolve_device
 from evaluators.reports.map_grid import blank_note, count_blank_maps
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import resolve_max_batch
-from evaluators.maps.optimised_aggregators import (
-    OPTIMISED_AGGREGATORS, combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
+from evaluators.aggregators.optimised_aggregators import (
+    combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
 from evaluators.maps.seeds import derived_seed
-from evaluators.maps.simplex_qp import solve_simplex_qp
-from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
-from evaluators.metrics.infidelity import M_EVAL, infidelity, subset_perturbations
+from evaluators.aggregators.registry import aggregator_names
+from evaluators.aggregators.simplex_qp import solve_simplex_qp
+from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
-from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES, relative_stability
-from evaluators.metrics.road import road_curves
+from evaluators.metrics.registry import METRICS as REGISTRY
+from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
 from evaluators.inputs.runs import cached, explainer_options, load_inputs, load_run
 from evaluators.reports.wandb_log import check_log_to, log_report
 
 METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", *STABILITIES)
-LOWER_IS_BETTER = {"infidelity": True, "fcor": False, "sens_avg": True, "sens_max": True, "road_morf": True,
-                   "road_lerf": False, **{name: True for name in STABILITIES}}  # fmt: skip
+LOWER_IS_BETTER = {m: not REGISTRY["relative_stability" if m in STABILITIES else m].higher_is_better for m in METRICS}
 # Decker et al.'s CIFAR-10 column of Tables 5 (INFD, FCOR) and 6 (SENS_AVG, SENS_MAX): a
 # pre-trained ResNet-18, 500 images; None where the paper prints no value.
 PAPER_CIFAR10 = {
@@ -122,7 +121,7 @@ class OptimisedAggregationConfig:
     kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     n_inputs: int = 200
     explainers: dict = field(default_factory=_decker_explainers)
-    aggregators: list[str] = field(default_factory=lambda: list(OPTIMISED_AGGREGATORS))
+    aggregators: list[str] = field(default_factory=lambda: aggregator_names("optimised"))
     m_agg: int = 50
     m_eval: int = 200
     m_sens: int = 200
@@ -145,10 +144,10 @@ class OptimisedAggregationConfig:
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
-        unknown = sorted(set(self.aggregators) - set(OPTIMISED_AGGREGATORS))
+        unknown = sorted(set(self.aggregators) - set(aggregator_names("optimised")))
         if unknown:
             raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
-                             f"{list(OPTIMISED_AGGREGATORS)}")  # fmt: skip
+                             f"{aggregator_names('optimised')}")  # fmt: skip
         check_log_to(self.log_to)
         for name in ("n_inputs", "m_agg", "m_eval", "m_sens", "stability_samples"):
             if getattr(self, name) < 2:
@@ -232,7 +231,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         print("  infidelity and faithfulness correlation (evaluation samples)", flush=True)
         samples = subset_perturbations(model, x, target, cfg.m_eval, cfg.share, baseline, seed=cfg.seed,
                                        max_batch=max_batch)  # fmt: skip
-        out = {row: {"infidelity": infidelity(m, samples).cpu(), "fcor": faithfulness_correlation(m, samples).cpu()}
+        out = {row: {name: REGISTRY[name].function(m, samples).cpu() for name in ("infidelity", "fcor")}
                for row, m in rows.items()}  # fmt: skip
         print("  sensitivity (evaluation samples)", flush=True)
         distances = {row: [] for row in rows}
@@ -257,10 +256,12 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
         out = {}
         for row, m in rows.items():
             out[row] = {}
-            for order in ("morf", "lerf"):
-                _, curves = road_curves(model, x, m, order, ROAD_PERCENTAGES, target, difference=True,
-                                        feature_means=baseline, seed=cfg.seed, max_batch=max_batch)  # fmt: skip
-                out[row][f"road_{order}"] = curves.mean(1).cpu()
+            for name in ("road_morf", "road_lerf"):
+                spec = REGISTRY[name]
+                _, curves = spec.function(model, x, m, **spec.fixed, percentages=ROAD_PERCENTAGES, target=target,
+                                          difference=True, feature_means=baseline, seed=cfg.seed,
+                                          max_batch=max_batch)  # fmt: skip
+                out[row][name] = curves.mean(1).cpu()
         return out
 
     def stability() -> dict:
@@ -277,7 +278,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
                                          **copies_seed(part, n))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():
-                result = relative_stability(
+                result = REGISTRY["relative_stability"].function(
                     model, x[part], rows[row][part], lambda v, t, m=m: m, part_target, radius=cfg.stability_radius,
                     change=cfg.stability_change, layer=cfg.stability_layer, perturbed=perturbed, seed=cfg.seed,
                     max_batch=max(max_batch, len(m)),

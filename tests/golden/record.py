@@ -50,10 +50,10 @@ def _imports():
     TABULAR_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.fixed is not None]  # noqa: F841 (tabular)
     IMAGE_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.takes != "rows"]  # noqa: F841 (an image model's)
     from evaluators.maps.image_explainers import reduce_map  # noqa: F401
-    from evaluators.maps.normalisations import NORMALISATIONS, normalise  # noqa: F401
-    from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation  # noqa: F401
-    from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate  # noqa: F401
-    from evaluators.maps.simplex_qp import solve_simplex_qp  # noqa: F401
+    from evaluators.aggregators.normalisations import NORMALISATIONS, normalise  # noqa: F401
+    from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation  # noqa: F401
+    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate  # noqa: F401
+    from evaluators.aggregators.simplex_qp import solve_simplex_qp  # noqa: F401
     from evaluators.metrics import agreement_functional as agreement  # noqa: F401
     from evaluators.metrics.faithfulness_correlation import faithfulness_correlation  # noqa: F401
     from evaluators.metrics.infidelity import infidelity, subset_perturbations  # noqa: F401

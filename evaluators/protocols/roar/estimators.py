@@ -57,9 +57,9 @@ from datamodules.errors import InputError
 from datamodules.roar import RANDOM_STREAM, uniform_hash
 from evaluators.maps import explain, explainer_names, input_kind
 from evaluators.maps.image_explainers import resolve_max_batch
-from evaluators.maps.normalisations import normalise
-from evaluators.maps.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
-from evaluators.maps.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from evaluators.aggregators.normalisations import normalise
+from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
+from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from lightning_modules.interface import default_targets, model_device
 
 CHUNK = 1024

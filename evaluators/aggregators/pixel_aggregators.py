@@ -1,7 +1,7 @@
 """Aggregators of an ensemble of normalised explanation maps (Mahlau & Nolde 2022, §3.2).
 
 ``aggregate(stack, name, map_dims=2, **params)`` merges a stack (k, N, *S) of k base
-attributions of N inputs, already normalised (``evaluators.maps.normalisations``; the
+attributions of N inputs, already normalised (``evaluators.aggregators.normalisations``; the
 paper's Table 1 uses z-scores), into one map per input, (N, *S): S is (H, W) for pixel
 maps (``map_dims=2``) and (d,) for tabular feature maps (``map_dims=1``). Every
 aggregator but ``rbm`` works pixel by pixel, in torch, batched on the stack's device; the
@@ -24,23 +24,11 @@ the standard normal CDF and density; the gap D = μ − E⁺ − ε and Z = D / 
   (a negative E⁺ gives a negative ε); where E⁺ = 0 the ratio is undefined and ε = 0.
 * ``api(a=-7, b=2, n=91)``, ``aei(a=-10, b=5, n=151)``, eqs. 14-15: PI and EI averaged
   over n exploration rates ε_m = a + m (b − a) / (n − 1), m = 0 … n − 1, which stand for
-  the averages over ε ∈ [a, b] of eqs. 12-13. The paper does not give n. Both PI and EI
-  decrease monotonically in ε, so the n-point mean lies between the left and right
-  Riemann sums up to a 1/n share of an endpoint, and differs from the exact average by
-  at most |g(a) − g(b)| / n: at most 1/n for PI (values in [0, 1]) and (b − a) / n for EI
-  (dEI/dε = −Φ(Z) ∈ [−1, 0]). The defaults space the ε_m 0.1 apart on the paper's
-  intervals (a tenth of a z-score unit), which bounds that error by 0.011 for API and by
-  0.1 for AEI, at 91 and 151 passes over the (N, *S) moments. On z-scored random stacks
-  (k = 7, 16 × 16) the error against the closed-form integrals was at most 0.003 (API)
-  and 0.013 (AEI), and each input's pixel ranking had Spearman correlation > 0.99999
-  with the exact one.
+  the averages over ε ∈ [a, b] of eqs. 12-13 (the paper does not give n; the error of the
+  n-point mean: docs/aggregation.md).
 * ``var(eps=1e-7, delta=1e-7)``, eq. 16: (1/k) Σ_e e_ij / (ε σ + δ) = μ / (ε σ + δ), with
-  ε ≥ 0 and δ > 0. The paper does not state δ. The aggregate moves from the mean
-  (ε σ ≪ δ) to the mean over the std, μ / σ, (ε σ ≫ δ; Rieger & Hansen's idea) around ε σ ≈ δ; on z-scored
-  maps σ is of order 1, so the paper's finding that ε = 1e-7 is the best trade-off within
-  an interesting range [1e-10, 1e-2] (its §4.2.5) places that turn, and δ, at about 1e-7
-  (also Keras' default fuzz factor; the paper's code ran on TensorFlow). With both at
-  1e-7, ``var`` ranks pixels by μ / (σ + 1).
+  ε ≥ 0 and δ > 0 (the paper does not state δ; why 1e-7: docs/aggregation.md). With both
+  at 1e-7, ``var`` ranks pixels by μ / (σ + 1).
 * ``rbm(alpha=1e-4, k=100, batch_size=10, seed=0)``: Borisov et al. (2021), see :func:`rbm`.
 
 Where σ = 0 (the k maps agree at a pixel) Z is undefined and the limit σ → 0+ is used:
@@ -65,19 +53,14 @@ from sklearn.neural_network import BernoulliRBM
 
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.normalisations import check_maps, linear, normalise
+from evaluators.aggregators.normalisations import check_maps, linear, normalise
+from evaluators.metrics.perturbations import check_count
 
 
 def _real(option: str, value, expected: str = "a finite real number", valid: Callable = lambda v: True) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not valid(value):
         raise InputError(f"option {option}={value!r}; expected {expected}")
     return float(value)
-
-
-def _count(option: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise InputError(f"option {option}={value!r}; expected an integer >= {minimum}")
-    return int(value)
 
 
 def moments(stack: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,7 +151,7 @@ def ci(stack: torch.Tensor, map_dims: int = 2) -> torch.Tensor:
 def _exploration_grid(a, b, n) -> list[float]:
     """Eqs. 14-15's n rates ε_m = a + m (b − a) / (n − 1)."""
     a, b = _real("a", a), _real("b", b, f"a finite real number > a={a}", lambda v: v > a)
-    n = _count("n", n, 2)
+    n = check_count("n", n, 2)
     return [a + m * (b - a) / (n - 1) for m in range(n)]
 
 
@@ -229,8 +212,8 @@ def rbm(stack: torch.Tensor, map_dims: int = 2, alpha: float = 1e-4, k: int = 10
     iterations, not the ensemble size.
     """
     alpha = _real("alpha", alpha, "a finite number > 0", lambda v: v > 0)
-    k, batch_size = _count("k", k, 1), _count("batch_size", batch_size, 1)
-    seed = _count("seed", seed, 0)
+    k, batch_size = check_count("k", k, 1), check_count("batch_size", batch_size, 1)
+    seed = check_count("seed", seed, 0)
     maps = stack.detach().to("cpu", torch.float64)
     pixels = math.prod(stack.shape[-map_dims:])
     feed = linear(maps, map_dims).reshape(stack.shape[0], -1, pixels).permute(1, 2, 0).numpy()

@@ -3,7 +3,7 @@
 Base attributions do not share a scale (RISE gives probability differences in [0, 1],
 CAMs products of activations, gradients small numbers around zero), so each map e is
 put on a common scale before an ensemble of maps is merged
-(``evaluators.maps.pixel_aggregators``). Every statistic below is taken per map, over
+(``evaluators.aggregators.pixel_aggregators``). Every statistic below is taken per map, over
 its last ``map_dims`` dims: 2 for pixel maps (..., H, W), 1 for tabular feature maps
 (..., d); any leading dims are a batch of maps.
 

@@ -6,7 +6,7 @@ maps (below), E = (φ_1, …, φ_k) ∈ R^{d×k} (d pixels or features), ω ∈ 
 and the aggregate φ_ω = E ω = Σ_i ω_i φ_i. A generalised L2 metric Q(φ) = E‖γ_1 φ − γ_2‖²
 (Definition 4.1) is, over Ω (where γ_2 = γ_2 Σ_i ω_i), a quadratic form Q(φ_ω) = ωᵀΓω with
 Γ = E[(γ_1 E − γ_2 1ᵀ)ᵀ(γ_1 E − γ_2 1ᵀ)] (k × k, symmetric PSD), so the best weights solve the
-QP min_{ω∈Ω} ωᵀΓω (``evaluators.maps.simplex_qp``). Theorem 4.2: Q(φ_ω) ≤ Σ_i ω_i Q(φ_i), so the
+QP min_{ω∈Ω} ωᵀΓω (``evaluators.aggregators.simplex_qp``). Theorem 4.2: Q(φ_ω) ≤ Σ_i ω_i Q(φ_i), so the
 minimiser is at least as good as every single explainer (ω = e_i) on the samples Γ is
 estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2), drawn from the
 ``"fitting"`` stream of ``evaluators.metrics.perturbations``, independent of the metrics'
@@ -32,43 +32,27 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
   ω = e_i it is explainer i's normalised infidelity (β_i is the least-squares scale, so
   (1/m) Σ_s (β_i a_{s,i} − Δ_s)² = min_β …), hence min_ω ωᵀΓ_faith ω ≤ min_i INFD(φ_i) on the
   fitting samples, and INFD(ψ_ω) (normalised) ≤ ωᵀΓ_faith ω since normalising can only
-  lower it. The map returned is φ_ω = Σ_i ω_i φ_i, as the paper's φ_ω and the reference
-  code's ``np.average(explanations, weights=ω)``: it points in ψ_ω's direction (and then has
-  its normalised infidelity) when the β_i of the explainers with positive weight are
-  equal, not in general, so the theorem's bound is ψ_ω's, not φ_ω's, whenever the β_i differ.
-  The reference estimates β over groups of its samples (the mean over the first axis of a
-  (batch_size, m / batch_size) array: m / batch_size values of β per explainer, each from
-  batch_size samples); here β uses all m samples of the input, as Yeh et al. and Captum.
+  lower it. The map returned is φ_ω = Σ_i ω_i φ_i, the paper's φ_ω (the bound is ψ_ω's;
+  docs/optimised_aggregation.md says when they differ and where this departs from the reference).
 * ``agg_opt``: Γ = λ Γ_robust / ‖Γ_robust‖_F + (1 − λ) Γ_faith / ‖Γ_faith‖_F, λ = ½ (App. C.2:
   "normalized both metrics using the Frobenius norm of the respective parameter matrix";
-  a zero matrix contributes nothing). The reference code divides by the Frobenius norm of
-  the stack of its per-sample (per-group) matrices rather than of their mean, which weighs
-  the two terms by their sample counts and spread; here the norm is of Γ itself, as the
-  paper states. The reference also draws its robust samples with its infidelity sample
-  count (its ``num_samples_robust`` is unused); both use m_agg = ``n_samples`` here.
+  a zero matrix contributes nothing). Both use m_agg = ``n_samples``.
 * ``agg_mean``: ω = (1/k, …, 1/k) (Rieger & Hansen's AGG-Mean).
 * ``agg_var``: (1/k) Σ_i φ_i / (σ + ε) = μ / (σ + ε), σ the feature-wise population std of
   the k maps (Decker et al.'s statement of Rieger & Hansen's AGG-Var, §3.2; computed by
   ``pixel_aggregators.var`` with its ε = 1 and δ = ``eps``). Per-feature weights, so no
-  ω is returned (None). The paper gives no ε; the default is the reference code's 0.226,
-  which it adds to the unbiased variance instead, (1/k) Σ_i φ_i / (s² + 0.226). A small ε
-  is unstable: where the k maps agree (σ ≈ 0) the aggregate is μ / ε, and a noisy copy that
-  moves σ slightly away from 0 changes it by orders of magnitude (German Credit, ε = 1e-7:
-  average sensitivity in the thousands against 0.12 for ``agg_mean``).
+  ω is returned (None). ε = 0.226 (the reference code's).
 
 **Maps.** Each explainer i of ``explainers`` (registry name -> options for
 ``evaluators.maps.explain``) explains the target class (images: the predicted class
 unless given, fixed for the perturbed copies as well; tabular: the positive class).
 Image attributions (N, C, H, W) are summed over channels (``reduce_map(how=reduce)``,
-``"sum"``: the reference's ``explanation.sum(axis=1)``), then post-processed as the
-reference's explainers do by default: absolute value (``absolute``), min-max to [0, 1]
-(``normalisation="linear"``, any name of ``normalisations.NORMALISATIONS``; a constant map
-becomes zeros where the reference divides by zero), and a Gaussian smoothing of σ = 1
-(``smoothing``; torchvision's reflect padding, kernel to 4σ, where the reference uses
-``scipy.ndimage.gaussian_filter``'s symmetric padding: they differ only at the border).
-Tabular maps (N, d) are not smoothed (``smoothing`` must stay None or 0). The same
-post-processing applies to the maps at perturbed inputs. The aggregate E ω is not
-post-processed (the reference's aggregators leave it as it is by default), so it keeps the
+``"sum"``), then post-processed as the reference's explainers do by default: absolute value
+(``absolute``), min-max to [0, 1] (``normalisation="linear"``, any name of
+``normalisations.NORMALISATIONS``; a constant map becomes zeros), and a Gaussian smoothing
+of σ = 1 (``smoothing``; torchvision's reflect padding, kernel to 4σ). Tabular maps (N, d)
+are not smoothed (``smoothing`` must stay None or 0). The same post-processing applies to
+the maps at perturbed inputs. The aggregate E ω is not post-processed, so it keeps the
 linear structure the quadratic forms describe.
 
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
@@ -93,10 +77,10 @@ from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
-from evaluators.maps.normalisations import normalise
-from evaluators.maps.pixel_aggregators import aggregate
+from evaluators.aggregators.normalisations import normalise
+from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.maps.seeds import derived_seed, input_index
-from evaluators.maps.simplex_qp import solve_simplex_qp
+from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
 from evaluators.metrics.model_scores import check_inputs, model_device, resolve_targets
 from evaluators.metrics.perturbations import (

@@ -1,0 +1,163 @@
+"""The README's "Extending" examples run as written, each as a module of its own in a fresh
+folder, the registries restored afterwards (what an example registers, no other test sees);
+then the behaviour their prose promises is checked against an independent reference: a
+float64 Jacobian, scikit-learn's own counts, the accuracies Lightning's test loop stored in
+the population file."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ("explainer", "dataset", "protocol", "metric", "aggregator")
+MARK = re.compile(r"<!-- extending: (\w+) -->\n```python\n(.*?)\n```", re.S)
+
+
+def examples() -> dict[str, str]:
+    """The README's marked examples: name -> code."""
+    return dict(MARK.findall((ROOT / "README.md").read_text()))
+
+
+def check_explainer(ns: dict) -> None:
+    import torch
+
+    from evaluators.maps import explain, explainer_names
+
+    model, x = ns["model"], ns["x"]
+    reference = model.double()
+    jacobian = torch.stack([torch.autograd.functional.jacobian(reference, x[i : i + 1].double())[0, :, 0]
+                            for i in range(len(x))])  # (N, K, d): d logit_k / d x_i, row by row  # fmt: skip
+    assert ns["maps"].shape == x.shape and ns["maps"].abs().sum() > 0
+    assert torch.equal(ns["maps"].double(), jacobian[:, 2].sign())
+    predicted = reference(x.double()).argmax(1)
+    assert torch.equal(explain(model, x.double(), "gradient_sign"), jacobian[torch.arange(len(x)), predicted].sign())
+    assert "gradient_sign" in explainer_names(model, x)
+    images = torch.randn(2, 1, 3, 3, dtype=torch.float64)  # takes="any": an image model too
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten()).double()
+    weight = conv[0].weight.detach()
+    assert torch.equal(explain(conv, images, "gradient_sign", target=1), weight[1:2].sign().expand(2, 1, 3, 3))
+
+
+def check_dataset(ns: dict) -> None:
+    import numpy as np
+    from sklearn.datasets import load_breast_cancer
+
+    truth = load_breast_cancer()
+    data = ns["FinancialDataModule"]("cancer", data_dir="my_data")
+    described = data.describe()
+    assert (described["rows"], described["features"]) == truth.data.shape == (569, 30)
+    assert described["positive_rate"] == round(truth.target.mean(), 4)
+    x_train, y_train = data.train_tensors
+    assert len(x_train) == 455 and np.allclose(x_train.double().mean(0), 0, atol=1e-5)
+    assert np.allclose(x_train.double().std(0, unbiased=False), 1, atol=1e-5)
+    assert data.feature_names == list(truth.feature_names)
+    metrics = ns["metrics"]
+    assert metrics["data"] == described and metrics["test_acc"] > 0.9  # trained: the majority class gives 0.63
+    assert len(list(Path("runs/cancer").glob("*/metrics.json"))) == 1
+
+
+def check_protocol(ns: dict) -> None:
+    import numpy as np
+    import torch
+
+    import evaluate
+
+    help_text = io.StringIO()
+    with contextlib.redirect_stdout(help_text), pytest.raises(SystemExit):
+        evaluate.main(["--help"])
+    assert re.search(r"accuracy\s+each member's test accuracy", help_text.getvalue())
+    stored = torch.load("runs/full/german/population-1000/population.pt", weights_only=True)["member_test_acc"]
+    assert len(ns["summary"]["accuracy"]) == len(stored) == 8
+    assert np.allclose(ns["summary"]["accuracy"], stored, rtol=0, atol=1e-6)  # Lightning's test loop, in float32
+    (report,) = Path("runs/accuracy").glob("german-*/accuracy.json")
+    assert json.loads(report.read_text()) == ns["summary"]
+
+
+def check_metric(ns: dict) -> None:
+    import torch
+
+    from evaluators.metrics.registry import score
+
+    model, x = ns["model"], ns["x"]
+    weight, bias = model.weight.detach().double(), model.bias.detach().double()
+    target = (x.double() @ weight.T + bias).argmax(1)  # the predicted class
+    top = weight[target].abs().argmax(1)  # a linear model's saliency map is its target's weight row
+    drop = weight[target, top] * x.double()[torch.arange(len(x)), top]  # the logit loses w_tj x_j
+    assert torch.allclose(ns["drops"].double(), drop, atol=1e-6)
+    assert torch.allclose(score("top_drop", model, x, weight[target].float()).double(), drop, atol=1e-6)
+    metric = ns["TopFeatureDrop"]()
+    for part in (slice(0, 2), slice(2, 6)):
+        metric.update(model, x[part], weight[target[part]].float())
+    assert torch.allclose(metric.compute(), drop.mean(), atol=1e-6)
+
+
+def check_aggregator(ns: dict) -> None:
+    import numpy as np
+    import torch
+
+    from callbacks import AggregationFidelity
+    from datamodules.errors import InputError
+    from evaluators.aggregators.pixel_aggregators import aggregate
+    from evaluators.aggregators.registry import aggregator_names
+    from evaluators.protocols.roar.estimators import estimator_names
+
+    stack = ns["stack"].double().numpy()
+    assert np.allclose(ns["merged"].numpy(), np.sort(stack, axis=0)[1:4].mean(0), atol=1e-6)
+    assert torch.equal(aggregate(ns["stack"], "trimmed_mean", trim=1), ns["merged"])
+    run = ns["AGGREGATORS"]["trimmed_mean"].run
+    with pytest.raises(InputError, match="trim"):
+        run(ns["stack"], cut=1)
+    with pytest.raises(InputError, match="NaN"):
+        run(ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))))
+    assert "trimmed_mean" in aggregator_names("pixel")
+    assert "agg:trimmed_mean" in estimator_names(torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.zeros(3, 4))
+    assert AggregationFidelity(aggregators={"trimmed_mean": {"trim": 1}}).aggregators == {"trimmed_mean": {"trim": 1}}
+
+
+CHECKS = {"explainer": check_explainer, "dataset": check_dataset, "protocol": check_protocol, "metric": check_metric,
+          "aggregator": check_aggregator}
+
+
+def test_readme_marks_each_example_once():
+    found = MARK.findall((ROOT / "README.md").read_text())
+    assert sorted(name for name, _ in found) == sorted(EXAMPLES)
+
+
+@pytest.fixture
+def registries():
+    """Every registry as it was before the test, restored after it."""
+    from datamodules.specs import DATASETS
+    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS
+    from evaluators.aggregators.registry import AGGREGATORS
+    from evaluators.maps import EXPLAINERS
+    from evaluators.metrics.registry import METRICS
+    from evaluators.protocols.registry import PROTOCOLS
+
+    registries = (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS, PIXEL_AGGREGATORS)
+    saved = [(registry, dict(registry)) for registry in registries]
+    yield
+    for registry, before in saved:
+        registry.clear()
+        registry.update(before)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_readme_example_runs(name, tmp_path, monkeypatch, registries, request):
+    if name == "protocol":  # the population file the example names, where the README's commands put it
+        population = tmp_path / "runs/full/german/population-1000/population.pt"
+        population.parent.mkdir(parents=True)
+        shutil.copy(request.getfixturevalue("small_population"), population)
+    monkeypatch.chdir(tmp_path)
+    module = types.ModuleType(f"readme_{name}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # a script's classes need it (dataclasses look it up)
+    exec(compile(examples()[name], f"README.md ({name} example)", "exec"), module.__dict__)
+    CHECKS[name](module.__dict__)

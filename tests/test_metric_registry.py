@@ -1,0 +1,98 @@
+"""The metric registry (evaluators.metrics.registry): every metric reachable by name, its
+per-input scores equal to its functional core called directly, its Metric (one update
+signature) the mean of those scores over two updates, and an unknown name refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from datamodules.errors import InputError
+from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
+from evaluators.metrics.infidelity import infidelity, subset_perturbations
+from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
+from evaluators.metrics.registry import METRICS, metric_spec, score
+from evaluators.metrics.relative_stability import relative_stability
+from evaluators.metrics.road import road_curves
+from evaluators.metrics.sensitivity import sensitivities
+
+MEANS = torch.full((5,), 0.1, dtype=torch.float64)  # tabular rows: the replaced features' values
+OPTIONS = {"insertion": {"steps": 3, "baseline": "zero"}, "deletion": {"steps": 3, "baseline": "zero"},
+           "infidelity": {"n_samples": 4, "baseline": MEANS}, "fcor": {"n_samples": 5, "baseline": MEANS},
+           "sens_avg": {"n_samples": 3}, "sens_max": {"n_samples": 3},
+           "road_morf": {"percentages": (20, 60), "feature_means": MEANS},
+           "road_lerf": {"percentages": (20, 60), "feature_means": MEANS}, "relative_stability": {"n_samples": 3}}
+# the papers' directions: insertion, FCOR and LeRF rise with a faithful map, the others fall
+HIGHER_IS_BETTER = {"insertion": True, "deletion": False, "infidelity": False, "fcor": True, "sens_avg": False,
+                    "sens_max": False, "road_morf": False, "road_lerf": True, "relative_stability": False}
+
+
+def setting():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3)).double().eval()
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    target = torch.tensor([0, 1, 2, 0, 1, 2])
+
+    def explain_fn(v, t):  # gradient × input of the target logit
+        v = v.detach().requires_grad_()
+        (grad,) = torch.autograd.grad(model(v).gather(1, t[:, None]).sum(), v)
+        return (grad * v).detach()
+
+    return model, x, target, explain_fn, explain_fn(x, target)
+
+
+def direct(name, model, x, maps, target, explain_fn, options):
+    """The functional core called directly, reduced to one score (or curve) per input."""
+    if name in ("insertion", "deletion"):
+        fractions, curves = insertion_deletion_curves(model, x, maps, name, target, **options)
+        return auc(curves, fractions)
+    if name in ("infidelity", "fcor"):
+        samples = subset_perturbations(model, x, target, **options)
+        return (infidelity if name == "infidelity" else faithfulness_correlation)(maps, samples)
+    if name.startswith("sens_"):
+        distances = sensitivities(explain_fn, x, maps, target, **options)
+        return distances.mean(1) if name == "sens_avg" else distances.amax(1)
+    if name.startswith("road_"):
+        return road_curves(model, x, maps, name[5:], target=target, **options)[1]
+    scores = relative_stability(model, x, maps, explain_fn, target, **options)
+    return torch.stack([scores["ris"], scores["rrs"], scores["ros"]], 1)
+
+
+def test_the_registry_names_every_metric_with_its_direction():
+    assert set(METRICS) == set(OPTIONS)
+    assert {name: spec.higher_is_better for name, spec in METRICS.items()} == HIGHER_IS_BETTER
+    assert {name for name, spec in METRICS.items() if "explain_fn" in spec.needs} == {
+        "sens_avg", "sens_max", "relative_stability"}
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_a_metric_by_name_equals_its_functional_core_and_its_metric_the_mean(name):
+    model, x, target, explain_fn, maps = setting()
+    options = OPTIONS[name]
+    expected = direct(name, model, x, maps, target, explain_fn, options)
+    assert torch.equal(score(name, model, x, maps, target, explain_fn, **options).isnan(), expected.isnan())
+    torch.testing.assert_close(score(name, model, x, maps, target, explain_fn, **options), expected, equal_nan=True,
+                               rtol=0, atol=0)  # fmt: skip
+    metric = metric_spec(name).metric(**options)
+    metric.update(model, x[:2], maps[:2], target[:2], explain_fn=explain_fn)
+    metric.update(model, x[2:], maps[2:], target[2:], explain_fn=explain_fn)
+    parts = torch.cat([direct(name, model, x[s], maps[s], target[s], explain_fn, options)
+                       for s in (slice(0, 2), slice(2, 6))])  # fmt: skip
+    result = metric.compute()
+    result = torch.stack(list(result.values())) if isinstance(result, dict) else result
+    defined = ~parts.isnan().reshape(len(parts), -1).any(1)
+    torch.testing.assert_close(result, parts[defined].mean(0), rtol=1e-12, atol=0)
+    assert metric.count.item() + metric.left_out.item() == len(x)
+
+
+def test_an_unknown_metric_is_refused_naming_the_choices():
+    with pytest.raises(InputError, match=r"unknown metric 'auc'; expected one of \['insertion', 'deletion'"):
+        metric_spec("auc")
+
+
+@pytest.mark.parametrize("name", ["sens_avg", "relative_stability"])
+def test_a_metric_that_explains_refuses_an_update_without_explain_fn(name):
+    model, x, target, _, maps = setting()
+    with pytest.raises(InputError, match="needs explain_fn="):
+        metric_spec(name).metric(**OPTIONS[name]).update(model, x, maps, target)
