@@ -47,8 +47,7 @@ from datamodules.errors import InputError, one_line, run_entry_point
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.sources import check_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
-from lightning_modules.image_population import ImagePopulation
-from lightning_modules.population import PopulationMLP
+from lightning_modules.population_base import Population
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
 from lightning_modules.population_io import save_population
 
@@ -336,8 +335,9 @@ def standard_error(values: torch.Tensor) -> float:
     return (values.double().std(unbiased=True) / len(values) ** 0.5).item()
 
 
-def fit_image_population_run(cli: TrainCLI) -> dict:
-    """Train an ``ImagePopulation`` like one model, test every member, and save the population file."""
+def fit_whole_population_run(cli: TrainCLI) -> dict:
+    """Train a population that is not ``CHUNKED`` (``ImagePopulation``) like one model, test every
+    member, and save the population file."""
     trainer, population, data, run_dir = cli.trainer, cli.model, cli.datamodule, cli.run_dir
     last = run_dir / "checkpoints" / "last.ckpt"
     started = time.perf_counter()
@@ -379,10 +379,8 @@ def main(args: list[str] | None = None) -> dict | None:
     except argparse.ArgumentError as err:
         raise InputError(short_parse_error(str(err))) from None
     try:
-        if isinstance(cli.model, PopulationMLP):
-            return fit_population_run(cli)
-        if isinstance(cli.model, ImagePopulation):
-            return fit_image_population_run(cli)
+        if isinstance(cli.model, Population):
+            return fit_population_run(cli) if cli.model.CHUNKED else fit_whole_population_run(cli)
         return fit_single(cli)
     except BaseException:
         remove_untrained_run(cli.new_folders)

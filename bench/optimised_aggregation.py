@@ -9,7 +9,7 @@ m_agg = ``M_AGG`` fitting samples, for the seven explainers of Decker et al.'s T
 SmoothGrad and VarGrad with 10 noise samples), each map post-processed as the
 aggregators do (channel sum, |·|, min-max, Gaussian σ = 1), for:
 
-(CIFAR-10) ``N_BATCHED`` test images of CIFAR-10 (``spread_images``) with the reference
+(CIFAR-10) ``N_BATCHED`` test images of CIFAR-10 (the datamodule's ``probe``) with the reference
            ResNet-8 (``REFERENCE_RUN``, ``make cifar10-resnet8``, loaded with ``load_run``; a random ResNet-8
            (``random_model``) on random images where that run folder is missing, said so);
 (224)      ``N_BATCHED_224`` images of the ImageNet-style validation folder at 224 × 224
@@ -117,11 +117,11 @@ def cifar_model_and_images(n: int) -> tuple[nn.Module, torch.Tensor, str]:
     """The reference ResNet-8 and ``n`` test images spread over the split, or a random
     ResNet-8 on random images (and what was used)."""
     if (REFERENCE_RUN / "checkpoints" / "last.ckpt").is_file():
-        from evaluators.inputs.runs import load_run, spread_images
+        from evaluators.inputs.runs import load_run
 
         model, data, _ = load_run(REFERENCE_RUN)
         data.setup("test")
-        return model.eval(), spread_images(data, n, "test")[0], f"reference run {REFERENCE_RUN.name}"
+        return model.eval(), data.probe(n, "test")[0], f"reference run {REFERENCE_RUN.name}"
     source = "random ResNet-8 (random_model) on random images (reference run folder missing)"
     return random_model("resnet8", 10), torch.randn(n, 3, 32, 32), source
 

@@ -50,7 +50,6 @@ from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.registry import METRICS as REGISTRY
 from evaluators.metrics.relative_stability import STABILITIES
-from evaluators.inputs.runs import spread_images
 from lightning_modules.interface import eval_mode
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
@@ -115,15 +114,11 @@ class AggregationFidelity(pl.Callback):
         data = trainer.datamodule
         if data is None:
             raise InputError("AggregationFidelity needs a datamodule (trainer.fit(model, datamodule=...))")
-        if not hasattr(data, "normalization"):  # rows: a tabular datamodule
-            x_train = data.train_tensors[0]
-            x, y = (t[: self.n_probe] for t in data.test_tensors)
-            stats = (x_train.mean(0), x_train.std(0, unbiased=False))
-        else:
-            split = "val" if "val" in data.split_sizes else "test"
-            x, y = spread_images(data, self.n_probe, split)
-            stats = None  # the normal baseline from each image's own channel statistics
-        return x, y, stats
+        x, y = data.probe(self.n_probe, "val" if "val" in getattr(data, "split_sizes", ()) else "test")
+        if hasattr(data, "normalization"):  # images: the normal baseline from each image's own channel statistics
+            return x, y, None
+        x_train = data.train_tensors[0]  # rows: a tabular datamodule
+        return x, y, (x_train.mean(0), x_train.std(0, unbiased=False))
 
     # --- one evaluation -------------------------------------------------------------
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, when: str) -> dict[str, float]:

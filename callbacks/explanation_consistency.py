@@ -4,12 +4,12 @@ Every ``every_n_epochs`` epochs the members explain a fixed probe set and the me
 pairwise agreement between members (SA, SSA, CDC at top-k, angular difference; Ley et
 al. §4) goes to the logger as ``consistency/<metric>``:
 
-* a tabular population (``PopulationMLP``): the first ``probe_size`` test rows,
-  explained in one batched call;
-* an image population (any LightningModule with ``size`` and ``member(i)`` returning an
-  image classifier, as a stacked image population): ``probe_size`` test images spread
-  through the test split, each member explaining the image's label; maps reduced per
-  pixel (``map_reduction``, ``reduce_map``) and flattened, so the top-k are pixels.
+* the probe: the datamodule's ``probe(probe_size)``, the first test rows of a tabular
+  datamodule, test images spread through the test split of an image one;
+* a population with a fixed class (``PopulationMLP``) explains it in one batched call;
+  any other (a LightningModule with ``size`` and ``member(i)``, as a stacked image
+  population) member by member, each explaining the input's label; image maps are
+  reduced per pixel (``map_reduction``, ``reduce_map``) and flattened, so the top-k are pixels.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datamodules.errors import InputError
 from evaluators.metrics.agreement import METRICS, PairwiseAgreement
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
-from lightning_modules.population import PopulationMLP
+from lightning_modules.interface import fixed_target
 
 
 class ExplanationConsistency(pl.Callback):
@@ -46,18 +46,17 @@ class ExplanationConsistency(pl.Callback):
         self._probe: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def explanations(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.Tensor:
-        """(M, N, d) maps of the members on the probe."""
-        if isinstance(pl_module, PopulationMLP):
-            x = trainer.datamodule.test_tensors[0][: self.probe_size].to(pl_module.device)
-            return explain(pl_module, x, self.method).detach()
-        from evaluators.inputs.runs import spread_images
-
+        """(M, N, ·) maps of the members on the probe (the datamodule's ``probe``): a population
+        with a fixed class in one call, any other member by member for the probe's labels;
+        image maps reduced per pixel and flattened."""
         if self._probe is None:
-            self._probe = spread_images(trainer.datamodule, self.probe_size, "test")
+            self._probe = trainer.datamodule.probe(self.probe_size)
         x, y = (t.to(pl_module.device) for t in self._probe)
+        if fixed_target(pl_module) is not None:
+            return explain(pl_module, x, self.method).detach()
         maps = [explain(pl_module.member(i).to(pl_module.device), x, self.method, target=y).detach()
                 for i in range(pl_module.size)]  # fmt: skip
-        return torch.stack([reduce_map(m, self.map_reduction).flatten(1) for m in maps])
+        return torch.stack([(m if m.dim() == 2 else reduce_map(m, self.map_reduction)).flatten(1) for m in maps])
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not callable(getattr(pl_module, "member", None)) or pl_module.size < 2:

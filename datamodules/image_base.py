@@ -141,6 +141,38 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         chosen = self.subset_indices(split)
         return (images, labels) if chosen is None else (images[chosen], labels[chosen])
 
+    def probe(self, n: int, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` images evenly spaced through the split (``test``: :attr:`eval_split`; index 0, k,
+        2k, ... with k = size // n, in fixed order, without augmentation), so that class-sorted
+        folders show several classes."""
+        name = self.eval_split if split == "test" else split
+        step = max(1, self.split_sizes[name] // n)
+        xs, ys, seen = [], [], 0
+        for x, y in self.eval_dataloader(name):
+            picked = [i for i in range(len(x)) if (seen + i) % step == 0]
+            xs.append(x[picked])
+            ys.append(y[picked])
+            seen += len(x)
+            if sum(len(v) for v in ys) >= n:
+                break
+        return torch.cat(xs)[:n], torch.cat(ys)[:n]
+
+    # --- what remove-and-retrain (datamodules.roar) reads ----------------------------------
+    def stored_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """ROAR's ``"train"`` or ``"test"`` (:attr:`eval_split`) split as stored: uint8 images, labels."""
+        if not self.in_memory:
+            raise InputError(f"{self.source}: ROAR modifies images in memory; expected small images "
+                             "(in_memory=True) — large images are served from files")  # fmt: skip
+        return self.split_images("train" if split == "train" else self.eval_split)
+
+    def as_model_inputs(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stored images as the model sees them: normalised float32, not augmented."""
+        return InMemoryImageBatches(images, labels, *self.normalization).__getitems__(list(range(len(labels))))
+
+    def stored_fill(self, images: torch.Tensor) -> torch.Tensor:
+        """ROAR's fill c: the images' per-channel mean rounded to uint8."""
+        return (torch.tensor(channel_stats(images)[0], dtype=torch.float64) * 255.0).round().to(torch.uint8)
+
     @cached_property
     def normalization(self) -> tuple[list[float], list[float]]:
         """(mean, std) per channel: the options, or computed from :attr:`stats_split`."""

@@ -48,9 +48,6 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules.errors import InputError
-from datamodules.image_base import ImageDataModule
-from datamodules.image_batches import InMemoryImageBatches, channel_stats
-from datamodules.tabular import TabularDataModule
 
 FRACTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 UNITS = ("element", "pixel")
@@ -149,51 +146,31 @@ def remove_top(x: torch.Tensor, scores: torch.Tensor, fraction: float, fill, uni
     return torch.where(replaced, fill, x)
 
 
-def eval_split_name(datamodule) -> str:
-    """The split ROAR's ``"test"`` stands for: an image folder without ``test/`` evaluates on ``val/``."""
-    return datamodule.eval_split if isinstance(datamodule, ImageDataModule) else "test"
-
-
 def _check_datamodule(datamodule) -> None:
-    if isinstance(datamodule, ImageDataModule):
-        if not datamodule.in_memory:
-            raise InputError(f"{datamodule.source}: ROAR modifies images in memory; expected small images "
-                             "(in_memory=True) — large images are served from files")  # fmt: skip
-        return
-    if not isinstance(datamodule, TabularDataModule):
-        raise InputError(f"datamodule {type(datamodule).__name__}; expected an image datamodule "
-                         "(datamodules.images) or a tabular one (datamodules.tabular)")  # fmt: skip
+    if not callable(getattr(datamodule, "stored_split", None)):
+        raise InputError(f"datamodule {type(datamodule).__name__}; expected one that serves its splits as stored "
+                         "tensors (stored_split, as_model_inputs, stored_fill: the image and tabular datamodules)")
 
 
 def _raw_split(datamodule, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """A split as stored: uint8 images (N, C, H, W) or standardised rows (N, d), and labels."""
+    """A split as stored (the datamodule's ``stored_split``: uint8 images or rows) and its labels."""
     if split not in ("train", "test"):
         raise InputError(f"option split={split!r}; expected 'train' or 'test'")
-    if isinstance(datamodule, ImageDataModule):
-        return datamodule.split_images("train" if split == "train" else eval_split_name(datamodule))
-    return datamodule.train_tensors if split == "train" else datamodule.test_tensors
+    return datamodule.stored_split(split)
 
 
 def model_inputs(datamodule, split: str, raw: tuple[torch.Tensor, torch.Tensor] | None = None):
     """A split (``"train"`` or ``"test"``) in dataset order without augmentation, as the
-    model sees it: (x, y) with images normalised to float32 by the datamodule (its own
-    ``InMemoryImageBatches`` formula), tabular rows as they are. ``raw``: stored tensors
-    to use instead of the split's own (the modified ones)."""
+    model sees it (the datamodule's ``as_model_inputs``: images normalised to float32 by
+    its own ``InMemoryImageBatches`` formula, tabular rows as they are). ``raw``: stored
+    tensors to use instead of the split's own (the modified ones)."""
     _check_datamodule(datamodule)
-    x, y = _raw_split(datamodule, split) if raw is None else raw
-    if isinstance(datamodule, ImageDataModule):
-        return InMemoryImageBatches(x, y, *datamodule.normalization).__getitems__(list(range(len(y))))
-    return x, y
+    return datamodule.as_model_inputs(*(_raw_split(datamodule, split) if raw is None else raw))
 
 
 def training_fill(datamodule) -> torch.Tensor:
-    """The uninformative value c in the stored space: the training split's per-channel mean
-    rounded to uint8 (images), or its per-feature mean (tabular)."""
-    x, _ = _raw_split(datamodule, "train")
-    if isinstance(datamodule, ImageDataModule):
-        mean, _ = channel_stats(x)
-        return (torch.tensor(mean, dtype=torch.float64) * 255.0).round().to(torch.uint8)
-    return x.mean(0)
+    """The fill c in the stored space: the datamodule's ``stored_fill`` of its training split."""
+    return datamodule.stored_fill(_raw_split(datamodule, "train")[0])
 
 
 class RemoveAndRetrainDataModule(pl.LightningDataModule):

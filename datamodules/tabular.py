@@ -154,6 +154,21 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     def test_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._arrays["x_test"], self._arrays["y_test"]
 
+    def probe(self, n: int, split: str = "test") -> tuple[torch.Tensor, ...]:
+        """The first ``n`` rows of the split (drawn at random by the split) and their labels."""
+        return tuple(t[:n] for t in self.stored_split(split))
+
+    # --- what remove-and-retrain (datamodules.roar) reads: rows are stored as the model sees them
+    def stored_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.train_tensors if split == "train" else self.test_tensors
+
+    def as_model_inputs(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, y
+
+    def stored_fill(self, x: torch.Tensor) -> torch.Tensor:
+        """ROAR's fill c: the rows' per-feature mean."""
+        return x.mean(0)
+
     def describe(self) -> dict:
         """Rows, features and class balance of the preprocessed data."""
         a = self._arrays

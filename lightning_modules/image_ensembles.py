@@ -88,6 +88,8 @@ class ImageNetworks:
     """An image population as the ensemble registry reads it: its members' networks ``nets``
     (``ImagePopulation``, ``ImageMembers``, or ``ImageNetworks(nets)`` around any networks)."""
 
+    INPUTS = "images"  # what the members take (``evaluators.maps.input_kind``)
+
     def __init__(self, nets: Sequence[nn.Module]) -> None:
         self.nets = list(nets)
 

@@ -90,6 +90,7 @@ class MLPClassifier(pl.LightningModule):
     """
 
     explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
+    RETRAINS_STACKED = True  # ROAR retrains K copies of it as one stacked ``PopulationMLP``
 
     def __init__(
         self,

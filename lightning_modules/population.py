@@ -65,7 +65,7 @@ class PopulationMLP(Population):
             written right after (``subset``, ``concatenate``, loading a file).
     """
 
-    TEST_LOG = ("test/member_acc", "_mean")
+    TEST_LOG, CHUNKED, INPUTS = ("test/member_acc", "_mean"), True, "rows"
     explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(

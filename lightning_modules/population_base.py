@@ -41,6 +41,7 @@ class Population(pl.LightningModule):
     and the test loop."""
 
     TEST_LOG: ClassVar[tuple[str, str]]  # (name, suffix of the mean): "test/member_acc" + "_mean"
+    CHUNKED: ClassVar[bool] = False  # train.py fits it in chunks of members (population_fit), else as one model
     member_test_acc: torch.Tensor | None = None  # after a test
 
     @property

@@ -21,7 +21,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from evaluators.inputs import runs as run_inputs
 from evaluators.protocols import aggregation
-from evaluators.inputs.runs import load_run, spread_images
+from evaluators.inputs.runs import load_run
 
 
 def small_config(tmp_path, run, **extra) -> dict:
@@ -54,7 +54,7 @@ def test_report_rows_files_and_scores_equal_a_direct_computation(tiny_run, tmp_p
     # agg/ucb by hand: the same inputs, maps, normalisation, aggregator and metric called directly
     model, data, _ = load_run(tiny_run)
     data.setup("test")
-    x, _ = spread_images(data, 4, "test")
+    x, _ = data.probe(4, "test")
     target = predicted_class(model, x)
     maps = []
     for k, name in enumerate(["saliency", "gradcam"]):

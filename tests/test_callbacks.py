@@ -52,7 +52,6 @@ def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_met
     from evaluators.maps.image_explainers import reduce_map
     from evaluators.aggregators.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
-    from evaluators.inputs.runs import spread_images
     from lightning_modules import ImageClassifier
 
     data = fashion_mnist_or_skip()
@@ -68,7 +67,7 @@ def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_met
     logged = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()
     assert "aggregation/ucb/insertion" in logged and "aggregation/base_gradcam/deletion/final" in logged
     # the final scores, recomputed with the public functions on the trained model
-    x, _ = spread_images(data, 6, "test")
+    x, _ = data.probe(6, "test")
     base = {}
     for k, name in enumerate(["saliency", "gradcam"]):
         pl.seed_everything(k)
@@ -189,7 +188,6 @@ class TwoImageMembers(pl.LightningModule):
 
 def test_image_population_consistency_is_logged_per_pixel_on_a_two_epoch_run(tmp_path):
     from evaluators.maps.image_explainers import reduce_map
-    from evaluators.inputs.runs import spread_images
 
     data = fashion_mnist_or_skip()
     population = TwoImageMembers()
@@ -205,7 +203,7 @@ def test_image_population_consistency_is_logged_per_pixel_on_a_two_epoch_run(tmp
                          default_root_dir=tmp_path, callbacks=[callback, Seen()])  # fmt: skip
     trainer.fit(population, datamodule=data)
     assert len(epochs) == 2 and all("consistency/sa" in logged for logged in epochs)
-    x, y = spread_images(data, 12, "test")
+    x, y = data.probe(12, "test")
     e = torch.stack([reduce_map(explain(m, x, "saliency", target=y), "sum").flatten(1) for m in population.members])
     logged = trainer.callback_metrics
     assert logged["consistency/sa"].item() == pytest.approx(sign_agreement(e, 40).mean().item(), abs=1e-5)

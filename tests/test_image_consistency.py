@@ -16,7 +16,6 @@ from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.agreement_functional import separability
 from evaluators.protocols.population_sets import disjoint_sets
 from evaluators.protocols.consistency import image_rows_per_pass
-from evaluators.inputs.runs import spread_images
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ def test_protocol_on_an_image_population(image_population, tmp_path):
         assert by[("combine", metric)]["mean"] == pytest.approx(by[("connect", metric)]["mean"], abs=1e-6)
     # the single-model rows, recomputed with a naive loop over the pixels and pairs
     members, _, data = load_image_members(image_population, torch.device("cpu"))
-    x, y = spread_images(data, 9, "test")
+    x, y = data.probe(9, "test")
     sets = disjoint_sets(4, 2, 2, 0)
     maps = [reduce_map(explain(members.members[s[0]], x, "saliency", target=y), "sum").flatten(1).double()
             for s in sets]  # fmt: skip
@@ -108,7 +107,7 @@ def test_an_image_population_file_reads_as_its_members(image_population, tmp_pat
         ConsistencyConfig(population=str(tmp_path / "nothing.pt"), device="cpu")  # refused where it is named
     loaded, loaded_payload, loaded_data = load_image_members(path, torch.device("cpu"))
     assert loaded.size == 4 and loaded_payload["metadata"]["max_epochs"] == payload["metadata"]["max_epochs"]
-    x = spread_images(loaded_data, 5, "test")[0]
+    x = loaded_data.probe(5, "test")[0]
     for member, run in zip(loaded.members, runs.members):
         torch.testing.assert_close(member(x), run(x), rtol=0, atol=0)
 

@@ -442,7 +442,7 @@ def test_a_subset_reports_and_serves_its_own_split_sizes(tmp_path, in_memory):
     """With option subset the datamodule reports the images it serves (split_sizes, describe:
     what metrics.json records), serves them from memory or from files alike, and evaluators
     spread their images over them (before: over the whole split, so they drew too few)."""
-    from evaluators.inputs.runs import load_inputs, spread_images
+    from evaluators.inputs.runs import load_inputs
 
     pixels = make_folder(tmp_path / "f", n=4)  # 12 images per split
     dm = ImageFolderDataModule(root=str(tmp_path / "f"), cache_dir=str(tmp_path / "cache"), subset={"test": 8},
@@ -456,7 +456,7 @@ def test_a_subset_reports_and_serves_its_own_split_sizes(tmp_path, in_memory):
     dm.setup("test")
     served = torch.cat([y for _, y in dm.test_dataloader()])
     assert torch.equal(served, torch.from_numpy(pixels["test"][1])[chosen])
-    x, y = spread_images(dm, 4, "test")  # every second served image
+    x, y = dm.probe(4, "test")  # every second served image
     assert torch.equal(y, served[::2])
     mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in dm.normalization)
     expected = torch.from_numpy(pixels["test"][0])[chosen][::2].float() / 255

@@ -22,7 +22,7 @@ from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
-from evaluators.inputs.runs import load_run, spread_images
+from evaluators.inputs.runs import load_run
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
 STABILITY = {"stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc"}
@@ -46,7 +46,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     assert list(summary["rows"]) == [*EXPLAINERS, "agg_mean", "agg_var", "agg_robust", "agg_faith", "agg_opt"]
     model, data, _ = load_run(tiny_run)
     data.setup("test")
-    x, _ = spread_images(data, 3, "test")
+    x, _ = data.probe(3, "test")
     target = predicted_class(model, x)
     for method in ("agg_robust", "agg_faith", "agg_opt"):
         _, weights = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4)
@@ -200,7 +200,7 @@ def test_absolute_false_keeps_the_signs_in_weights_and_scores(tiny_run, tmp_path
     summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run, absolute=False)])
     model, data, _ = load_run(tiny_run)
     data.setup("test")
-    x, _ = spread_images(data, 3, "test")
+    x, _ = data.probe(3, "test")
     target = predicted_class(model, x)
     for method in ("agg_robust", "agg_faith"):
         _, signed = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4, absolute=False)

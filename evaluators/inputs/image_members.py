@@ -45,10 +45,10 @@ class ImageMembers(ImageNetworks):
     def device(self) -> torch.device:
         return next(self.members[0].parameters()).device
 
-    def bn_loader(self):
-        """The training images in fixed order without augmentation: what BatchNorm statistics
-        of networks sampled on curves are recomputed over."""
-        return self.data.eval_dataloader("train")
+    def curve_ensemble(self, curves, ts: torch.Tensor, members, loader=None):
+        """``ImageNetworks.curve_ensemble``, BatchNorm recomputed by default over the training images (in order)."""
+        loader = self.data.eval_dataloader("train") if loader is None else loader  # not augmented
+        return super().curve_ensemble(curves, ts, members, loader)
 
 
 def is_image_source(source: str | Path) -> bool:

@@ -72,24 +72,6 @@ def check_data_options(class_path: str, options: dict) -> None:
                          f"expected some of {sorted(known)}")  # fmt: skip
 
 
-def spread_images(data, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` images evenly spaced through the split (``test``: the datamodule's evaluation
-    split; index 0, k, 2k, ... with k = size // n, in fixed order, without augmentation),
-    so that class-sorted folders show several classes."""
-    name = data.eval_split if split == "test" else split
-    step = max(1, data.split_sizes[name] // n)
-    loader = data.eval_dataloader(name)
-    xs, ys, seen = [], [], 0
-    for x, y in loader:
-        picked = [i for i in range(len(x)) if (seen + i) % step == 0]
-        xs.append(x[picked])
-        ys.append(y[picked])
-        seen += len(x)
-        if sum(len(v) for v in ys) >= n:
-            break
-    return torch.cat(xs)[:n], torch.cat(ys)[:n]
-
-
 def cached(path: Path, compute: Callable[[], dict]) -> dict:
     """``compute()``'s result, saved at ``path`` the first time and read from there after."""
     if path.is_file():
@@ -128,13 +110,13 @@ def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_bat
         return Inputs(x, predicted_class(model, x, max_batch), sample[: n_baselines].to(device),
                       (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
     data.setup("test")
-    x, _ = spread_images(data, n_inputs, "test")
+    x, _ = data.probe(n_inputs, "test")
     if len(x) < n_inputs:
         raise InputError(f"option n_inputs={n_inputs}: the test split has {len(x)} images")
     has_train = "train" in data.split_sizes
     if has_train:
         data.setup("fit")
-    sample, _ = spread_images(data, max(n_baselines, 1000), "train" if has_train else "test")
+    sample, _ = data.probe(max(n_baselines, 1000), "train" if has_train else "test")
     mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
     x = x.to(device)
     spread = torch.linspace(0, len(sample) - 1, min(n_baselines, len(sample))).long()  # across the classes

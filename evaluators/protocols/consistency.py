@@ -58,14 +58,12 @@ from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements, pair_separations
 from evaluators.inputs.config import PopulationSource
-from evaluators.inputs.image_members import ImageMembers
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.protocols.population_sets import (
     disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
 )  # fmt: skip
-from evaluators.inputs.runs import spread_images
 from lightning_modules.ensembles import build_ensemble
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
@@ -145,16 +143,13 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
 def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
     """Set s's ensemble of a strategy (``lightning_modules.ensembles.build_ensemble``; built one
     at a time: a ``combine`` ensemble holds 2,500-5,000 MLPs, and 50 of them at once outgrow a
-    24 GB machine). ``single``: the set's first member. Image curve samples recompute their
-    BatchNorm statistics over the training images."""
+    24 GB machine). ``single``: the set's first member."""
     if strategy == "single":
         return build_ensemble(population, "average", members[:1])
     noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": cfg.seed + s}
     along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None}
     if strategy in ("average", "majority", "perturb"):
         return build_ensemble(population, strategy, members, **(noise if strategy == "perturb" else {}))
-    if isinstance(population, ImageMembers):
-        along["loader"] = population.bn_loader()
     return build_ensemble(population, strategy, members, curves[s], **along, **(noise if strategy == "combine" else {}))
 
 
@@ -209,7 +204,7 @@ def image_rows_per_pass(x: torch.Tensor, ensemble_size: int) -> int:
 
 
 def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
-    """The protocol's inputs and scores for a population of either kind.
+    """The protocol's inputs and scores for a population of either kind (its ``INPUTS``).
 
     Tabular (Ley et al.'s Table 1): the first ``n_points`` test rows, each explained for the
     positive class; test accuracy on the whole test split; DeepSHAP's background
@@ -220,14 +215,14 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     training images spread through the split; scores: SA/SSA/CDC over the top-k pixels, the
     angular difference per image (both averaged over pairs of ensembles) and per pair of
     ensembles Watson et al.'s 1 - S(a, b) (its mean over pairs is their C)."""
-    images = isinstance(population, ImageMembers)
+    images = population.INPUTS == "images"
     device, epochs = population.device, cfg.curve_epochs or meta["max_epochs"]
     options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
     if images:
-        x_test, y_test = (t.to(device) for t in spread_images(data, cfg.n_points, "test"))
-        x_acc, y_acc = (t.to(device) for t in spread_images(data, cfg.n_accuracy_images, "test"))
-        options["gradient_shap"] = {"baselines": spread_images(data, cfg.n_background, "train")[0].to(device)}
+        x_test, y_test = (t.to(device) for t in data.probe(cfg.n_points, "test"))
+        x_acc, y_acc = (t.to(device) for t in data.probe(cfg.n_accuracy_images, "test"))
+        options["gradient_shap"] = {"baselines": data.probe(cfg.n_background, "train")[0].to(device)}
     else:
         if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
             population.hparams.explain_output = cfg.explain_output

@@ -27,7 +27,7 @@ from datamodules.errors import InputError
 from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
-from evaluators.inputs.runs import load_run, spread_images
+from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to, log_report
 
 
@@ -48,13 +48,13 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     if not hasattr(data, "normalization"):
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
     data.setup("test")
-    x, y = spread_images(data, n_images, "test")
+    x, y = data.probe(n_images, "test")
     options: dict[str, dict] = {}
     if "gradient_shap" in methods:
         has_train = "train" in data.split_sizes
         if has_train:
             data.setup("fit")
-        options["gradient_shap"] = {"baselines": spread_images(data, n_baselines, "train" if has_train else "test")[0]}
+        options["gradient_shap"] = {"baselines": data.probe(n_baselines, "train" if has_train else "test")[0]}
     predicted = predicted_class(model, x)
     maps, seconds = {}, {}
     for method in methods:

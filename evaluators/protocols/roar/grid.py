@@ -160,16 +160,16 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return (correct.double() / len(y)).cpu()
 
 
-def is_mlp(clean) -> bool:
-    """Whether ``clean`` is a tabular ``MLPClassifier``, whose retrainings train as one stacked population."""
-    return isinstance(clean, MLPClassifier)
+def stacked_retraining(clean) -> bool:
+    """Whether ``clean``'s retrainings train as one stacked population (its class's ``RETRAINS_STACKED``)."""
+    return getattr(clean, "RETRAINS_STACKED", False)
 
 
 def fresh_population(clean: MLPClassifier, seeds: list[int], copies: int) -> PopulationMLP:
     """An untrained ``PopulationMLP`` like the tabular ``clean``: ``copies`` blocks of members
     initialised with ``seeds`` (member c·K + k alone is ``MLPClassifier(seed=seeds[k])``)."""
     hp = dict(clean.hparams)
-    if not is_mlp(clean):
+    if not stacked_retraining(clean):
         raise InputError(f"ROAR retrains tabular MLPClassifier models; got {type(clean).__name__}")
     if hp.get("dropout", 0.0):
         raise InputError(f"ROAR: the clean MLP has dropout={hp['dropout']}; populations train without "
@@ -223,7 +223,7 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
     seeds = [grid.seed + k for k in range(grid.retrainings)]
     modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
     tests = [m.modified_split("test") for m in modified]
-    if is_mlp(clean):
+    if stacked_retraining(clean):
         trainer = make_trainer(grid, default_epochs, root)
         population = fresh_population(clean, seeds, len(cells))
         copies = torch.stack([m.modified_split("train")[0] for m in modified])
@@ -281,13 +281,14 @@ def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cac
     when finished (by the global rank 0 only under DDP). Returns the grid's cells still
     missing (other shards', or none)."""
     cache_dir = cache_dir or out_dir / "maps"
-    if is_mlp(clean) and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
+    stacked = stacked_retraining(clean)
+    if stacked and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
         raise InputError(f"option trainer={grid.trainer}: a tabular cell's K retrainings are one population on one "
                          "device; expected devices: 1 and no DDP strategy")  # fmt: skip
     clean = clean.eval()
     cells = grid_cells(grid)
     pending = [c for c in shard_cells(cells, shard) if not cell_path(out_dir, c).is_file()]
-    size = (grid.cells_per_population or max(1, len(pending))) if is_mlp(clean) else 1
+    size = (grid.cells_per_population or max(1, len(pending))) if stacked else 1
     for group in [pending[i : i + size] for i in range(0, len(pending), size)]:
         records, rank = run_cells(clean, data, grid, group, cache_dir, default_epochs, out_dir / "trainer")
         for cell, record in zip(group, records):
