@@ -127,7 +127,7 @@ class MLPCurvePopulation(pl.LightningModule):
             saved: list[torch.Tensor] = []
             logits = stacked_forward(weights, biases, x, saved=saved)
         logits.requires_grad_(True)
-        loss = classification_loss(logits.reshape(-1, 2), y.expand(self.size, -1).reshape(-1), self.loss_on, "none")
+        loss = classification_loss(logits.flatten(0, 1), y.expand(self.size, -1).reshape(-1), self.loss_on, "none")
         curve_loss = loss.view(self.size, -1).mean(dim=1)
         (grad_logits,) = torch.autograd.grad(curve_loss.sum(), logits)
         with torch.no_grad():
@@ -152,7 +152,7 @@ class MLPCurvePopulation(pl.LightningModule):
         curve = MLPCurve(
             in_features=hp.in_features, kind=self.kind, mode=self.mode, hidden=tuple(hp.hidden), lr=self.lr,
             weight_decay=self.weight_decay, explain_output=self.explain_output, loss_on=self.loss_on,
-            t_seed=self.t_seeds[i],
+            t_seed=self.t_seeds[i], num_classes=hp.num_classes,
             start_model=MLPClassifier(**hp), end_model=MLPClassifier(**hp),
         )  # fmt: skip
         with torch.no_grad():

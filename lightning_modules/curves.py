@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from lightning_modules.interface import check_num_classes
 from lightning_modules.mlp import LossOn, MLPClassifier, adam, build_mlp, check_loss_on, classification_loss
 
 CurveKind = Literal["bezier", "polychain", "line"]
@@ -330,7 +331,8 @@ class MLPCurve(CurveModel):
     code), else members ``start_member`` and ``end_member`` of the population file
     ``population`` (in configs). Mode ``trained``: the end points start from
     ``MLPClassifier`` initialisations with seeds ``start_seed`` and ``end_seed`` and are
-    trained along the curve with the members' hyperparameters.
+    trained along the curve with the members' hyperparameters. ``num_classes``: K, the
+    MLPs' output logits (two by default; linked from the datamodule).
     """
 
     def __init__(
@@ -352,7 +354,9 @@ class MLPCurve(CurveModel):
         t_seed: int = 0,
         start_model: MLPClassifier | None = None,
         end_model: MLPClassifier | None = None,
+        num_classes: int = 2,
     ) -> None:
+        check_num_classes(num_classes)
         if mode == "fixed" and start_model is not None and end_model is not None:
             start, end = start_model.net, end_model.net
         elif mode == "fixed":
@@ -363,8 +367,12 @@ class MLPCurve(CurveModel):
             members, _ = load_population(population, kind="PopulationMLP")
             start, end = members.member(start_member).net, members.member(end_member).net
         else:
-            start = build_mlp(in_features, tuple(hidden), 2, 0.0, start_seed)
-            end = build_mlp(in_features, tuple(hidden), 2, 0.0, end_seed)
+            start = build_mlp(in_features, tuple(hidden), num_classes, 0.0, start_seed)
+            end = build_mlp(in_features, tuple(hidden), num_classes, 0.0, end_seed)
+        classes = [m for m in start.modules() if isinstance(m, nn.Linear)][-1].out_features
+        if classes != num_classes:
+            raise InputError(f"the curve's end points have {classes} output logits; option num_classes={num_classes} "
+                             "expects as many")  # fmt: skip
         super().__init__(start, end, kind, mode, lr, weight_decay, test_ts, t_seed, loss_on)
         self.save_hyperparameters(ignore=["start_model", "end_model"])
         self.explain_output = explain_output
@@ -373,7 +381,8 @@ class MLPCurve(CurveModel):
         hp = self.hparams
         seed = hp.start_seed if hp.mode == "trained" else 0
         model = MLPClassifier(
-            hp.in_features, tuple(hp.hidden), hp.lr, hp.weight_decay, 0.0, seed, hp.explain_output, hp.loss_on
+            hp.in_features, tuple(hp.hidden), hp.lr, hp.weight_decay, 0.0, seed, hp.explain_output, hp.loss_on,
+            hp.num_classes,
         )
         model.net.load_state_dict(self.state_at(t))
         return model

@@ -17,12 +17,13 @@ models on curves between them (``curve_ensemble``), an ensemble its perturbed co
 
 ``MLPEnsemble``: an ordinary ``nn.Module`` over M stacked MLPs (see ``stacked.py``), so
 Captum and the evaluators explain it like one model, and all M members run in one batched
-forward pass. ``forward`` gives the members' mean logit (B, 2), ``probabilities`` the mean
+forward pass. ``forward`` gives the members' mean logit (B, K), ``probabilities`` the mean
 probability (vote shares for ``majority``), which the predictions come from. ``explained_output``, the scalar
-explainers differentiate, is for every ensemble the members' mean positive-class
-output, logit or probability as the population's ``explain_output`` (the same
-output a single model explains), so a gradient explanation of the ensemble is the
-mean of its members' explanations: with ``logit`` (the default), what Ley et al.'s
+explainers differentiate, is for every ensemble the members' mean output of the explained class
+(by default a binary table's positive class, else each input's class predicted by the
+ensemble, ``interface.tabular_class``; any class as a target), logit or probability as the
+population's ``explain_output`` (the same output a single model explains), so a gradient
+explanation of the ensemble is the mean of its members' explanations: with ``logit`` (the default), what Ley et al.'s
 reference code computes (why not the probability: docs/table1.md, "What is explained").
 """
 
@@ -35,7 +36,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from lightning_modules.interface import POSITIVE_CLASS, explained_output
+from lightning_modules.interface import default_output, tabular_class
 from lightning_modules.stacked import rows_per_pass, stacked_forward
 
 Reduction = Literal["average", "majority"]
@@ -44,9 +45,7 @@ PREDICT_BLOCK_FLOATS = 2**24  # 64 MiB of float32 activations per piece of rows 
 
 
 class MLPEnsemble(nn.Module):
-    """M stacked MLPs reduced to one classifier (see module docstring)."""
-
-    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
+    """M stacked MLPs reduced to one classifier of K classes (see module docstring)."""
 
     def __init__(
         self,
@@ -77,6 +76,15 @@ class MLPEnsemble(nn.Module):
     def size(self) -> int:
         return self.weight0.shape[0]
 
+    @property
+    def num_classes(self) -> int:
+        return getattr(self, f"weight{self.depth - 1}").shape[1]
+
+    @property
+    def explained_class(self) -> int | str:
+        """The model contract's default class (``lightning_modules.interface``)."""
+        return tabular_class(self.num_classes)
+
     def member_logits(self, x: torch.Tensor) -> torch.Tensor:
         return stacked_forward(*self.stacked, x, activations=list(self.relus))
 
@@ -88,12 +96,12 @@ class MLPEnsemble(nn.Module):
         """(B, K) mean member probabilities (vote shares for ``majority``)."""
         logits = self.member_logits(x)
         if self.reduction == "majority":
-            return nn.functional.one_hot(logits.argmax(-1), 2).float().mean(0)
+            return nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float().mean(0)
         return logits.softmax(-1).mean(0)
 
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
-        """The positive-class scalar per row, shape (B,)."""
-        return explained_output(self, x, POSITIVE_CLASS, self.explain_output)
+        """The default class's scalar per row, shape (B,)."""
+        return default_output(self, x)
 
     def perturbed(self, n_perturb: int, sigma: float, layer: int = 0, part: Part = "weight",
                   seed: int = 0) -> "MLPEnsemble":  # fmt: skip
@@ -117,13 +125,14 @@ class MLPEnsemble(nn.Module):
         )
 
     def predict(self, x: torch.Tensor) -> torch.Tensor:
-        """Predicted labels; a tied vote goes to the positive class. The rows go through in
+        """Predicted labels; a tie goes to the highest class tied (a binary table's positive
+        class). The rows go through in
         pieces whose widest activations (members x rows x width) hold at most
         ``PREDICT_BLOCK_FLOATS`` values: a 2,500-MLP ``combine`` ensemble took 15 GB for
         Adult's 6,513 test rows at once."""
         rows = rows_per_pass(self.size, max(w.shape[1] for w in self.stacked[0]), PREDICT_BLOCK_FLOATS)
         scores = torch.cat([self.probabilities(piece) for piece in x.split(rows)])
-        return (scores[:, 1] >= scores[:, 0]).long()
+        return scores.shape[1] - 1 - scores.flip(1).argmax(1)
 
 
 def perturb_stack(

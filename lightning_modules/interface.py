@@ -4,7 +4,8 @@ A classifier is an ``nn.Module`` whose ``forward`` maps inputs (N, ...) to class
 (N, K) (an ensemble's: its members' mean logit; a ``PopulationMLP``'s: (M, N, K)); any
 ``nn.Module`` meets it with no wrapper. A model may also define ``probabilities(x)``
 (where they are not the softmax of its logits), ``member_logits(x)`` (M, N, K),
-``explained_class`` (the one class it explains) and ``explain_output`` (``"logit"`` or
+``explained_class`` (the class its explanations are of by default, for a model explained by the
+tabular explainers: an int, or ``PREDICTED``) and ``explain_output`` (``"logit"`` or
 ``"probability"``, the output explained).
 """
 
@@ -17,7 +18,19 @@ from torch import nn
 
 from datamodules.errors import InputError
 
-POSITIVE_CLASS = 1  # the class a tabular model explains (Ley et al.: label 1)
+POSITIVE_CLASS = 1  # the class a binary tabular model explains by default (Ley et al.: label 1)
+PREDICTED = "predicted"  # the default of a multi-class tabular model: each input's predicted class
+
+
+def tabular_class(num_classes: int) -> int | str:
+    """The ``explained_class`` of a tabular model of ``num_classes`` classes: ``POSITIVE_CLASS``
+    for two (Ley et al.), else ``PREDICTED`` (a multi-class table has no positive class)."""
+    return POSITIVE_CLASS if num_classes == 2 else PREDICTED
+
+
+def check_num_classes(num_classes: int) -> None:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise InputError(f"option num_classes={num_classes!r}; expected an integer of at least 2")
 
 
 def class_probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -26,9 +39,10 @@ def class_probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return own(x) if callable(own) else model(x).softmax(-1)
 
 
-def fixed_target(model: nn.Module) -> int | None:
-    """The class every explanation of ``model`` is of (``explained_class``), None for a
-    classifier explained per input (by default its predicted class)."""
+def fixed_target(model: nn.Module) -> int | str | None:
+    """The default class of a model the tabular explainers explain (``explained_class``): an int
+    (every input's) or ``PREDICTED``; None for any other classifier (explained per input, by
+    default for its predicted class)."""
     return getattr(model, "explained_class", None)
 
 
@@ -55,29 +69,45 @@ def eval_mode(model: nn.Module):
         model.train(was_training)
 
 
+def predicted_class(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The argmax of ``class_probabilities`` (N,); a population's ((M, N, K)): of its members' mean."""
+    probabilities = class_probabilities(model, x)
+    return (probabilities.mean(0) if probabilities.dim() == 3 else probabilities).argmax(-1)
+
+
 def default_targets(model: nn.Module, x: torch.Tensor, target=None, rows: int | None = None) -> torch.Tensor:
     """The explained class per input, a LongTensor (N,) on x's device: ``target`` (an int or N
-    labels), else the model's fixed class (the only one it takes), else its predicted class
-    (the argmax of ``class_probabilities``, ``rows`` inputs at a time, without gradients)."""
+    labels), else the model's ``explained_class`` where it is an int, else its predicted class
+    (``predicted_class``, ``rows`` inputs at a time, without gradients)."""
     fixed = fixed_target(model)
-    if target is None and fixed is None:
+    if target is None and fixed in (None, PREDICTED):
         with torch.no_grad():
-            return torch.cat([class_probabilities(model, part).argmax(-1) for part in x.split(rows or len(x) or 1)])
+            return torch.cat([predicted_class(model, part) for part in x.split(rows or len(x) or 1)])
     target = fixed if target is None else target
     if isinstance(target, int) and not isinstance(target, bool):
         target = torch.full((len(x),), target, dtype=torch.long, device=x.device)
     if not isinstance(target, torch.Tensor) or target.shape != (len(x),) or target.is_floating_point():
         raise InputError(f"option target={target!r}; expected None (the model's default), an int or a LongTensor "
                          f"of {len(x)} labels")  # fmt: skip
-    if fixed is not None and bool((target != fixed).any()):
-        raise InputError(f"option target={target.tolist()!r}: this model explains its class {fixed} only")
     return target.to(x.device, torch.long)
+
+
+def default_output(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``explained_output`` of the model's default class (``default_targets``) and output kind."""
+    return explained_output(model, x, uniform(default_targets(model, x)), output_kind(model))
+
+
+def uniform(target):
+    """``target`` as one int where every input has the same class (a single index is cheaper
+    than a gather, and gives a binary model's default the computation it always had)."""
+    if isinstance(target, torch.Tensor) and len(target) and bool(target.min() == target.max()):
+        return int(target[0])
+    return target
 
 
 def _pick(scores: torch.Tensor, target) -> torch.Tensor:
     """Column ``target`` of ``scores`` (..., N, K): one index where every input has the same class."""
-    if isinstance(target, torch.Tensor) and len(target) and bool(target.min() == target.max()):
-        target = int(target[0])
+    target = uniform(target)
     if isinstance(target, int):
         return scores[..., target]
     return scores.gather(-1, target.view(-1, 1).expand(*scores.shape[:-1], 1))[..., 0]
@@ -90,4 +120,13 @@ def explained_output(model: nn.Module, x: torch.Tensor, target, output: str = "l
     members = getattr(model, "member_logits", None)
     logits = members(x) if callable(members) else model(x)
     scores = _pick(logits.softmax(-1) if output == "probability" else logits, target)
+    return scores.mean(0) if callable(members) else scores
+
+
+def class_scores(model: nn.Module, x: torch.Tensor, output: str = "logit") -> torch.Tensor:
+    """Every class's ``explained_output`` at once, (N, K) ((M, N, K) for a population), for an
+    explainer that picks each input's column itself (Captum's ``target``)."""
+    members = getattr(model, "member_logits", None)
+    logits = members(x) if callable(members) else model(x)
+    scores = logits.softmax(-1) if output == "probability" else logits
     return scores.mean(0) if callable(members) else scores

@@ -1,10 +1,12 @@
 """The tabular classifier of Ley et al.: an MLP with hidden layers 128-64-16 and ReLU.
 
-Two output logits; ``softmax`` gives class probabilities. Explanations differentiate
-``explained_output``: the positive-class (label 1) logit or probability, chosen by
-``explain_output``. Training: cross-entropy of the logits, Adam, no weight decay or
-dropout by default. Initialisation is a pure function of ``seed``: building the module with the
-same seed gives the same weights regardless of the global RNG state.
+K output logits (two by default: the paper's binary tables); ``softmax`` gives class
+probabilities. Explanations differentiate the logit or probability (``explain_output``) of a
+class: by default the positive class (label 1) of a binary model, each input's predicted class
+of a multi-class one (``interface.tabular_class``), or any class given as ``target``.
+Training: cross-entropy of the logits, Adam, no weight decay or dropout by default.
+Initialisation is a pure function of ``seed``: building the module with the same seed gives
+the same weights regardless of the global RNG state.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from lightning_modules.interface import POSITIVE_CLASS, explained_output, output_kind
+from lightning_modules.interface import check_num_classes, default_output, tabular_class
 
 ExplainOutput = Literal["logit", "probability"]
 LossOn = Literal["logits", "probabilities"]
@@ -25,7 +27,7 @@ LOSS_ON = ("logits", "probabilities")
 
 
 def classification_loss(logits: torch.Tensor, y: torch.Tensor, loss_on: LossOn = "logits", reduction: str = "mean"):
-    """Cross-entropy of two-class scores. ``loss_on="probabilities"`` takes the softmax
+    """Cross-entropy of K-class scores (N, K). ``loss_on="probabilities"`` takes the softmax
     output as the scores, i.e. ``nn.CrossEntropyLoss`` after a final ``nn.Softmax``, as Ley
     et al.'s reference code trains (an ablation setting: docs/table1.md)."""
     scores = logits.softmax(dim=-1) if loss_on == "probabilities" else logits
@@ -74,7 +76,7 @@ def adam(params, lr: float, weight_decay: float, members: int = 1) -> torch.opti
 
 
 class MLPClassifier(pl.LightningModule):
-    """Binary MLP classifier (Ley et al., §5 and Table 3).
+    """MLP classifier of K classes (Ley et al., §5 and Table 3: binary).
 
     Args:
         in_features: number of inputs (after encoding); linked from the datamodule.
@@ -83,13 +85,13 @@ class MLPClassifier(pl.LightningModule):
         weight_decay: Adam L2 penalty (0 in the paper).
         dropout: dropout after each hidden layer (0 in the paper).
         seed: initialisation seed, the only thing that varies across an underspecification set.
-        explain_output: ``"logit"`` or ``"probability"`` of the positive class, the scalar
+        explain_output: ``"logit"`` or ``"probability"`` of the explained class, the scalar
             that explainers differentiate.
         loss_on: ``"logits"`` (cross-entropy) or ``"probabilities"`` (the reference code's
             cross-entropy of the softmax output; see ``classification_loss``).
+        num_classes: K, the number of output logits; linked from the datamodule.
     """
 
-    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
     RETRAINS_STACKED = True  # ROAR retrains K copies of it as one stacked ``PopulationMLP``
 
     def __init__(
@@ -102,23 +104,30 @@ class MLPClassifier(pl.LightningModule):
         seed: int = 0,
         explain_output: ExplainOutput = "logit",
         loss_on: LossOn = "logits",
+        num_classes: int = 2,
     ) -> None:
         super().__init__()
+        check_num_classes(num_classes)
         if explain_output not in ("logit", "probability"):
             raise InputError(f"option explain_output={explain_output!r}; expected 'logit' or 'probability'")
         check_loss_on(loss_on)
         if in_features < 1:
             raise InputError(f"option in_features={in_features}; expected a positive integer")
         self.save_hyperparameters()
-        self.net = build_mlp(in_features, tuple(hidden), 2, dropout, seed)
+        self.net = build_mlp(in_features, tuple(hidden), num_classes, dropout, seed)
+
+    @property
+    def explained_class(self) -> int | str:
+        """The model contract's default class (``lightning_modules.interface``)."""
+        return tabular_class(self.hparams.num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Two logits per row."""
+        """K logits per row."""
         return self.net(x)
 
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
-        """The positive-class logit or probability, shape ``(N,)``."""
-        return explained_output(self, x, POSITIVE_CLASS, output_kind(self))
+        """The default class's logit or probability, shape ``(N,)``."""
+        return default_output(self, x)
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch

@@ -1,7 +1,7 @@
 """A population of tabular MLPs trained at once: an underspecification set in one module.
 
 Ley et al. sample the underspecification set by training many MLPs (128-64-16,
-ReLU, two logits) that differ only in their initialisation seed s_i. Here the M
+ReLU, two logits; K here for a K-class table) that differ only in their initialisation seed s_i. Here the M
 members' parameters are stacked along a member axis and trained together:
 
 * every layer is one batched product over the member axis (``torch.baddbmm``);
@@ -28,7 +28,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.ensembles import MLPEnsemble, Reduction
-from lightning_modules.interface import POSITIVE_CLASS, explained_output, output_kind
+from lightning_modules.interface import check_num_classes, default_output, tabular_class
 from lightning_modules.mlp import (
     ExplainOutput,
     LossOn,
@@ -56,7 +56,8 @@ class PopulationMLP(Population):
         size: number of members M when ``seeds`` is not given (seeds first_seed .. first_seed+M-1).
         first_seed: the first initialisation seed.
         seeds: explicit initialisation seeds s_1..s_M (overrides size/first_seed).
-        hidden, lr, weight_decay, explain_output, loss_on: as for ``MLPClassifier``.
+        hidden, lr, weight_decay, explain_output, loss_on, num_classes: as for ``MLPClassifier``
+            (a file written before ``num_classes`` was recorded holds two classes).
         data_order: ``"shared"``: every member sees the datamodule's batches (the paper);
             ``"per_member"``: member i sees its own shuffled order drawn from seed s_i, the
             order ``TabularDataModule(shuffle=True, data_order_seed=s_i)`` gives a single model.
@@ -66,7 +67,6 @@ class PopulationMLP(Population):
     """
 
     TEST_LOG, CHUNKED, INPUTS = ("test/member_acc", "_mean"), True, "rows"
-    explained_class = POSITIVE_CLASS  # the model contract (``lightning_modules.interface``)
 
     def __init__(
         self,
@@ -82,8 +82,10 @@ class PopulationMLP(Population):
         data_order: DataOrder = "shared",
         grad_clip_norm: float | None = None,
         initialise: bool = True,
+        num_classes: int = 2,
     ) -> None:
         super().__init__()
+        check_num_classes(num_classes)
         check_data_order(data_order)
         check_loss_on(loss_on)
         seeds = seed_list(size, first_seed, seeds)
@@ -93,9 +95,9 @@ class PopulationMLP(Population):
         self.seeds = seeds
         # Layer k: weights (M, out_k, in_k) (nn.Linear's weight per member) and biases (M, 1, out_k).
         if initialise:
-            weights, biases = stack_linears([build_mlp(in_features, tuple(hidden), 2, 0.0, s) for s in seeds])
+            weights, biases = stack_linears([build_mlp(in_features, tuple(hidden), num_classes, 0.0, s) for s in seeds])
         else:
-            widths = [in_features, *hidden, 2]
+            widths = [in_features, *hidden, num_classes]
             weights = [torch.empty(len(seeds), o, i) for i, o in zip(widths[:-1], widths[1:])]
             biases = [torch.empty(len(seeds), 1, o) for o in widths[1:]]
         self.weights = nn.ParameterList([nn.Parameter(w) for w in weights])
@@ -105,12 +107,18 @@ class PopulationMLP(Population):
 
     # --- forward --------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of every member, shape (M, B, 2), for x of shape (B, d) (shared) or (M, B, d)."""
+        """Logits of every member, shape (M, B, K), for x of shape (B, d) (shared) or (M, B, d)."""
         return stacked_forward(self.weights, self.biases, x)
 
+    @property
+    def explained_class(self) -> int | str:
+        """The model contract's default class (``lightning_modules.interface``): a multi-class
+        population's members all explain the class their mean probability predicts."""
+        return tabular_class(self.hparams.num_classes)
+
     def explained_output(self, x: torch.Tensor) -> torch.Tensor:
-        """Positive-class logit or probability of every member, shape (M, B)."""
-        return explained_output(self, x, POSITIVE_CLASS, output_kind(self))
+        """The default class's logit or probability for every member, shape (M, B)."""
+        return default_output(self, x)
 
     # --- members --------------------------------------------------------------
     def member_initialisation(self, i: int) -> MLPClassifier:
@@ -118,7 +126,7 @@ class PopulationMLP(Population):
         hp = self.hparams
         return MLPClassifier(
             in_features=hp.in_features, hidden=tuple(hp.hidden), lr=hp.lr, weight_decay=hp.weight_decay,
-            seed=self.seeds[i], explain_output=hp.explain_output, loss_on=hp.loss_on,
+            seed=self.seeds[i], explain_output=hp.explain_output, loss_on=hp.loss_on, num_classes=hp.num_classes,
         )  # fmt: skip
 
     def member(self, i: int) -> MLPClassifier:
@@ -150,7 +158,7 @@ class PopulationMLP(Population):
     def init_kwargs(self) -> dict:
         """The constructor arguments other than the seeds (plain types, for files and copies)."""
         names = ["in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on", "data_order",
-                 "grad_clip_norm"]  # fmt: skip
+                 "grad_clip_norm", "num_classes"]  # fmt: skip
         return {n: list(self.hparams[n]) if n == "hidden" else self.hparams[n] for n in names}
 
     def subset(self, indices: list[int]) -> "PopulationMLP":
@@ -221,7 +229,7 @@ class PopulationMLP(Population):
         # The loss's gradient with respect to the logits through autograd (so it is the very
         # computation a model alone gets); the layers' backward by hand (``stacked_backward``).
         logits.requires_grad_(True)
-        loss = classification_loss(logits.reshape(-1, 2), y.reshape(-1), self.hparams.loss_on, "none")
+        loss = classification_loss(logits.flatten(0, 1), y.reshape(-1), self.hparams.loss_on, "none")
         loss = loss.view(self.size, -1)
         member_loss = loss.mean(dim=1)
         (grad_logits,) = torch.autograd.grad(member_loss.sum(), logits)

@@ -41,7 +41,7 @@ def auto_chunk_size(population: PopulationMLP, batch_size: int, device: torch.de
     Within that bound the fewest chunks win (each pays a ``Trainer`` set-up and a test
     pass; measured: docs/tabular_population.md).
     """
-    widths = [population.hparams.in_features, *population.hparams.hidden, 2]
+    widths = [population.hparams.in_features, *population.hparams.hidden, population.hparams.num_classes]
     if device.type == "cuda":
         params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
         per_member = BYTES * (4 * params + 3 * batch_size * sum(widths[1:]))

@@ -77,7 +77,7 @@ def accuracy(model: MLPEnsemble, x: torch.Tensor, y: torch.Tensor) -> float:
 def loss_and_accuracy(ensemble: MLPEnsemble, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per stacked model: cross-entropy and accuracy, each of shape (M,)."""
     logits = ensemble.member_logits(x)
-    loss = F.cross_entropy(logits.reshape(-1, 2), y.repeat(len(logits)), reduction="none").view(len(logits), -1)
+    loss = F.cross_entropy(logits.flatten(0, 1), y.repeat(len(logits)), reduction="none").view(len(logits), -1)
     return loss.mean(1), (logits.argmax(-1) == y).float().mean(1)
 
 

@@ -174,7 +174,7 @@ def fresh_population(clean: MLPClassifier, seeds: list[int], copies: int) -> Pop
     if hp.get("dropout", 0.0):
         raise InputError(f"ROAR: the clean MLP has dropout={hp['dropout']}; populations train without "
                          "dropout, expected a model trained with dropout 0")  # fmt: skip
-    keep = ("in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on")
+    keep = ("in_features", "hidden", "lr", "weight_decay", "explain_output", "loss_on", "num_classes")
     first = PopulationMLP(seeds=seeds, **{k: hp[k] for k in keep})
     # PopulationMLP's seeds must differ: the whole population is labelled 0 .. M-1 (seeds matter
     # only to a per-member data order, unused here) and every block copies the first's weights
