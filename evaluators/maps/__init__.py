@@ -2,10 +2,11 @@
 spec per method), and ``explain(model, x, method, target=None, **options)`` for any
 classifier of the model contract (``lightning_modules.interface``; docs/explainers.md):
 
-* a model with a fixed class (Ley et al.'s ``MLPClassifier``, ``PopulationMLP``,
-  ``MLPEnsemble``) -> the spec's ``fixed`` implementation through
-  ``tabular_explainers.explain_fixed``, its overrides per model kind first (stacked
-  populations, chunked ensembles, batched DeepSHAP); draws from ``seeds.call_seed``;
+* a model with a default class (``explained_class``: Ley et al.'s ``MLPClassifier``,
+  ``PopulationMLP``, ``MLPEnsemble``) -> the output of ``target`` (default: a binary model's
+  positive class, a multi-class model's predicted class) by the spec's ``fixed``
+  implementation through ``tabular_explainers.explain_fixed``, its overrides per model kind
+  first (stacked populations, chunked ensembles, batched DeepSHAP); draws from ``seeds.call_seed``;
 * any other classifier -> the logit of ``target`` (default: the predicted class) by the
   spec's ``run`` (``image_explainers``); each input's draws from its own seed.
 """
@@ -33,7 +34,8 @@ TAKES = {"rows": "rows (N, d)", "images": "images (N, C, H, W)", "any": "inputs 
 class Explainer:
     """One explainer (docs/explainers.md). ``run(model, x, target, max_batch, **draws,
     **options)``: its maps of any classifier's logit of ``target`` (N,); ``fixed(model, x,
-    **options)``: of a scalar output (None: not for a model with a fixed class); ``takes``:
+    **options)``: of a scalar output, or with option ``target`` (N,) of an (N, K) one (None: not
+    for a model with a default class); ``takes``:
     ``"rows"``, ``"images"`` or ``"any"`` inputs; ``rows_per_input(options)``: rows one input
     becomes in its forward passes; ``draws``: ``"per_input"`` or ``"seed"``; ``batched``: a
     population in one call; ``linear``: linear in the explained function."""
@@ -116,8 +118,8 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, target=None, seed: i
     check_seed(seed)
     input_index(index, len(x))
     if fixed_target(model) is not None:
-        default_targets(model, x, target)  # a fixed class takes no other
-        return fixed.explain_fixed(model, x, method, spec, seed=call_seed(seed, index), **options)
+        targets = default_targets(model, x, target)
+        return fixed.explain_fixed(model, x, method, spec, targets, seed=call_seed(seed, index), **options)
     draws = {"per_input": {"seeds": image_seeds(seed, index, len(x))}, "seed": {"seed": seed}}.get(spec.draws, {})
     return per_input.explain_classifier(model, x, spec.run, draws, target, max_batch, **options)
 

@@ -1,8 +1,10 @@
-"""Explainers of Ley et al.'s tabular models, which explain one fixed class (``explained_class``):
+"""Explainers of Ley et al.'s tabular models, which have a default class (``explained_class``):
 the registry's overrides for them (``Explainer.fixed``), chosen by :func:`explain_fixed` per model kind.
 
-Every explanation is of the positive class (label 1), the model's explained output
-(``lightning_modules.interface.explained_output``). Populations are explained in one batched
+Every explanation is of the model's explained output (``lightning_modules.interface.explained_output``)
+of a class per input: one class for all (by default a binary model's positive class, label 1)
+through a scalar output, or one class each (by default a multi-class model's predicted class)
+through Captum's ``target`` on the (N, K) outputs (``interface.class_scores``). Populations are explained in one batched
 Captum call: member i's copy of the inputs is rows i*N .. i*N+N-1 of one batch, each row
 reaching only its own member (docs/explainers.md: the fast paths and why).
 """
@@ -18,40 +20,46 @@ from torch import nn
 from datamodules.errors import InputError
 from evaluators.maps.seeds import seeded_generators
 from lightning_modules.ensembles import MLPEnsemble
-from lightning_modules.interface import explained_output, fixed_target, output_kind
+from lightning_modules.interface import POSITIVE_CLASS, class_scores, explained_output, output_kind, uniform
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
 
 
 class ExplainedOutput(nn.Module):
-    """Wraps a model so that ``forward`` returns its explained output of its fixed class, shape (N,)."""
+    """Wraps a model so that ``forward`` returns its explained output of class ``target``, shape
+    (N,), or with ``target=None`` of every class, (N, K), for the explainer's ``target`` to pick."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, target: int | None = POSITIVE_CLASS) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.target = model, target
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return explained_output(self.model, x, fixed_target(self.model), output_kind(self.model))
+        if self.target is None:
+            return class_scores(self.model, x, output_kind(self.model))
+        return explained_output(self.model, x, self.target, output_kind(self.model))
 
 
 class PopulationAsBatch(nn.Module):
     """M members as one model over M*N rows: row r is member r // N's input.
 
     Captum may evaluate ``copies`` stacked versions of such a batch in one forward
-    (DeepLift runs inputs and baselines together): each copy is member-major.
+    (DeepLift runs inputs and baselines together): each copy is member-major. The output:
+    class ``target``'s, or with ``target=None`` every class's, (rows, K).
     """
 
-    def __init__(self, population: PopulationMLP, copies: int = 1) -> None:
+    def __init__(self, population: PopulationMLP, target: int | None, copies: int = 1) -> None:
         super().__init__()
-        self.population, self.copies = population, copies
+        self.population, self.target, self.copies = population, target, copies
         self.relus = nn.ModuleList([nn.ReLU() for _ in range(len(population.weights) - 1)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pop, c = self.population, self.copies
         per_member = x.reshape(c, pop.size, -1, x.shape[-1]).transpose(0, 1).reshape(pop.size, -1, x.shape[-1])
         logits = stacked_forward(pop.weights, pop.biases, per_member, activations=list(self.relus))
-        out = logits.softmax(-1)[..., 1] if pop.hparams.explain_output == "probability" else logits[..., 1]
-        return out.reshape(pop.size, c, -1).transpose(0, 1).reshape(-1)
+        out = logits.softmax(-1) if pop.hparams.explain_output == "probability" else logits
+        if self.target is not None:
+            return out[..., self.target].reshape(pop.size, c, -1).transpose(0, 1).reshape(-1)
+        return out.reshape(pop.size, c, -1, out.shape[-1]).transpose(0, 1).reshape(-1, out.shape[-1])
 
 
 def _baselines(x: torch.Tensor, options: dict) -> torch.Tensor:
@@ -65,18 +73,22 @@ def _gradient(cls) -> Callable:
     return run
 
 
-def _saliency(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _saliency(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor:
     """Saliency (Simonyan et al.), the signed input gradient as Captum's ``Saliency(abs=False)``:
     ∂f(x_r)/∂x_r for every row r, as one backward pass of Σ_r f(x_r) (rows do not
-    interact: MLPs, and models in eval mode); in torch for speed (docs/explainers.md)."""
+    interact: MLPs, and models in eval mode); in torch for speed (docs/explainers.md).
+    ``target`` (N,): the column of a model's (N, K) output each row's f is."""
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
-        (grad,) = torch.autograd.grad(model(x).sum(), x)
+        out = model(x)
+        out = out if target is None else out.gather(1, target.view(-1, 1))
+        (grad,) = torch.autograd.grad(out.sum(), x)
     return grad
 
 
 def _noise_tunnel(nt_type: str) -> Callable:
-    def run(model: nn.Module, x: torch.Tensor, nt_samples: int = 50, stdevs: float = 0.1) -> torch.Tensor:
+    def run(model: nn.Module, x: torch.Tensor, nt_samples: int = 50, stdevs: float = 0.1,
+            target: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """SmoothGrad (Smilkov et al.) and its variants over input gradients at x + ε,
         ε ~ N(0, stdevs²) (Ley et al.: 50 samples, σ = 0.1 on standardised features):
         the mean (``smoothgrad``), the mean square (``smoothgrad_sq``) or the variance
@@ -84,7 +96,8 @@ def _noise_tunnel(nt_type: str) -> Callable:
         draws it, so both give the same attributions for the same generator state."""
         n, shape = len(x), tuple(x.shape[1:])
         noise = torch.normal(0, torch.tensor(stdevs, device=x.device).repeat((n * nt_samples, *shape)))
-        grads = _saliency(model, x.repeat_interleave(nt_samples, dim=0) + noise).view(n, nt_samples, *shape)
+        target = None if target is None else target.repeat_interleave(nt_samples)
+        grads = _saliency(model, x.repeat_interleave(nt_samples, dim=0) + noise, target).view(n, nt_samples, *shape)
         mean = grads.sum(dim=1) * (1 / nt_samples)
         if nt_type == "smoothgrad":
             return mean
@@ -141,7 +154,7 @@ def _set_generator_state(device: torch.device, state: torch.Tensor) -> None:
         torch.set_rng_state(state)
 
 
-def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, spec, **options) -> torch.Tensor:
+def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, spec, one: int | None, **options) -> torch.Tensor:
     """Explain an ensemble a chunk of members at a time (forward and backward per
     chunk), so that one chunk's activations stay near the cache: all 2,500 members of a
     ``combine`` ensemble at once stream gigabytes of activations through memory. A method
@@ -156,7 +169,7 @@ def _explain_in_chunks(ensemble: MLPEnsemble, x: torch.Tensor, spec, **options) 
     for start in range(0, ensemble.size, step):
         _set_generator_state(x.device, rng)
         part = ensemble.subset(start, min(start + step, ensemble.size))
-        total += spec.fixed(ExplainedOutput(part), x, **options) * (part.size / ensemble.size)
+        total += spec.fixed(ExplainedOutput(part, one), x, **options) * (part.size / ensemble.size)
     return total
 
 
@@ -169,10 +182,12 @@ SOFTMAX_RULES = ("gradient", "rescale")
 
 
 def deeplift_shap_of_ensemble(
-    ensemble: MLPEnsemble, x: torch.Tensor, baselines: torch.Tensor, softmax_rescale: bool = False
+    ensemble: MLPEnsemble, x: torch.Tensor, baselines: torch.Tensor, softmax_rescale: bool = False,
+    target: int | torch.Tensor = POSITIVE_CLASS,
 ) -> torch.Tensor:
     """DeepLiftShap (Lundberg & Lee's DeepSHAP as Captum's ``DeepLiftShap``) of an
-    ensemble's mean positive-class logit, for (N, d) inputs and a (K, d) background.
+    ensemble's mean logit of class ``target`` (an int, or one per input: (N,)), for (N, d)
+    inputs and a (K, d) background (``softmax_rescale``: of a binary ensemble's positive class).
     With ``softmax_rescale``: of its mean positive-class probability p₁ = softmax(z)₁
     instead, the softmax taken element-wise by the rescale rule as ``shap``'s
     ``DeepExplainer`` takes a model's final ``nn.Softmax`` (Ley et al.'s reference
@@ -201,7 +216,11 @@ def deeplift_shap_of_ensemble(
             rescale = (z_in.relu() - z_ref.relu()) / dz
             multipliers.append(torch.where(dz.abs() < DEEPLIFT_EPS, (z_in > 0).to(z.dtype), rescale))
             h = z.relu()
-        g = w_part[-1][:, 1:2, :].expand(-1, n * k, -1)  # d logit_1 / d last hidden layer, per member
+        # d logit_target / d last hidden layer, per member
+        if isinstance(target, int):
+            g = w_part[-1][:, target : target + 1, :].expand(-1, n * k, -1)
+        else:
+            g = w_part[-1][:, target.repeat_interleave(k), :]
         if softmax_rescale:
             g = _softmax_rescaled(g, torch.baddbmm(b_part[-1], h, w_part[-1].transpose(1, 2)), w_part[-1], n * k)
         for w, m in zip(reversed(w_part[:-1]), reversed(multipliers)):
@@ -228,31 +247,45 @@ def model_kind(model: nn.Module) -> str:
     return next((kind for cls, kind in kinds if isinstance(model, cls)), "model")
 
 
-def explain_fixed(model: nn.Module, x: torch.Tensor, method: str, spec, seed: int = 0, **options) -> torch.Tensor:
-    """Attributions of the positive-class output by the registry's ``spec`` of ``method``:
-    (N, d) for an ``MLPClassifier`` or ``MLPEnsemble``, (M, N, d) for a ``PopulationMLP``.
-    Sampling methods draw from the global generators as Captum does, within
-    :func:`seeded_generators` of ``seed`` (the caller's generators are left as they were)."""
+def explain_fixed(model: nn.Module, x: torch.Tensor, method: str, spec, target: torch.Tensor, seed: int = 0,
+                  **options) -> torch.Tensor:  # fmt: skip
+    """Attributions of the output of class ``target`` (N,) (``interface.default_targets``) by the
+    registry's ``spec`` of ``method``: (N, d) for an ``MLPClassifier`` or ``MLPEnsemble``,
+    (M, N, d) for a ``PopulationMLP``. Sampling methods draw from the global generators as
+    Captum does, within :func:`seeded_generators` of ``seed`` (the caller's generators are left
+    as they were)."""
+    with torch.no_grad():
+        classes = model(x[:1]).shape[-1]
+    if len(target) and not 0 <= int(target.min()) <= int(target.max()) < classes:
+        raise InputError(f"option target={target.tolist()!r}; expected classes 0 .. {classes - 1} of this model")
     with seeded_generators(seed, x.device):
-        return _explain_fixed(model, model_kind(model), x, method, spec, **options)
+        return _explain_fixed(model, model_kind(model), x, method, spec, uniform(target), **options)
 
 
-def _explain_fixed(model: nn.Module, kind: str, x: torch.Tensor, method: str, spec, **options) -> torch.Tensor:
+def _explain_fixed(model: nn.Module, kind: str, x: torch.Tensor, method: str, spec, target: int | torch.Tensor,
+                   **options) -> torch.Tensor:  # fmt: skip
+    """``explain_fixed`` of a ``kind`` of model; ``target``: an int, or one class per input."""
     softmax_rule = options.pop("softmax_rule", "gradient") if method == "deepshap" else "gradient"
     if softmax_rule not in SOFTMAX_RULES:
         raise InputError(f"option softmax_rule={softmax_rule!r}; expected one of {list(SOFTMAX_RULES)}")
-    if softmax_rule == "rescale" and not (kind == "ensemble" and model.explain_output == "probability"):
-        raise InputError("option softmax_rule='rescale' explains an MLPEnsemble's probability; expected "
-                         "explain_output='probability' and an MLPEnsemble")  # fmt: skip
+    if softmax_rule == "rescale" and not (kind == "ensemble" and model.explain_output == "probability"
+                                          and model.num_classes == 2 and uniform(target) == POSITIVE_CLASS):
+        raise InputError("option softmax_rule='rescale' explains a binary MLPEnsemble's positive-class probability "
+                         "(Ley et al.'s reference pipeline); expected explain_output='probability', an MLPEnsemble "
+                         "of two classes and its default target")  # fmt: skip
     if kind == "ensemble" and method == "deepshap" and (model.explain_output == "logit" or softmax_rule == "rescale"):
         rescale = softmax_rule == "rescale"
-        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")), softmax_rescale=rescale)
+        return deeplift_shap_of_ensemble(model, x, _background(options.get("baselines")), rescale, target)
+    one = target if isinstance(target, int) else None  # one class for all: a scalar output
+    if one is None:
+        options["target"] = target if kind != "population" or not spec.batched else target.repeat(model.size)
     if kind == "ensemble" and spec.linear:
-        return _explain_in_chunks(model, x, spec, **options)
+        return _explain_in_chunks(model, x, spec, one, **options)
     if kind != "population":
-        return spec.fixed(ExplainedOutput(model), x, **options)
+        return spec.fixed(ExplainedOutput(model, one), x, **options)
     if not spec.batched:
-        return torch.stack([_explain_fixed(model.member(i), "model", x, method, spec, **options)
+        options.pop("target", None)
+        return torch.stack([_explain_fixed(model.member(i), "model", x, method, spec, target, **options)
                             for i in range(model.size)])  # fmt: skip
     rows = x.repeat(model.size, 1)
     if method == "integrated_gradients":
@@ -261,5 +294,5 @@ def _explain_fixed(model: nn.Module, kind: str, x: torch.Tensor, method: str, sp
         options.setdefault("internal_batch_size", len(rows))
     if "baselines" in options and method != "deepshap":
         options["baselines"] = options["baselines"].repeat(model.size, 1)
-    wrapped = PopulationAsBatch(model, copies=2 if method in ("deeplift", "deepshap") else 1)
+    wrapped = PopulationAsBatch(model, one, copies=2 if method in ("deeplift", "deepshap") else 1)
     return spec.fixed(wrapped, rows, **options).reshape(model.size, len(x), -1)

@@ -9,8 +9,8 @@ score, the class each input is scored on, and the scalar outputs they read.
   ``InputError`` naming the input, map or output row (``evaluators.inputs.finite.check_finite``).
 * **Target** (``resolve_targets``, ``interface.default_targets``): a LongTensor (N,):
   ``None`` scores each input's default target (the predicted class on the clean input, the
-  argmax of its class probabilities; a tabular model's positive class, ``POSITIVE_CLASS``,
-  the only one it takes), else an int for all or a LongTensor of N labels.
+  argmax of its class probabilities; a binary tabular model's positive class,
+  ``POSITIVE_CLASS``), else an int for all or a LongTensor of N labels.
 * **Outputs** (``explained_scores``, ``target_outputs``, ``OUTPUTS``): ``"logit"``, the
   explained output (``interface.explained_output``): the target's raw logit, or for a model
   built to explain its probability (a tabular ``explain_output="probability"``) that

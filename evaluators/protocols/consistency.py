@@ -65,11 +65,13 @@ from evaluators.protocols.population_sets import (
     disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
 )  # fmt: skip
 from lightning_modules.ensembles import build_ensemble
+from lightning_modules.interface import default_targets
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
+TARGET_ROWS = 256  # test rows per pass of the whole population when its predicted classes are taken
 CURVE_MODES = ["fixed", "trained"]
 T_SAMPLINGS = ["uniform", "even"]
 
@@ -207,8 +209,11 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     """The protocol's inputs and scores for a population of either kind (its ``INPUTS``).
 
     Tabular (Ley et al.'s Table 1): the first ``n_points`` test rows, each explained for the
-    positive class; test accuracy on the whole test split; DeepSHAP's background
-    ``n_background`` training rows drawn with ``seed``; SA/SSA/CDC over the top-k features.
+    positive class of a binary table; of a multi-class table for the class the whole population
+    predicts for it (the argmax of its members' mean probability: ``interface.default_targets``),
+    one class per row for every ensemble compared (docs/tabular_population.md: why); test
+    accuracy on the whole test split; DeepSHAP's background ``n_background`` training rows
+    drawn with ``seed``; SA/SSA/CDC over the top-k features.
     Images: ``n_points`` test images spread through the test split, each explained for its
     label; maps reduced per pixel (``map_reduction``) and flattened to (N, H·W); test accuracy
     on ``n_accuracy_images`` spread test images; Gradient SHAP's references ``n_background``
@@ -229,6 +234,8 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         x_test, y_test = (t.to(device) for t in data.test_tensors)
         background = deepshap_background(data.train_tensors[0], cfg).to(device)
         options["deepshap"] = {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule}
+        explained_rows = max((points.get(method, cfg.n_points) for method in cfg.methods), default=0)
+        targets = default_targets(population, x_test[:explained_rows], rows=TARGET_ROWS)
 
     def curves(pairs):
         if images:
@@ -246,7 +253,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         explained = {}
         for method in cfg.methods:
             n = points.get(method, cfg.n_points)
-            per_image = {"target": y_test[:n], "max_batch": rows} if images else {}
+            per_image = {"target": y_test[:n], "max_batch": rows} if images else {"target": targets[:n]}
             explained[method] = explain(ensemble, x_test[:n], method, seed=seed, **per_image,
                                         **options.get(method, {})).detach()  # fmt: skip
         return accuracy, explained
