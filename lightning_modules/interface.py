@@ -105,9 +105,19 @@ def uniform(target):
     return target
 
 
+def check_classes(target, classes: int) -> None:
+    """An ``InputError`` unless every class of ``target`` (an int or labels) is one of 0 .. classes - 1."""
+    values = [target] if isinstance(target, int) else torch.stack([target.min(), target.max()]).tolist()
+    bad = [v for v in values if not 0 <= v < classes]
+    if bad:
+        raise InputError(f"option target={bad[0]}: no such class; expected classes 0 .. {classes - 1} of this model")
+
+
 def _pick(scores: torch.Tensor, target) -> torch.Tensor:
     """Column ``target`` of ``scores`` (..., N, K): one index where every input has the same class."""
     target = uniform(target)
+    if isinstance(target, int) or len(target):
+        check_classes(target, scores.shape[-1])
     if isinstance(target, int):
         return scores[..., target]
     return scores.gather(-1, target.view(-1, 1).expand(*scores.shape[:-1], 1))[..., 0]

@@ -602,7 +602,7 @@ def test_bad_input_raises_input_error_naming_the_option(call, option):
 
 @pytest.mark.parametrize("call, option", [
     (lambda m, x, a: _fcor(m, x, a), "feature means"),
-    (lambda m, x, a: _fcor(m, x, a, baseline=torch.zeros(6), target=0), "target="),
+    (lambda m, x, a: _fcor(m, x, a, baseline=torch.zeros(6), target=7), "target="),  # no class 7
     (lambda m, x, a: road_curves(m, x, a), "feature_means"),
     (lambda m, x, a: road_curves(m, x, a, feature_means=torch.zeros(5)), "feature_means"),
 ])  # fmt: skip

@@ -255,8 +255,8 @@ def test_bad_image_input_raises_input_error_naming_the_option(call, option):
 @pytest.mark.parametrize("options, option", [
     ({"baseline": "blur"}, "baseline='blur'"),
     ({"baseline": "normal"}, "stats"),
-    ({"baseline": "zero", "target": 0}, "target="),
-    ({"baseline": "zero", "target": torch.tensor([1, 0, 1])}, "target="),
+    ({"baseline": "zero", "target": 2}, "target="),  # a binary model: classes 0 and 1
+    ({"baseline": "zero", "target": torch.tensor([1, 0, 5])}, "target="),
     ({"baseline": "normal", "stats": torch.zeros(2, 6)}, "stats"),
 ])  # fmt: skip
 def test_bad_tabular_input_raises_input_error_naming_the_option(options, option):

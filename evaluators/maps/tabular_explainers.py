@@ -20,14 +20,16 @@ from torch import nn
 from datamodules.errors import InputError
 from evaluators.maps.seeds import seeded_generators
 from lightning_modules.ensembles import MLPEnsemble
-from lightning_modules.interface import POSITIVE_CLASS, class_scores, explained_output, output_kind, uniform
+from lightning_modules.interface import POSITIVE_CLASS, check_classes, class_scores, explained_output, output_kind
+from lightning_modules.interface import uniform
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
 
 
 class ExplainedOutput(nn.Module):
-    """Wraps a model so that ``forward`` returns its explained output of class ``target``, shape
-    (N,), or with ``target=None`` of every class, (N, K), for the explainer's ``target`` to pick."""
+    """Wraps a model so that ``forward`` returns its explained output of class ``target`` (by
+    default the positive class), shape (N,), or with ``target=None`` of every class, (N, K), for
+    the explainer's ``target`` to pick."""
 
     def __init__(self, model: nn.Module, target: int | None = POSITIVE_CLASS) -> None:
         super().__init__()
@@ -254,10 +256,9 @@ def explain_fixed(model: nn.Module, x: torch.Tensor, method: str, spec, target: 
     (M, N, d) for a ``PopulationMLP``. Sampling methods draw from the global generators as
     Captum does, within :func:`seeded_generators` of ``seed`` (the caller's generators are left
     as they were)."""
-    with torch.no_grad():
-        classes = model(x[:1]).shape[-1]
-    if len(target) and not 0 <= int(target.min()) <= int(target.max()) < classes:
-        raise InputError(f"option target={target.tolist()!r}; expected classes 0 .. {classes - 1} of this model")
+    if len(target):
+        with torch.no_grad():
+            check_classes(target, model(x[:1]).shape[-1])
     with seeded_generators(seed, x.device):
         return _explain_fixed(model, model_kind(model), x, method, spec, uniform(target), **options)
 

@@ -26,7 +26,8 @@ from torch import nn
 from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
-from lightning_modules.interface import class_probabilities, default_targets, explained_output, fixed_target
+from lightning_modules.interface import check_classes, class_probabilities, default_targets, explained_output
+from lightning_modules.interface import fixed_target
 from lightning_modules.interface import model_device, output_kind  # noqa: F401 (model_device: the metrics' import)
 
 OUTPUTS = ("logit", "probability")
@@ -95,4 +96,5 @@ def target_outputs(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
     probabilities = class_probabilities(model, x)
     if probabilities.dim() != 2:
         return _one_per_row(probabilities, x)
+    check_classes(target, probabilities.shape[1])
     return finite_outputs(probabilities.gather(1, target[:, None])[:, 0])
