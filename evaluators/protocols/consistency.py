@@ -6,9 +6,11 @@ From a population: for each number n of pre-trained models per ensemble, draw
 ``connect``, ``combine``: see ``lightning_modules.ensembles``); explain the first
 ``n_points`` test points with each method; score every pair of the ``n_sets``
 ensembles of a strategy with SA@k, SSA@k, CDC@k (the paper's reading, over the
-features in both top-k sets) and CDC@d (all features, Table 1's column). Per
-individual the scores are averaged over pairs; the summary over individuals is mean ±
-std and median with the central decile (45th-55th percentiles).
+features in both top-k sets) and CDC@d (all features, Table 1's column), and Watson et
+al.'s C (``watson_c``: per pair of ensembles 1 − S(a, b), S from a logistic regression telling
+their explanations apart; its mean over pairs is C). Per individual the scores are averaged
+over pairs; the summary over individuals (over pairs, for C) is mean ± std and median with
+the central decile (45th-55th percentiles).
 
 Curves (``connect``, ``combine``) join the set's n/2 pairs of members. By default
 (``curve_mode: fixed``) their end points are the two trained members and the bend is
@@ -103,6 +105,8 @@ class ConsistencyConfig(PopulationSource):
     deepshap_softmax_rule: str = "gradient"
     curve_epochs: int | None = None  # epochs of curve training; None: the members' own
     map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (reduce_map)
+    # Watson et al.'s C: one logistic regression per pair of sets, n_sets(n_sets - 1)/2 per strategy and method
+    watson_c: bool = True
     n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
     seed: int = 0
     output_dir: str = "runs/consistency"
@@ -208,7 +212,8 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
 
     Tabular (Ley et al.'s Table 1): the first ``n_points`` test rows, each explained for the
     positive class; test accuracy on the whole test split; DeepSHAP's background
-    ``n_background`` training rows drawn with ``seed``; SA/SSA/CDC over the top-k features.
+    ``n_background`` training rows drawn with ``seed``; SA/SSA/CDC over the top-k features
+    and (``watson_c``) per pair of ensembles Watson et al.'s 1 - S(a, b) of their explanations.
     Images: ``n_points`` test images spread through the test split, each explained for its
     label; maps reduced per pixel (``map_reduction``) and flattened to (N, H·W); test accuracy
     on ``n_accuracy_images`` spread test images; Gradient SHAP's references ``n_background``
@@ -258,6 +263,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
         if images:
             values["angular"] = angular_difference(e).mean(0).cpu()
+        if cfg.watson_c:
             values["watson_c"] = 1 - torch.tensor(pair_separations(e, cfg.seed), dtype=torch.float64)
         return values
 
@@ -317,7 +323,7 @@ TABLE_COLUMNS = {"sa": "SA", "ssa": "SSA", "cdc_d": "CDC@d", "angular": "angle",
 
 def markdown_table(summary: dict) -> str:
     """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d; for images also the angular
-    difference and Watson's C), as mean ± std (Table 1's layout)."""
+    difference; Watson's C where computed), as mean ± std (Table 1's layout)."""
     rows = summary["rows"]
     n = max(r["n_models"] for r in rows)
     methods = list(dict.fromkeys(r["method"] for r in rows))
