@@ -80,6 +80,8 @@ def test_image_protocols_refuse_more_images_than_the_split_holds(tiny_run, tmp_p
         evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "50", "--log_to", "none"])
     with pytest.raises(InputError, match=f"option n_baselines=5000: the training split has {n_train} images"):
         evaluate.main(["aggregation", "--config", str(small_config(tmp_path / "a", tiny_run, n_baselines=5000))])
+    with pytest.raises(InputError, match="option n_grid=5: the n_inputs selection has 4 inputs; expected at most 4"):
+        evaluate.main(["aggregation", "--config", str(small_config(tmp_path / "g", tiny_run, n_grid=5))])
     with pytest.raises(InputError, match=f"option n_inputs=50: the test split has {n_test} images; expected at"):
         evaluate.main(["optimised", "--config", optimised_config(tmp_path / "o", tiny_run, n_inputs=50)])
 
