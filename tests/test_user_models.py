@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import pytorch_lightning as pl
 import torch
 import yaml
 
@@ -17,7 +18,7 @@ from evaluators.inputs.assemble import main as assemble_main
 from evaluators.inputs.runs import load_run
 from lightning_modules.population_io import load_population
 from tests.test_images_data import make_folder
-from tests.user_nets import TinyCNN
+from tests.user_nets import TinyCNN, UserLightning
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"]  # fmt: skip
@@ -88,13 +89,19 @@ def model_file(kind: str, run, net, x, folder):
     elif kind == "export":
         batch = torch.export.Dim("batch")
         torch.export.save(torch.export.export(net, (x,), dynamic_shapes={"x": {0: batch}}), path)
+    elif kind == "lightning":  # a user's own LightningModule's checkpoint, as Lightning writes one
+        module = UserLightning(num_classes=3)
+        module.model.load_state_dict(net.state_dict())
+        torch.save({"pytorch-lightning_version": pl.__version__, "epoch": 1, "state_dict": module.state_dict(),
+                    "hyper_parameters": dict(module.hparams)}, path)  # fmt: skip
+        return path, [*data, "--model_class", "tests.user_nets.UserLightning"]
     else:
         torch.save(net.state_dict(), path)
         return path, [*data, "--model_class", "tests.user_nets.TinyCNN", "--model_args", "{num_classes: 3}"]
     return path, data
 
 
-@pytest.mark.parametrize("kind", ["checkpoint", "torchscript", "export", "state_dict"])
+@pytest.mark.parametrize("kind", ["checkpoint", "lightning", "torchscript", "export", "state_dict"])
 def test_each_model_file_gives_the_module_s_logits_and_accuracy(kind, cnn_run, tmp_path):
     model, data, _ = load_run(cnn_run)
     net = copy.deepcopy(model.net).eval()

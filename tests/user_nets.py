@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytorch_lightning as pl
 from torch import nn
 
 
@@ -34,3 +35,15 @@ class Flat(nn.Module):
 
     def forward(self, x):
         return self.linear(x)[:, 0]
+
+
+class UserLightning(pl.LightningModule):
+    """A user's own LightningModule around a ``TinyCNN`` (no test loop of its own)."""
+
+    def __init__(self, num_classes: int = 10, width: int = 4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = TinyCNN(num_classes, width=width)
+
+    def forward(self, x):
+        return self.model(x)

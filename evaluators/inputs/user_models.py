@@ -13,8 +13,8 @@
   network (e.g. ``torchvision.models.resnet18`` with ``{num_classes: 10}``); nothing is
   downloaded (``weights``/``pretrained`` options are refused).
 
-The model comes back as a ``Classifier`` around the network (evaluated like a ``train.py``
-run; a train.py or Lightning checkpoint: its own LightningModule). ``check_model_output``
+The model comes back as a ``Classifier`` around the network or the user's LightningModule
+(evaluated like a ``train.py`` run; a train.py checkpoint: its own LightningModule). ``check_model_output``
 runs it on a probe batch: its output must be class logits (N, K). A file of none of these
 kinds, a state dict of another architecture or an output of another shape is an
 ``InputError`` naming the file and what was found.
@@ -175,7 +175,7 @@ def load_model_file(path: str | Path, model_class: str | None = None, model_args
         own = {k: v for k, v in hparams.items() if not k.startswith("_")}  # not Lightning's _class_path, _instantiator
         model = found(**{**own, **(model_args or {})})
         load_state(model, saved.get("state_dict", saved), str(path))
-        return model.eval()
+        return Classifier(model).eval()  # its test loop and logged names are the project's
     net = build_network(model_class, model_args)
     load_state(net, state, str(path))
     return Classifier(net).eval()
