@@ -206,3 +206,12 @@ def test_connect_names_a_layer_that_curves_cannot_carry():
     with pytest.raises(InputError, match=r"connect/combine: the network's LayerNorm '1' holds parameters that no "
                                          r"curve layer takes"):  # fmt: skip
         CurveModel(net(), net(), "bezier", "fixed")
+
+
+def test_roar_says_a_user_model_cannot_be_retrained_and_leaves_nothing(cnn_run, tmp_path):
+    settings = tmp_path / "roar.yaml"
+    settings.write_text(yaml.safe_dump({"run": str(cnn_run / "checkpoints" / "last.ckpt"), "device": "cpu",
+                                        "log_to": "none", "output_dir": str(tmp_path / "roar")}))  # fmt: skip
+    with pytest.raises(InputError, match="ROAR retrains models from a seed option; Classifier has none"):
+        evaluate.main(["roar", "--config", str(settings)])
+    assert not (tmp_path / "roar").exists()

@@ -26,7 +26,7 @@ import yaml
 
 from datamodules.files import atomic_write
 from evaluators.inputs.config import resolve_device
-from evaluators.protocols.roar.grid import RoarGrid, run_grid
+from evaluators.protocols.roar.grid import RoarGrid, fresh_models, run_grid, stacked_retraining
 from evaluators.protocols.roar.report import collect
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
@@ -90,6 +90,8 @@ def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None 
                               kind=cfg.kind, where=f"option run={cfg.run!r}", model_class=cfg.model_class,
                               model_args=cfg.model_args, data_config=cfg.data_config)
     model = model.to(resolve_device(cfg.device))
+    if not stacked_retraining(model):
+        fresh_models(model, [])  # a model that cannot be retrained from a seed is named before any map is made
     config = Path(cfg.run) / "config.yaml"  # a run folder's (a model file has none)
     epochs = yaml.safe_load(config.read_text()).get("trainer", {}).get("max_epochs") if config.is_file() else None
     cache = Path(cfg.cache_dir) if cfg.cache_dir else None
