@@ -215,3 +215,17 @@ def test_roar_says_a_user_model_cannot_be_retrained_and_leaves_nothing(cnn_run, 
     with pytest.raises(InputError, match="ROAR retrains models from a seed option; Classifier has none"):
         evaluate.main(["roar", "--config", str(settings)])
     assert not (tmp_path / "roar").exists()
+
+
+def test_the_roar_cache_digests_a_network_with_batchnorm():
+    import hashlib
+
+    from evaluators.protocols.roar.maps import _tensor_digest, model_digest
+
+    count = torch.tensor(7)  # BatchNorm's num_batches_tracked: a 0-dim int64 buffer
+    by_hand = hashlib.sha256(b"torch.int64|()|" + (7).to_bytes(8, "little")).hexdigest()
+    assert _tensor_digest(count) == by_hand
+    net = TinyCNN(num_classes=3)
+    before = model_digest(net)
+    net.features[1].num_batches_tracked += 1
+    assert model_digest(net) != before
