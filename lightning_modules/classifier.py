@@ -11,15 +11,20 @@ From train.py the network is given by class path (``--model.net torchvision.mode
 its options ``in_features``, ``num_classes`` and ``in_channels``, where it has them, are taken
 from the datamodule (``train.net_options_from_data``). The initial weights are drawn from the
 global RNG, which train.py seeds with ``seed_everything``: that option is a member's seed.
+Given the network as its config (``{"class_path", "init_args"}``, as a run's hyperparameters
+hold it) and a ``seed``, the network is built from that seed alone (the global RNG neither
+read nor advanced): how ROAR retrains a ``Classifier`` run from seeds.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Literal
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.cli import instantiate_class
 from torch import nn
 from torch.nn import functional as F
 
@@ -44,11 +49,21 @@ def check_logits(logits: torch.Tensor, rows: int, num_classes: int | None, where
                          f"(expected an output of shape ({rows}, {num_classes}))")  # fmt: skip
 
 
+def build_seeded(config: dict, seed: int | None) -> nn.Module:
+    """The network of ``config`` (class path and init arguments), its weights drawn from ``seed``."""
+    if seed is None:
+        raise InputError("option seed: None with a network config; expected the seed to draw its weights from")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return instantiate_class((), copy.deepcopy(config))
+
+
 class Classifier(pl.LightningModule):
     """A user's network ``net`` trained as a classifier (see the module's docstring).
 
     Args:
-        net: the network: inputs (N, ...) to logits (N, K).
+        net: the network: inputs (N, ...) to logits (N, K); or its config, built here.
+        seed: where ``net`` is a config, the seed its weights are drawn from.
         num_classes: the data's K, linked from the datamodule by train.py; where given, the
             logits must have K columns (checked on every batch).
         in_features, in_channels: the data's input width (tables) or channels (images),
@@ -68,8 +83,11 @@ class Classifier(pl.LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.0,
         label_smoothing: float = 0.0,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(net, dict) and isinstance(net.get("class_path"), str):
+            net = build_seeded(net, seed)
         if not isinstance(net, nn.Module):
             raise InputError(f"option net: a {type(net).__name__}; expected an nn.Module (its class path)")
         if optimizer not in OPTIMIZERS:
@@ -80,9 +98,17 @@ class Classifier(pl.LightningModule):
         with warnings.catch_warnings():  # Lightning's advice to ignore a module: it is dropped just below
             warnings.filterwarnings("ignore", message=r".*is an instance of `nn.Module`")
             self.save_hyperparameters()
-        if isinstance(self.hparams.get("net"), nn.Module):  # made in Python, not from a config: not a plain value
-            del self.hparams["net"]
+        if isinstance(self.hparams.get("net"), nn.Module):  # made in Python, not from a config: not a plain value,
+            del self.hparams["net"], self.hparams["seed"]  # nor one to rebuild from a seed
         self.net = net
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Keep the network's config and seed that the checkpoint holds (Lightning rebuilds the
+        network from them, then hands the built module to ``__init__``)."""
+        saved = checkpoint.get("hyper_parameters") or {}
+        for key in ("net", "seed"):
+            if key in saved and key not in self.hparams:
+                self.hparams[key] = saved[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (N, K)."""

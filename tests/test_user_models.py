@@ -152,6 +152,11 @@ def test_a_population_assembled_from_three_user_state_dicts_runs_the_consistency
     assert rows[("single", "sa")]["test_acc"] == pytest.approx(sum(payload["member_test_acc"]) / 3, abs=1e-6)
     with pytest.raises(InputError, match="already exists"):  # never overwritten
         assemble_main(["--out", str(pop), *map(str, files)])
+    runs = tmp_path / "runs.pt"  # members given as a Classifier run and its checkpoint: their network config
+    assemble_main(["--out", str(runs), str(cnn_run), str(cnn_run / "checkpoints" / "last.ckpt")])
+    population, _ = load_population(runs)
+    with torch.no_grad():
+        torch.testing.assert_close(population.member(1).eval()(x), model.eval()(x))
 
 
 def test_a_model_whose_output_is_not_logits_is_named_and_leaves_nothing(tmp_path):
@@ -208,13 +213,23 @@ def test_connect_names_a_layer_that_curves_cannot_carry():
         CurveModel(net(), net(), "bezier", "fixed")
 
 
-def test_roar_says_a_user_model_cannot_be_retrained_and_leaves_nothing(cnn_run, tmp_path):
-    settings = tmp_path / "roar.yaml"
-    settings.write_text(yaml.safe_dump({"run": str(cnn_run / "checkpoints" / "last.ckpt"), "device": "cpu",
-                                        "log_to": "none", "output_dir": str(tmp_path / "roar")}))  # fmt: skip
+def test_roar_retrains_a_classifier_run_from_seeds_and_names_a_file_it_cannot(cnn_run, tmp_path):
+    model, data, _ = load_run(cnn_run)
+    x, y = data.probe(12, "test")
+    settings = {"run": str(cnn_run), "device": "cpu", "log_to": "none", "output_dir": str(tmp_path / "roar"),
+                "estimators": {"random": {}}, "fractions": [0.0], "retrainings": 1,
+                "trainer": {"max_epochs": 1, "accelerator": "cpu"}}  # fmt: skip
+    (tmp_path / "roar.yaml").write_text(yaml.safe_dump(settings))
+    (row,) = evaluate.main(["roar", "--config", str(tmp_path / "roar.yaml")])["rows"]
+    assert row["no_retrain_acc"] == pytest.approx(accuracy(model, x, y), abs=1e-6)  # nothing removed at t = 0
+    assert 0.0 <= row["retrain_mean"] <= 1.0
+    script = tmp_path / "script.pt"
+    torch.jit.save(torch.jit.script(model.net.eval()), script)
+    settings.update(run=str(script), data_config=str(cnn_run / "config.yaml"), output_dir=str(tmp_path / "roar2"))
+    (tmp_path / "roar2.yaml").write_text(yaml.safe_dump(settings))
     with pytest.raises(InputError, match="ROAR retrains models from a seed option; Classifier has none"):
-        evaluate.main(["roar", "--config", str(settings)])
-    assert not (tmp_path / "roar").exists()
+        evaluate.main(["roar", "--config", str(tmp_path / "roar2.yaml")])
+    assert not (tmp_path / "roar2").exists()
 
 
 def test_the_roar_cache_digests_a_network_with_batchnorm():
