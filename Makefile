@@ -133,9 +133,12 @@ cifar10-population: install
 	@$(call train_once,runs/consistency_images/cifar10,$(CIFAR10_NAME),population-8,\
 	  --config configs/images/cifar10_population.yaml --data.root $(CIFAR10))
 
+# One pytest worker per core (pytest-xdist), whole files per worker so that a module's
+# fixtures are built once; each worker computes on one thread (tests/conftest.py).
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 test: install
 	$(PY) -m flake8
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-all: install
 	$(PY) -m pytest $(PYTEST_ARGS)

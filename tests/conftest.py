@@ -13,6 +13,8 @@ DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shar
 
 os.environ.setdefault("WANDB_MODE", "offline")  # tests never reach a W&B server
 os.environ.setdefault("WANDB_SILENT", "true")
+if "PYTEST_XDIST_WORKER" in os.environ:  # `make test` runs one worker per core: one thread each, set before torch loads
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)

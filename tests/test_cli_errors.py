@@ -1,7 +1,8 @@
-"""Every entry point's one error path, run as a user runs it (a subprocess): bad options,
-types, config files and input files end in one line on standard error naming what was
-wrong, a non-zero exit, no traceback, and no run folder left behind; ``--debug`` shows
-the traceback. ``train.py``'s cases are in tests/test_train_cli.py."""
+"""Every entry point's one error path: bad options, types, config files and input files end in
+one line on standard error naming what was wrong, a non-zero exit, no traceback, and no run
+folder left behind; ``--debug`` shows the traceback. Each entry point runs once as a user runs it
+(a subprocess); the other cases run it in this process (``tests.helpers.run_in_process``), which
+takes the same path without the imports. ``train.py``'s cases are in tests/test_train_cli.py."""
 
 from __future__ import annotations
 
@@ -12,15 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import assert_one_line_error
+from tests.helpers import ROOT, assert_one_line_error, run_in_process as run
 
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=env)  # fmt: skip
+def run_subprocess(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_evaluate_bad_config_population_and_values(small_population, tmp_path):
@@ -49,7 +46,7 @@ def test_evaluate_bad_config_population_and_values(small_population, tmp_path):
         (["nonsense"], "evaluate.py: argument command: invalid choice: 'nonsense'"),
     ]
     for args, message in cases:
-        result = run("evaluate.py", *args)
+        result = (run_subprocess if args == ["nonsense"] else run)("evaluate.py", *args)
         assert_one_line_error(result, message)
         assert not out.exists(), (args, list(out.rglob("*")))  # no run folder left, nor the output folder made for it
 
@@ -63,9 +60,9 @@ def test_missing_population_names_the_command_that_makes_it(tmp_path):
 
 def test_describe_table1_tool_and_debug_flag(tmp_path):
     assert_one_line_error(run("-m", "datamodules.describe", "hmda"), "unknown dataset 'hmda'")
-    assert_one_line_error(run("tools/table1.py", "--paper", str(tmp_path / "none.json")),
+    assert_one_line_error(run_subprocess("tools/table1.py", "--paper", str(tmp_path / "none.json")),
                           "none.json: cannot be read as a consistency.json report")  # fmt: skip
-    result = run("-m", "datamodules.describe", "--data-dir", str(tmp_path), "heloc", "--debug")
+    result = run_subprocess("-m", "datamodules.describe", "--data-dir", str(tmp_path), "heloc", "--debug")
     assert result.returncode != 0 and "Traceback" in result.stderr and "InputError" in result.stderr
 
 
@@ -158,8 +155,6 @@ def test_a_missing_run_or_population_names_the_command_that_makes_it(tmp_path):
     }  # fmt: skip
     for config, message in cases.items():
         command = config.split("/")[1]
-        result = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), command, "--config", str(ROOT / config),
-                                 "--set", "device=cpu"], cwd=tmp_path, capture_output=True, text=True,
-                                timeout=300)  # fmt: skip
+        result = run("evaluate.py", command, "--config", str(ROOT / config), "--set", "device=cpu", cwd=tmp_path)
         assert_one_line_error(result, message)
         assert list(tmp_path.iterdir()) == [], config

@@ -10,6 +10,7 @@ import random
 
 import numpy as np
 import pytest
+import timm
 import torch
 import torchvision
 from captum import attr
@@ -146,12 +147,37 @@ def separate_relus(model: nn.Module) -> nn.Module:
     return model
 
 
-def test_a_torchvision_resnet_takes_every_image_method(resnet):
+@pytest.fixture(scope="module")
+def timm_resnet():
+    torch.manual_seed(1)
+    return timm.create_model("resnet18", num_classes=10, pretrained=False).eval()
+
+
+@pytest.mark.parametrize("network", ["resnet", "timm_resnet"])
+def test_a_torchvision_or_timm_resnet_takes_every_image_method(network, request):
+    model = request.getfixturevalue(network)
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(5))
     for method in IMAGE_METHODS:
         extra = {"baselines": torch.randn(2, 3, 32, 32)} if method == "gradient_shap" else {}
-        maps = explain(resnet, x, method, **SMALL.get(method, {}), **extra)
+        maps = explain(model, x, method, **SMALL.get(method, {}), **extra)
         assert maps.shape == x.shape and bool(maps.isfinite().all()), method
+
+
+def test_deeplift_of_a_timm_resnet_with_in_place_relus_is_captums_on_a_copy_without(timm_resnet):
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    target = torch.tensor([1, 8])
+    reference = copy.deepcopy(timm_resnet)
+    relus = [m for m in reference.modules() if isinstance(m, nn.ReLU)]
+    assert relus and all(m.inplace for m in relus)
+    for m in relus:
+        m.inplace = False
+    ours = explain(timm_resnet, x, "deeplift", target=target)
+    torch.testing.assert_close(ours, attr.DeepLift(reference).attribute(x, target=target), **TOL)
+    with torch.no_grad():  # Σ maps = f(x)_t − f(0)_t
+        delta = (timm_resnet(x) - timm_resnet(torch.zeros_like(x))).gather(1, target[:, None])[:, 0]
+    torch.testing.assert_close(ours.flatten(1).sum(1), delta, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(explain(timm_resnet, x, "guided_backprop", target=target),
+                               attr.GuidedBackprop(reference).attribute(x, target=target), **TOL)  # fmt: skip
 
 
 def test_deeplift_of_a_torchvision_resnet_is_captums_on_a_copy_with_a_relu_per_call(resnet):

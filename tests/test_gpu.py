@@ -166,8 +166,10 @@ def test_consistency_protocol_on_gpu_matches_cpu(tmp_path):
         rows[device] = {(r["strategy"], r["method"], r["metric"]): r for r in summary["rows"]}
     for key, on_cpu in rows["cpu"].items():
         on_gpu = rows["cuda"][key]
-        # a top-5 rank may flip on a float-level difference: 0.005 per flip on 40 points
-        assert on_gpu["mean"] == pytest.approx(on_cpu["mean"], abs=0.02), key
+        # a top-5 rank may flip on a float-level difference: 0.005 per flip on 40 points; Watson's C
+        # (one pair of sets): a held-out row of DeepSHAP's 20 flipping its side moves C by 2 x 1/20
+        tolerance = 0.1 + 1e-9 if key[2] == "watson_c" else 0.02
+        assert on_gpu["mean"] == pytest.approx(on_cpu["mean"], abs=tolerance), key
         assert on_gpu["test_acc"] == pytest.approx(on_cpu["test_acc"], abs=0.005 + 1e-9), key
 
 

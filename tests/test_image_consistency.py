@@ -90,6 +90,22 @@ def test_image_options_are_checked(image_population):
         load_image_members(image_population / "tiny" / "seed0", torch.device("cpu"))
 
 
+def test_more_images_than_a_split_holds_are_refused(image_population, tmp_path):
+    """The folder's splits hold 18 images (6 of each of 3 classes)."""
+    config = tmp_path / "consistency.yaml"
+    config.write_text(f"population: {image_population}\nmethods: [gradient_shap]\nn_models: [1]\nn_sets: 2\n"
+                      f"n_points: 9\nn_accuracy_images: 9\nn_background: 4\ndevice: cpu\n"
+                      f"output_dir: {tmp_path / 'c'}\n")  # fmt: skip
+    for option, split in (("n_points", "test"), ("n_accuracy_images", "test"), ("n_background", "training")):
+        with pytest.raises(evaluate.InputError, match=f"option {option}=500: the {split} split has 18 images; "
+                                                      "expected at most 18"):
+            evaluate.main(["consistency", "--config", str(config), "--set", f"{option}=500"])
+    with pytest.raises(evaluate.InputError, match="option n_points_smoothgrad=10: the n_points selection has 9 images"):
+        evaluate.main(["consistency", "--config", str(config), "--set", "methods=[smoothgrad]", "--set",
+                       "n_points_smoothgrad=10"])  # fmt: skip
+    assert not (tmp_path / "c").exists()
+
+
 def test_an_image_population_file_reads_as_its_members(image_population, tmp_path):
     import yaml
 

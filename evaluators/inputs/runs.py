@@ -19,6 +19,7 @@ from torchvision.transforms.functional import gaussian_blur
 from datamodules import data_location_option
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
+from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import predicted_class
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
@@ -141,32 +142,37 @@ class Inputs:
 
 
 def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_batch: int | None,
-                device: torch.device) -> Inputs:  # fmt: skip
+                device: torch.device, defaults: dict | None = None) -> Inputs:  # fmt: skip
     """``n_inputs`` test inputs (images evenly spaced through the test split; the first rows of
     a tabular test split), their explained class, ``n_baselines`` training inputs (images
     evenly spaced through 1,000 spread over the training split, so across the classes; a
-    seeded random sample of training rows) and the training set's statistics."""
+    seeded random sample of training rows) and the training set's statistics. Either count
+    above what its split holds: ``evaluators.inputs.counts.counted`` with the ``defaults`` of
+    ``n_inputs`` and ``n_baselines``."""
+    defaults = defaults or {}
     if not hasattr(data, "normalization"):  # rows: a tabular datamodule
         data.setup("test")
         x_test, _ = data.test_tensors
         x_train, _ = data.train_tensors
-        if len(x_test) < n_inputs:
-            raise InputError(f"option n_inputs={n_inputs}: the test split has {len(x_test)} rows")
+        n_inputs = counted("n_inputs", n_inputs, len(x_test), "test split", "rows", defaults.get("n_inputs"))
+        n_baselines = counted("n_baselines", n_baselines, len(x_train), "training split", "rows",
+                              defaults.get("n_baselines"))  # fmt: skip
         sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(seed))]
         x = x_test[: n_inputs].to(device)
         return Inputs(x, predicted_class(model, x, max_batch), sample[: n_baselines].to(device),
                       (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
     data.setup("test")
     x, _ = data.probe(n_inputs, "test")
-    if len(x) < n_inputs:
-        raise InputError(f"option n_inputs={n_inputs}: the test split has {len(x)} images")
+    counted("n_inputs", n_inputs, len(x), "test split", "images", defaults.get("n_inputs"))
     has_train = "train" in data.split_sizes
     if has_train:
         data.setup("fit")
     sample, _ = data.probe(max(n_baselines, 1000), "train" if has_train else "test")
+    n_baselines = counted("n_baselines", n_baselines, len(sample), "training split" if has_train else "test split",
+                          "images", defaults.get("n_baselines"))  # fmt: skip
     mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
     x = x.to(device)
-    spread = torch.linspace(0, len(sample) - 1, min(n_baselines, len(sample))).long()  # across the classes
+    spread = torch.linspace(0, len(sample) - 1, n_baselines).long()  # across the classes
     return Inputs(x, predicted_class(model, x, max_batch), sample[spread].to(device),
                   (mean.to(device), std.to(device)), False)  # fmt: skip
 

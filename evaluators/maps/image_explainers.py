@@ -15,7 +15,6 @@ Methods, options, random draws (each input's own seed) and the ``max_batch`` mem
 
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from evaluators.maps.hooks import hookable
 from evaluators.maps.seeds import seeded_generators
 from lightning_modules.interface import default_targets, model_device
 
@@ -34,6 +34,7 @@ MAX_BATCH = 256
 PIXELS_PER_PASS = {"cpu": 2**18, "accelerator": 2**22}
 NOISE_TUNNEL_BASES = ("saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift")
 REDUCTIONS = ("sum", "abs_sum", "max_abs")
+HOOKED = {attr.DeepLift: "deeplift", attr.GuidedBackprop: "guided_backprop"}  # explained on ``hooks.hookable``
 
 
 def _chunks(n: int, size: int):
@@ -94,7 +95,7 @@ def _plain(cls, rows_per_image: int = 1, **defaults) -> Callable:
     """A Captum method whose forward passes see ``rows_per_image`` rows per image."""
 
     def run(model, x, target, max_batch, **options):
-        method = cls(one_module_per_call(model, x) if cls is attr.DeepLift else model)
+        method = cls(hookable(model, x, f"explainer {HOOKED[cls]!r}") if cls in HOOKED else model)
         return _chunked(lambda xs, ts, **o: method.attribute(xs, target=ts, **o),
                         x, target, _images_per_chunk(max_batch, rows_per_image), {**defaults, **options})  # fmt: skip
 
@@ -121,45 +122,9 @@ def _deepshap(model, x, target, max_batch, baselines: torch.Tensor | None = None
     if not isinstance(baselines, torch.Tensor) or baselines.shape[1:] != x.shape[1:]:
         raise InputError("explainer 'deepshap' needs option baselines: a background sample of inputs (B, "
                          f"{', '.join(map(str, x.shape[1:]))})")  # fmt: skip
-    method = attr.DeepLiftShap(one_module_per_call(model, x))
+    method = attr.DeepLiftShap(hookable(model, x, "explainer 'deepshap'"))
     return _per_image_chunk(lambda xs, ts: method.attribute(xs, baselines=baselines.to(x), target=ts, **options),
                             x, target, _images_per_chunk(max_batch, 2 * len(baselines)))  # fmt: skip
-
-
-class _PerCall(nn.Module):
-    """Stands for a module called ``calls`` times per forward pass: call k goes to copy k mod ``calls``."""
-
-    def __init__(self, module: nn.Module, calls: int) -> None:
-        super().__init__()
-        self.copies = nn.ModuleList([copy.deepcopy(module) for _ in range(calls)])
-        self.calls = 0
-
-    def forward(self, *args):
-        self.calls += 1
-        return self.copies[(self.calls - 1) % len(self.copies)](*args)
-
-
-def one_module_per_call(model: nn.Module, x: torch.Tensor) -> nn.Module:
-    """``model``, or where a module without children is called more than once in its forward
-    pass on ``x[:1]`` (torchvision's ResNet blocks call one ``ReLU`` twice; Captum's DeepLift
-    needs one module per call), a copy in which every such call has a copy of its own."""
-    calls: dict[str, int] = {}
-    hooks = [m.register_forward_hook(lambda m, i, o, name=name: calls.update({name: calls.get(name, 0) + 1}))
-             for name, m in model.named_modules() if not list(m.children())]  # fmt: skip
-    try:
-        with torch.no_grad():
-            model(x[:1])
-    finally:
-        for hook in hooks:
-            hook.remove()
-    reused = {name: n for name, n in calls.items() if n > 1}
-    if not reused:
-        return model
-    model = copy.deepcopy(model)
-    for name, n in reused.items():
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, _PerCall(model.get_submodule(name), n))
-    return model
 
 
 def _integrated_gradients(model, x, target, max_batch, n_steps: int = 50, **options):
@@ -172,7 +137,7 @@ def _integrated_gradients(model, x, target, max_batch, n_steps: int = 50, **opti
 def _base_method(name: str, model: nn.Module, x: torch.Tensor) -> attr.Attribution:
     if name not in NOISE_TUNNEL_BASES:
         raise InputError(f"option base={name!r}; expected one of {list(NOISE_TUNNEL_BASES)}")
-    model = one_module_per_call(model, x) if name == "deeplift" else model
+    model = hookable(model, x, f"option base={name!r}") if name in HOOKED.values() else model
     return {"saliency": attr.Saliency, "integrated_gradients": attr.IntegratedGradients,
             "input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
             "deeplift": attr.DeepLift}[name](model)  # fmt: skip

@@ -43,6 +43,7 @@ import yaml
 
 from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
+from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
@@ -265,12 +266,14 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
                               where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
                               data_config=cfg.data_config)
     model = model.to(device).eval()
-    inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device)
+    inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
+                         {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
+    n_grid = counted("n_grid", cfg.n_grid, len(inputs.x), "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
+    shown = torch.linspace(0, len(inputs.x) - 1, n_grid).long()  # across the classes
     map_dims = 1 if inputs.tabular else 2
     maps = base_maps(cfg, model, inputs, run_dir)
     rows = report_rows(cfg, maps, map_dims)
     scores, examples = {}, {}
-    shown = torch.linspace(0, len(inputs.x) - 1, min(cfg.n_grid, len(inputs.x))).long()  # across the classes
     for k, (row, compute) in enumerate(rows.items()):
         print(f"  [{k + 1}/{len(rows)}] {row}", flush=True)
         row_maps = compute()

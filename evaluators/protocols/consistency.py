@@ -6,9 +6,11 @@ From a population: for each number n of pre-trained models per ensemble, draw
 ``connect``, ``combine``: see ``lightning_modules.ensembles``); explain the first
 ``n_points`` test points with each method; score every pair of the ``n_sets``
 ensembles of a strategy with SA@k, SSA@k, CDC@k (the paper's reading, over the
-features in both top-k sets) and CDC@d (all features, Table 1's column). Per
-individual the scores are averaged over pairs; the summary over individuals is mean ±
-std and median with the central decile (45th-55th percentiles).
+features in both top-k sets) and CDC@d (all features, Table 1's column), and Watson et
+al.'s C (``watson_c``: per pair of ensembles 1 − S(a, b), S from a logistic regression telling
+their explanations apart; its mean over pairs is C). Per individual the scores are averaged
+over pairs; the summary over individuals (over pairs, for C) is mean ± std and median with
+the central decile (45th-55th percentiles).
 
 Curves (``connect``, ``combine``) join the set's n/2 pairs of members. By default
 (``curve_mode: fixed``) their end points are the two trained members and the bend is
@@ -58,6 +60,7 @@ from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.metrics.agreement_functional import angular_difference, ley_agreements, pair_separations
 from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.counts import counted, default_of
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
@@ -70,6 +73,7 @@ STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
 METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
+POINTS = {"deepshap": "n_points_deepshap", "smoothgrad": "n_points_smoothgrad"}  # a method's own count; others n_points
 CURVE_MODES = ["fixed", "trained"]
 T_SAMPLINGS = ["uniform", "even"]
 
@@ -103,6 +107,8 @@ class ConsistencyConfig(PopulationSource):
     deepshap_softmax_rule: str = "gradient"
     curve_epochs: int | None = None  # epochs of curve training; None: the members' own
     map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (reduce_map)
+    # Watson et al.'s C: one logistic regression per pair of sets, n_sets(n_sets - 1)/2 per strategy and method
+    watson_c: bool = True
     n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
     seed: int = 0
     output_dir: str = "runs/consistency"
@@ -190,6 +196,22 @@ class Task(NamedTuple):
     scores: Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
+def split_size(cfg: ConsistencyConfig, option: str, available: int, split: str, images: bool) -> int:
+    """How many of a split's ``available`` inputs ``option`` takes (``evaluators.inputs.counts``)."""
+    return counted(option, getattr(cfg, option), available, split, "images" if images else "rows",
+                   default_of(ConsistencyConfig, option))  # fmt: skip
+
+
+def explained_points(cfg: ConsistencyConfig, method: str, available: int, images: bool) -> int:
+    """How many of the ``available`` test inputs ``method`` explains: its own count (``POINTS``)
+    or ``n_points`` of a table's test split; of an image population's ``n_points`` images
+    (already counted), all of them, or its own count where one other than the default is set."""
+    option = POINTS.get(method, "n_points")
+    if images and (option == "n_points" or getattr(cfg, option) == default_of(ConsistencyConfig, option)):
+        return available
+    return split_size(cfg, option, available, "n_points selection" if images else "test split", images)
+
+
 def deepshap_background(x_train: torch.Tensor, cfg: ConsistencyConfig) -> torch.Tensor:
     """DeepSHAP's background sample: ``n_background`` training rows drawn with ``seed``."""
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(cfg.seed))
@@ -208,7 +230,8 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
 
     Tabular (Ley et al.'s Table 1): the first ``n_points`` test rows, each explained for the
     positive class; test accuracy on the whole test split; DeepSHAP's background
-    ``n_background`` training rows drawn with ``seed``; SA/SSA/CDC over the top-k features.
+    ``n_background`` training rows drawn with ``seed``; SA/SSA/CDC over the top-k features
+    and (``watson_c``) per pair of ensembles Watson et al.'s 1 - S(a, b) of their explanations.
     Images: ``n_points`` test images spread through the test split, each explained for its
     label; maps reduced per pixel (``map_reduction``) and flattened to (N, H·W); test accuracy
     on ``n_accuracy_images`` spread test images; Gradient SHAP's references ``n_background``
@@ -218,17 +241,24 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     images = population.INPUTS == "images"
     device, epochs = population.device, cfg.curve_epochs or meta["max_epochs"]
     options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
-    points = {"deepshap": cfg.n_points_deepshap, "smoothgrad": cfg.n_points_smoothgrad}
     if images:
         x_test, y_test = (t.to(device) for t in data.probe(cfg.n_points, "test"))
         x_acc, y_acc = (t.to(device) for t in data.probe(cfg.n_accuracy_images, "test"))
-        options["gradient_shap"] = {"baselines": data.probe(cfg.n_background, "train")[0].to(device)}
+        split_size(cfg, "n_points", len(x_test), "test split", images)
+        split_size(cfg, "n_accuracy_images", len(x_acc), "test split", images)
+        if "gradient_shap" in cfg.methods:
+            references = data.probe(cfg.n_background, "train")[0]
+            split_size(cfg, "n_background", len(references), "training split", images)
+            options["gradient_shap"] = {"baselines": references.to(device)}
     else:
         if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
             population.hparams.explain_output = cfg.explain_output
         x_test, y_test = (t.to(device) for t in data.test_tensors)
-        background = deepshap_background(data.train_tensors[0], cfg).to(device)
-        options["deepshap"] = {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule}
+        if "deepshap" in cfg.methods:
+            split_size(cfg, "n_background", len(data.train_tensors[0]), "training split", images)
+            background = deepshap_background(data.train_tensors[0], cfg).to(device)
+            options["deepshap"] = {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule}
+    points = {method: explained_points(cfg, method, len(x_test), images) for method in cfg.methods}
 
     def curves(pairs):
         if epochs is None:  # e.g. a population assembled from a data config without trainer.max_epochs
@@ -248,7 +278,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
                 accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
         explained = {}
         for method in cfg.methods:
-            n = points.get(method, cfg.n_points)
+            n = points[method]
             per_image = {"target": y_test[:n], "max_batch": rows} if images else {}
             explained[method] = explain(ensemble, x_test[:n], method, seed=seed, **per_image,
                                         **options.get(method, {})).detach()  # fmt: skip
@@ -261,6 +291,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
         if images:
             values["angular"] = angular_difference(e).mean(0).cpu()
+        if cfg.watson_c:
             values["watson_c"] = 1 - torch.tensor(pair_separations(e, cfg.seed), dtype=torch.float64)
         return values
 
@@ -320,7 +351,7 @@ TABLE_COLUMNS = {"sa": "SA", "ssa": "SSA", "cdc_d": "CDC@d", "angular": "angle",
 
 def markdown_table(summary: dict) -> str:
     """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d; for images also the angular
-    difference and Watson's C), as mean ± std (Table 1's layout)."""
+    difference; Watson's C where computed), as mean ± std (Table 1's layout)."""
     rows = summary["rows"]
     n = max(r["n_models"] for r in rows)
     methods = list(dict.fromkeys(r["method"] for r in rows))

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from evaluators.inputs.counts import counted
 from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
@@ -31,9 +32,12 @@ from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to, log_report
 
 
-def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = 8, n_baselines: int = 16,
-                     checkpoint: str = "last.ckpt", log_to: str = "wandb_offline", seed: int = 0,
-                     data_location: str | None = None, **model_options) -> dict:  # fmt: skip
+N_IMAGES, N_BASELINES = 8, 16  # the defaults: test images in the grid, Gradient SHAP's training images
+
+
+def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = N_IMAGES,
+                     n_baselines: int = N_BASELINES, checkpoint: str = "last.ckpt", log_to: str = "wandb_offline",
+                     seed: int = 0, data_location: str | None = None, **model_options) -> dict:  # fmt: skip
     """Explain ``n_images`` test images with every method; write the grid and its JSON
     into ``out_dir`` (made here; it must not exist yet). ``data_location``: where the run's
     images lie now, if they moved (its folder or archive, as ``evaluate.py run --data_dir``);
@@ -50,12 +54,16 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
     data.setup("test")
     x, y = data.probe(n_images, "test")
+    counted("--n_images", n_images, len(x), "test split", "images", N_IMAGES)
     options: dict[str, dict] = {}
     if "gradient_shap" in methods:
         has_train = "train" in data.split_sizes
         if has_train:
             data.setup("fit")
-        options["gradient_shap"] = {"baselines": data.probe(n_baselines, "train" if has_train else "test")[0]}
+        references = data.probe(n_baselines, "train" if has_train else "test")[0]
+        counted("n_baselines", n_baselines, len(references), "training split" if has_train else "test split",
+                "images", N_BASELINES)  # fmt: skip
+        options["gradient_shap"] = {"baselines": references}
     predicted = predicted_class(model, x)
     maps, seconds = {}, {}
     for method in methods:

@@ -51,6 +51,7 @@ import torch
 
 from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
+from evaluators.inputs.counts import default_of
 from evaluators.reports.map_grid import blank_note, count_blank_maps
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import resolve_max_batch
@@ -80,6 +81,7 @@ PAPER_CIFAR10 = {
     "agg_opt": (3.538, 0.343, 0.492, 0.657), "agg_faith": (3.342, 0.378, None, None),
     "agg_robust": (None, None, 0.491, 0.650),
 }  # fmt: skip
+BASELINES = 64  # training inputs behind an explainer's option value ``training`` (load_inputs), at most
 ROAD_PERCENTAGES = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # pytorch-grad-cam's, as Decker et al.'s ROAD
 
 
@@ -191,7 +193,8 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     if cfg.stability_layer is not None and cfg.stability_layer not in modules:
         raise InputError(f"option stability_layer={cfg.stability_layer!r}; expected None (the logits) or a module "
                          f"name of the model, e.g. one of {modules[-3:]}")  # fmt: skip
-    inputs = load_inputs(model, data, cfg.n_inputs, 64, cfg.seed, cfg.max_batch, device)
+    inputs = load_inputs(model, data, cfg.n_inputs, BASELINES, cfg.seed, cfg.max_batch, device,
+                         {"n_inputs": default_of(cfg, "n_inputs"), "n_baselines": BASELINES})  # fmt: skip
     max_batch = resolve_max_batch(cfg.max_batch, inputs.x)
     map_options = {"absolute": cfg.absolute, "max_batch": max_batch}
     x, target, map_dims = inputs.x, inputs.target, 1 if inputs.tabular else 2

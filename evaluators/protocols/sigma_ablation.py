@@ -19,6 +19,7 @@ import torch
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.counts import counted, default_of
 from evaluators.maps import EXPLAINERS, explain
 from lightning_modules.ensembles import build_ensemble
 
@@ -50,7 +51,7 @@ class SigmaAblationConfig(PopulationSource):
 def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
     population, payload, data = cfg.load()
     x_test, y_test = (t.to(population.device) for t in data.test_tensors)
-    x = x_test[: cfg.n_points]
+    x = x_test[: counted("n_points", cfg.n_points, len(x_test), "test split", "rows", default_of(cfg, "n_points"))]
     members = torch.randperm(population.size, generator=torch.Generator().manual_seed(cfg.seed))[: cfg.n_models]
     rows = []
     for layer in cfg.layers:

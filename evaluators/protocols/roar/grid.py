@@ -43,6 +43,7 @@ from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.stacked_cells import StackedCellsDataModule
+from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import rows_within
 from evaluators.protocols.roar.maps import dataset_maps
 from lightning_modules.interface import class_probabilities
@@ -252,22 +253,27 @@ def modified_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell,
     if cell.estimator == CLEAN:
         estimator, options = "random", {}  # any ranking: nothing is removed at t = 0
     else:
-        estimator, options = cell.estimator, estimator_options(grid.estimators[cell.estimator], data, grid.seed)
+        estimator = cell.estimator
+        options = estimator_options(estimator, grid.estimators[estimator], data, grid.seed)
     maps = {split: dataset_maps(clean, data, estimator, split, cache_dir, seed=grid.seed, **options)
             for split in ("train", "test")}  # fmt: skip
     return RemoveAndRetrainDataModule(data, maps["train"], maps["test"], cell.fraction, unit=grid.unit,
                                       square=grid.square, keep=grid.keep, seed=grid.seed)  # fmt: skip
 
 
-def estimator_options(options: dict, data, seed: int) -> dict:
-    """An estimator's options with a named ``baselines`` made a tensor: ``training`` (a sample of
+N_BASELINES = 100  # the default of an estimator's n_baselines
+
+
+def estimator_options(name: str, options: dict, data, seed: int) -> dict:
+    """Estimator ``name``'s options with a named ``baselines`` made a tensor: ``training`` (a sample of
     ``n_baselines`` training inputs, default 100, drawn with ``seed``; DeepSHAP's background) or
     ``mean`` (the training mean, one input)."""
     options = dict(options)
-    named, n = options.get("baselines"), options.pop("n_baselines", 100)
+    named, n = options.get("baselines"), options.pop("n_baselines", N_BASELINES)
     if isinstance(named, str):
         x, _ = model_inputs(data, "train")
         if named == "training":
+            n = counted(f"estimators.{name}.n_baselines", n, len(x), "training split", "inputs", N_BASELINES)
             options["baselines"] = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:n]]
         elif named == "mean":
             options["baselines"] = x.mean(0, keepdim=True)
