@@ -244,3 +244,13 @@ def test_the_roar_cache_digests_a_network_with_batchnorm():
     before = model_digest(net)
     net.features[1].num_batches_tracked += 1
     assert model_digest(net) != before
+
+
+def test_hook_explainers_name_a_torchscript_model():
+    from evaluators.maps import explain
+    from lightning_modules.classifier import Classifier
+
+    script = Classifier(torch.jit.script(TinyCNN(num_classes=3).eval())).eval()
+    for method in ("guided_backprop", "deeplift"):
+        with pytest.raises(InputError, match=f"{method}.* acts through module hooks, which a TorchScript model"):
+            explain(script, torch.randn(2, 3, 8, 8), method)
