@@ -56,12 +56,15 @@ if portable.is_active():
 
 
 def evaluate_run(
-    run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt", accelerator: str = "auto"
+    run_dir: Path, data_dir: str | None = None, checkpoint: str = "last.ckpt", accelerator: str = "auto",
+    **model_options,
 ) -> dict:
     """Test accuracy and loss of ``run_dir``'s checkpoint on its test split, on ``accelerator``
     (Lightning's name: ``auto`` takes a GPU where there is one). ``data_dir``: where the
-    run's data lies now (a tabular or Fashion-MNIST folder, an image folder or archive)."""
-    model, data, ckpt_path = load_run(run_dir, checkpoint, data_location=data_dir)
+    run's data lies now (a tabular or Fashion-MNIST folder, an image folder or archive).
+    ``run_dir`` may be a model file, read with ``model_options`` (``load_run``'s ``model_class``,
+    ``model_args``, ``data_config``)."""
+    model, data, ckpt_path = load_run(run_dir, checkpoint, data_location=data_dir, **model_options)
     trainer = pl.Trainer(
         logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator=accelerator, devices=1
     )
@@ -103,18 +106,35 @@ def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
     return load_config(run_dir / "config.yaml", spec.config, overrides)
 
 
+def add_model_options(parser) -> None:
+    """The options of a model file given in place of a run folder (``evaluators.inputs.user_models``)."""
+    parser.add_argument("--model_class", default=None,
+                        help="a state dict's network (class path, e.g. torchvision.models.resnet18)")
+    parser.add_argument("--model_args", default=None, type=yaml.safe_load, metavar="YAML",
+                        help="its init arguments, a YAML mapping, e.g. '{num_classes: 10}'")
+    parser.add_argument("--data_config", default=None,
+                        help="a YAML file whose data: section is the model file's data (a train.py config)")
+
+
+def model_options(args) -> dict:
+    if args.model_args is not None and not isinstance(args.model_args, dict):
+        raise InputError(f"--model_args {args.model_args!r}: expected a YAML mapping, e.g. '{{num_classes: 10}}'")
+    return {"model_class": args.model_class, "model_args": args.model_args, "data_config": args.data_config}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = OneLineParser(prog="evaluate.py", description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="re-test a training run")
-    run.add_argument("run_dir", type=Path, help="a folder written by train.py")
+    run.add_argument("run_dir", type=Path, help="a folder written by train.py, or a model file (docs/your_model.md)")
     run.add_argument("--data_dir", default=None,
                      help="where the run's data lies now: its data_dir, or an image run's folder or .tar.gz root")
     run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     run.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu or gpu")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
+    add_model_options(run)
     grid = commands.add_parser("explain", help="a PNG grid of test images x explainers of an image model's run")
-    grid.add_argument("run_dir", type=Path, help="a folder written by train.py for an image model")
+    grid.add_argument("run_dir", type=Path, help="a folder written by train.py for an image model, or a model file")
     grid.add_argument("--methods", default="saliency,integrated_gradients,smoothgrad,guided_backprop,gradcam,rise",
                       help="comma-separated explainers of evaluators.maps.image_explainers")  # fmt: skip
     grid.add_argument("--n_images", type=int, default=8,
@@ -122,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
     grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")
+    add_model_options(grid)
     for name, spec in PROTOCOLS.items():
         sub = commands.add_parser(name, help=spec.help)
         start = sub.add_mutually_exclusive_group(required=True)
@@ -131,7 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
         if spec.source == "population":
             sub.add_argument("--population", default=None, help="override the config's population file")
         else:
-            sub.add_argument("--run", default=None, help="override the config's train.py run folder")
+            sub.add_argument("--run", default=None, help="override the config's train.py run folder or model file")
+            sub.add_argument("--model_class", default=None, help="a model file's class path (docs/your_model.md)")
+            sub.add_argument("--data_config", default=None, help="a YAML file whose data: is a model file's data")
         sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
         sub.add_argument("--output_dir", default=None)
         if spec.has_sets:
@@ -147,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.command == "run":
         if args.out is not None and args.out.exists():
             raise InputError(f"--out {args.out}: already exists; choose a new file name")
-        metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint, args.accelerator)
+        metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint, args.accelerator, **model_options(args))
         text = json.dumps(metrics, indent=2)
         if args.out is not None:
             args.out.write_text(text)
@@ -156,13 +179,16 @@ def main(argv: list[str] | None = None) -> dict:
     if args.command == "explain":
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out_dir = unique_folder(args.run_dir / f"explanations-{stamp}")
+        beside = args.run_dir.is_file()  # a model file: the grid's folder beside it
+        where = args.run_dir.parent if beside else args.run_dir
+        out_dir = unique_folder(where / f"{args.run_dir.stem + '-' if beside else ''}explanations-{stamp}")
         report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
-                                  log_to=args.log_to, data_location=args.data_dir)  # fmt: skip
+                                  log_to=args.log_to, data_location=args.data_dir, **model_options(args))  # fmt: skip
         print(f"grid: {report['png']}")
         return report
     spec = PROTOCOLS[args.command]
-    overrides = {k: getattr(args, k, None) for k in ("population", "run", "data_dir", "n_sets", "output_dir")}
+    keys = ("population", "run", "model_class", "data_config", "data_dir", "n_sets", "output_dir")
+    overrides = {k: getattr(args, k, None) for k in keys}
     for setting in args.settings:
         key, sep, value = setting.partition("=")
         if not sep or not key:

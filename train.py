@@ -170,7 +170,7 @@ class TrainCLI(LightningCLI):
             model_name = cfg.model.class_path.rsplit(".", 1)[-1]
             model_args = cfg.model.init_args
             seed = getattr(model_args, "seed", None)
-            seed = getattr(model_args, "first_seed", 0) if seed is None else seed
+            seed = getattr(model_args, "first_seed", cfg.seed_everything) if seed is None else seed
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_name = cfg.run_name or f"{model_name}-seed{seed}-{stamp}"
             run_dir = unique_folder(Path(cfg.output_dir) / dataset / run_name)
@@ -189,6 +189,36 @@ class TrainCLI(LightningCLI):
             others = [c for c in others if not c.class_path.endswith("ProgressBar")]
         cfg.trainer.callbacks = [*others, checkpoint]
         self.run_dir = run_dir
+
+    def instantiate_classes(self) -> None:
+        """Instantiate; where the model's ``net`` (``Classifier``) takes options that the
+        datamodule determines (``net_options_from_data``) and they differ, set them and
+        instantiate again from the same seed, so the run's config.yaml makes the same weights."""
+        super().instantiate_classes()
+        net = getattr(self.config.model.init_args, "net", None)
+        changed = net_options_from_data(net, self.datamodule)
+        if changed:
+            for key, value in changed.items():
+                net.init_args[key] = value
+            if hasattr(self, "config_dump"):  # LightningCLI's copy of the config, the model's hparams
+                del self.config_dump
+            self._set_seed()
+            super().instantiate_classes()
+
+
+NET_OPTIONS = {"in_features": "num_features", "num_classes": "num_classes", "in_channels": "in_channels",
+               "in_chans": "in_channels"}  # a network's option: the datamodule's property that sets it
+
+
+def net_options_from_data(net: Namespace | None, data) -> dict:
+    """The options of a network config (``class_path``, ``init_args``) that the datamodule
+    sets and that differ from it: ``in_features`` (a table's encoded width), ``num_classes``,
+    ``in_channels`` / ``in_chans`` (images), each where the network's signature has it."""
+    if not isinstance(net, Namespace) or not isinstance(getattr(net, "init_args", None), Namespace):
+        return {}
+    values = {option: getattr(data, prop) for option, prop in NET_OPTIONS.items()
+              if option in net.init_args and hasattr(type(data), prop)}  # fmt: skip
+    return {option: value for option, value in values.items() if net.init_args[option] != value}
 
 
 def resume_args(args: list[str]) -> list[str]:

@@ -141,6 +141,13 @@ def to_curve(start: nn.Module, end: nn.Module, fixed_ends: bool = True) -> nn.Mo
     layers from ``start`` (t = 0) to ``end`` (t = 1), the bend on the straight line."""
     curve = copy.deepcopy(start)
     _replace(curve, start, end, fixed_ends)
+    left = [(name, m) for name, m in curve.named_modules()
+            if not isinstance(m, _CurveParameters) and next(m.parameters(recurse=False), None) is not None]  # fmt: skip
+    if left:
+        name, module = left[0]
+        layers = [c.__name__ for c in CURVE_LAYERS]
+        raise InputError(f"connect/combine: the network's {type(module).__name__} {name or '(top level)'!r} holds "
+                         f"parameters that no curve layer takes; curves are built of {layers} layers only")  # fmt: skip
     return curve
 
 

@@ -3,7 +3,7 @@
 The file is a plain ``torch.save`` dictionary of tensors, numbers, strings and
 lists, so it loads with ``torch.load(weights_only=True)``:
 ``{"format", "class", "hparams", "seeds", "state_dict", "member_test_acc", "metadata"}``;
-``class`` names the kind (``PopulationMLP``, ``ImagePopulation``), ``hparams`` its
+``class`` names the kind (``PopulationMLP``, ``ImagePopulation``, ``ModulePopulation``), ``hparams`` its
 ``init_kwargs()``, ``state_dict`` the population's (an ``ImagePopulation``'s keys are
 ``nets.<i>.<parameter or buffer>``). Files written before this format named the kind by
 their format (``LEGACY_FORMATS``) and read the same.
@@ -22,11 +22,14 @@ from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.specs import DATASETS
 from lightning_modules.image_population import ImagePopulation
+from lightning_modules.module_population import ModulePopulation
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_base import Population
 
 FORMAT = "reliable-explanations/population-v3"  # v3: one format for every kind, named by "class"
-KINDS: dict[str, type[Population]] = {"PopulationMLP": PopulationMLP, "ImagePopulation": ImagePopulation}
+KINDS: dict[str, type[Population]] = {"PopulationMLP": PopulationMLP, "ImagePopulation": ImagePopulation,
+                                      "ModulePopulation": ModulePopulation}  # fmt: skip
+IMAGE_KINDS = tuple(name for name, cls in KINDS.items() if cls.INPUTS == "images")  # what image protocols read
 LEGACY_FORMATS = {"reliable-explanations/population-v2": "PopulationMLP",  # weights (M, out, in)
                   "reliable-explanations/image-population-v1": "ImagePopulation"}  # fmt: skip
 
@@ -51,10 +54,10 @@ def save_population(path: str | Path, population: Population, member_test_acc: l
     atomic_write(Path(path), lambda tmp: torch.save(payload, tmp))
 
 
-def read_population_file(path: str | Path, mmap: bool = False, kind: str | None = None) -> dict:
+def read_population_file(path: str | Path, mmap: bool = False, kind: str | tuple[str, ...] | None = None) -> dict:
     """A population file's dictionary, its ``class`` the kind it holds (also for a file of
-    ``LEGACY_FORMATS``), checked to be ``kind`` where given; ``mmap=True`` maps its tensors
-    instead of reading them (for a look at the metadata alone)."""
+    ``LEGACY_FORMATS``), checked to be ``kind`` (one or several) where given; ``mmap=True``
+    maps its tensors instead of reading them (for a look at the metadata alone)."""
     path = Path(path)
     if not path.is_file():
         dataset = path.parent.parent.name
@@ -69,13 +72,14 @@ def read_population_file(path: str | Path, mmap: bool = False, kind: str | None 
     if found not in KINDS:
         raise InputError(f"{path}: not a population file (expected format {FORMAT!r}, or one of "
                          f"{sorted(LEGACY_FORMATS)}, of a kind {sorted(KINDS)})")  # fmt: skip
-    if kind is not None and found != kind:
-        raise InputError(f"{path}: holds a {found}; expected a {kind}")
+    wanted = (kind,) if isinstance(kind, str) else kind
+    if wanted is not None and found not in wanted:
+        raise InputError(f"{path}: holds a {found}; expected a {' or a '.join(wanted)}")
     return {**payload, "class": found}
 
 
-def load_population(path: str | Path, kind: str | None = None) -> tuple[Population, dict]:
-    """The population (on the CPU, of class ``kind`` where given) and the rest of the file."""
+def load_population(path: str | Path, kind: str | tuple[str, ...] | None = None) -> tuple[Population, dict]:
+    """The population (on the CPU, of a class of ``kind`` where given) and the rest of the file."""
     payload = read_population_file(path, kind=kind)
     population = KINDS[payload["class"]].from_file(payload["hparams"], payload["seeds"])
     population.load_state_dict(payload["state_dict"])

@@ -3,16 +3,19 @@ and the datamodule they were trained on.
 
 ``load_image_members(source)`` reads either
 
-* an image population file (``population.pt`` of an ``ImagePopulation`` run of train.py,
-  ``lightning_modules.population_io``): its members in order; or
+* an image population file (``population.pt`` of an ``ImagePopulation`` run of train.py, or a
+  ``ModulePopulation`` of ``python -m evaluators.inputs.assemble``; ``lightning_modules.population_io``):
+  its members in order; or
 * a folder: every ``train.py`` run under it (any depth: ``<folder>/**/checkpoints/last.ckpt``
   beside its ``config.yaml``), e.g. K runs of ``configs/images/fashion_mnist_cnn.yaml``
-  that differ only in ``--model.seed``, written with ``--output_dir <folder>``; members
-  ordered by their seed, then by folder.
+  that differ only in ``--model.seed`` (or, for a ``Classifier`` around a user's network, in
+  ``--seed_everything``), written with ``--output_dir <folder>``; members ordered by their
+  seed, then by folder.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +25,7 @@ import yaml
 from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
 from lightning_modules.image_ensembles import ImageNetworks, network
-from lightning_modules.population_io import load_population, population_datamodule, read_population_file
+from lightning_modules.population_io import IMAGE_KINDS, load_population, population_datamodule, read_population_file
 
 
 @dataclass
@@ -57,7 +60,7 @@ def is_image_source(source: str | Path) -> bool:
     if path.is_dir():
         return True
     try:
-        return read_population_file(path, mmap=True)["class"] == "ImagePopulation"
+        return read_population_file(path, mmap=True)["class"] in IMAGE_KINDS
     except InputError:  # not a population file: the tabular loader names the problem
         return False
 
@@ -75,7 +78,7 @@ def image_source_name(source: str | Path) -> str:
     from pytorch_lightning.cli import instantiate_class
 
     if not Path(source).is_dir():
-        return read_population_file(source, mmap=True, kind="ImagePopulation")["metadata"]["dataset"]["dataset"]
+        return read_population_file(source, mmap=True, kind=IMAGE_KINDS)["metadata"]["dataset"]["dataset"]
     folder = source
     data_cfg = yaml.safe_load((member_runs(folder)[0] / "config.yaml").read_text())["data"]
     return instantiate_class((), data_cfg).name
@@ -87,7 +90,7 @@ def load_image_members(source: str | Path, device: torch.device, data_dir: str |
     name}, "max_epochs": E}}`` (a population file's own), and the datamodule (``data_dir``:
     where its data lies now). A folder's runs must share one architecture and dataset."""
     if not Path(source).is_dir():
-        population, payload = load_population(source, kind="ImagePopulation")
+        population, payload = load_population(source, kind=IMAGE_KINDS)
         data = population_datamodule(payload, data_dir)
         members = [population.member(i).to(device).eval() for i in range(population.size)]
         return ImageMembers(members, data, [Path(source)] * population.size), payload, data
@@ -96,11 +99,13 @@ def load_image_members(source: str | Path, device: torch.device, data_dir: str |
     loaded = [load_run(run, data_location=data_dir, kinds=("image",), where=f"option population={str(folder)!r}: {run}")
               for run in runs]  # fmt: skip
     configs = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
-    arch = [(c["model"]["init_args"].get("arch"), c["data"]["class_path"]) for c in configs]
+    arch = [(json.dumps(c["model"]["init_args"].get("arch") or c["model"]["init_args"].get("net"), sort_keys=True),
+             c["data"]["class_path"]) for c in configs]  # fmt: skip
     if len(set(arch)) > 1:
         raise InputError(f"option population={str(folder)!r}: runs of different architectures or data "
                          f"{sorted(set(arch))}; expected one architecture on one dataset")  # fmt: skip
-    order = sorted(range(len(runs)), key=lambda i: (loaded[i][0].hparams.seed, str(runs[i])))
+    seeds = [loaded[i][0].hparams.get("seed", configs[i].get("seed_everything")) for i in range(len(runs))]
+    order = sorted(range(len(runs)), key=lambda i: (seeds[i], str(runs[i])))
     members = [loaded[i][0].to(device).eval() for i in order]
     data = loaded[0][1]
     metadata = {"dataset": {"dataset": data.name}, "max_epochs": configs[0]["trainer"]["max_epochs"]}

@@ -21,12 +21,15 @@ from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import predicted_class
+from evaluators.inputs.config import read_yaml
 from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
+from evaluators.inputs.user_models import PROBE_ROWS, check_model_output, load_model_file
 
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
              data_location: str | None = None, kinds: tuple[str, ...] = SINGLE_MODELS, kind: str | None = None,
-             where: str | None = None):  # fmt: skip
+             where: str | None = None, model_class: str | None = None, model_args: dict | None = None,
+             data_config: str | None = None):  # fmt: skip
     """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
     CPU), the datamodule of its ``config.yaml`` and the checkpoint's path, once the run is
     checked to hold one of ``kinds`` of model (``evaluators.inputs.sources``; ``kind``: a config's
@@ -35,7 +38,16 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
     ``eval_batch_size``); ``data_location``: where the run's data lies now, given to the
     datamodule as its :func:`~datamodules.data_location_option` (``data_dir``, or ``root`` for an
     image folder or archive) in place of the path the run was trained with. ``where``: how
-    errors name the run (default: its folder)."""
+    errors name the run (default: its folder).
+
+    ``run_dir`` may instead be a model file (``evaluators.inputs.user_models``: a checkpoint,
+    TorchScript, ``torch.export`` or, with ``model_class`` and ``model_args``, a state dict),
+    its data the ``data:`` section of the YAML file ``data_config`` (a train.py config or a
+    run's config.yaml; by default the config.yaml of the run folder the file lies in); its
+    kind is its data's, and its output on a probe batch must be class logits (N, K)."""
+    if Path(run_dir).is_file():
+        return load_model_source(Path(run_dir), data_options, data_location, kinds, kind, where, model_class,
+                                 model_args, data_config)  # fmt: skip
     config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
     if not config_path.is_file():
         raise not_found(config_path, RUN_FOLDER, "file") if run_dir.is_dir() else not_found(run_dir, RUN_FOLDER)
@@ -43,15 +55,50 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
     check_kind(where or str(run_dir), run_kind(config), kinds, kind)
     if not ckpt_path.is_file():
         raise not_found(ckpt_path, "a checkpoint written by train.py")
-    data_cfg = config["data"]
-    check_data_options(data_cfg["class_path"], data_options or {})
-    data_cfg["init_args"].update(data_options or {})
-    if data_location is not None:
-        data_cfg["init_args"][data_location_option(data_cfg["class_path"])] = data_location
-    data = instantiate_class((), data_cfg)
+    data = run_datamodule(config["data"], data_options, data_location)
     check_checkpoint(ckpt_path)
     model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True, map_location="cpu")
     return model.eval(), data, ckpt_path
+
+
+def run_datamodule(data_cfg: dict, data_options: dict | None, data_location: str | None):
+    """The datamodule of a config's ``data`` section, with ``data_options`` and ``data_location``."""
+    check_data_options(data_cfg["class_path"], data_options or {})
+    data_cfg["init_args"] = {**(data_cfg.get("init_args") or {}), **(data_options or {})}
+    if data_location is not None:
+        data_cfg["init_args"][data_location_option(data_cfg["class_path"])] = data_location
+    return instantiate_class((), data_cfg)
+
+
+def load_model_source(path: Path, data_options: dict | None, data_location: str | None, kinds: tuple[str, ...],
+                      kind: str | None, where: str | None, model_class: str | None, model_args: dict | None,
+                      data_config: str | None):  # fmt: skip
+    """``load_run`` for a model file (see there)."""
+    where = where or str(path)
+    model = load_model_file(path, model_class, model_args)
+    beside = path.parent.parent / "config.yaml"
+    if data_config is None and path.parent.name == "checkpoints" and beside.is_file():
+        data_config = str(beside)
+    if data_config is None:
+        raise InputError(f"{where}: a model file names no data; expected option data_config (a YAML file with a "
+                         "data: section, e.g. a train.py config or a run's config.yaml)")  # fmt: skip
+    values = read_yaml(Path(data_config), "option data_config")
+    data_cfg = values.get("data") if isinstance(values, dict) else None
+    if not isinstance(data_cfg, dict) or "class_path" not in data_cfg:
+        raise InputError(f"option data_config={data_config!r}: no data: section with a class_path; expected a "
+                         "train.py config or a run's config.yaml")  # fmt: skip
+    data = run_datamodule(data_cfg, data_options, data_location)
+    check_kind(where, "tabular" if not hasattr(data, "normalization") else "image", kinds, kind)
+    check_model_output(model, probe_inputs(data, PROBE_ROWS), getattr(data, "num_classes", None), where)
+    return model, data, path
+
+
+def probe_inputs(data, n: int) -> torch.Tensor:
+    """The first ``n`` test rows of a tabular datamodule, or ``n`` test images spread through the split."""
+    data.setup("test")
+    if not hasattr(data, "normalization"):
+        return data.test_tensors[0][:n]
+    return data.probe(n, "test")[0]
 
 
 def check_data_options(class_path: str, options: dict) -> None:

@@ -2,7 +2,8 @@
 ``train.py`` run or a population holds, whether its checkpoint can be read, and, for a run
 or population that is missing, the command that makes it.
 
-Kinds: ``tabular`` and ``image`` (one model: ``MLPClassifier``, ``ImageClassifier``),
+Kinds: ``tabular`` and ``image`` (one model: ``MLPClassifier``, ``ImageClassifier``; a
+``Classifier`` around a user's network, or a user's model file: the kind of its data),
 ``tabular population`` (``PopulationMLP``) and ``image population`` (``ImagePopulation``, or
 a folder of image runs). A config's ``kind`` option (``tabular``, ``image`` or null for
 either) names the data its models must be of: an image config given a tabular model stops
@@ -11,6 +12,7 @@ at once instead of treating features as pixels.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import warnings
@@ -25,7 +27,7 @@ SINGLE_MODELS = ("tabular", "image")
 POPULATIONS = ("tabular population", "image population")
 CONFIG_KINDS = (None, "tabular", "image")
 RUN_KINDS = {"MLPClassifier": "tabular", "ImageClassifier": "image", "PopulationMLP": "tabular population",
-             "ImagePopulation": "image population"}  # fmt: skip
+             "ImagePopulation": "image population", "Classifier": None}  # None: its data's kind  # fmt: skip
 POPULATION_FILE = "a population file written by train.py"
 RUN_FOLDER = "a run folder written by train.py"
 MEMBER_FOLDER = "a folder of image runs written by train.py"
@@ -74,7 +76,15 @@ def not_found(path: str | Path, expected: str, noun: str | None = None) -> Input
 def run_kind(config: dict) -> str:
     """The kind of model a run's ``config.yaml`` (read as a dict) trains; another model class by its name."""
     name = str((config.get("model") or {}).get("class_path", "")).rsplit(".", 1)[-1]
+    if name in RUN_KINDS and RUN_KINDS[name] is None:
+        return data_kind(str((config.get("data") or {}).get("class_path", "")))
     return RUN_KINDS.get(name, name or "unknown model")
+
+
+def data_kind(class_path: str) -> str:
+    """``image`` for an image datamodule class (one with ``normalization``), else ``tabular``."""
+    module, _, name = class_path.rpartition(".")
+    return "image" if hasattr(getattr(importlib.import_module(module), name), "normalization") else "tabular"
 
 
 def _article(kind: str) -> str:

@@ -102,7 +102,11 @@ def hookable(model: nn.Module, x: torch.Tensor, who: str) -> nn.Module:
     on ``x[:1]``; else a deep copy of it in which every functional relu is an ``nn.ReLU`` module
     (:func:`_relu_modules`) and every module without children called k > 1 times is k copies,
     call j going to copy j mod k. ``InputError`` naming ``who`` (the explainer or option) where functional relus
-    remain (the model does not trace, or they are inside a module torch.fx keeps whole)."""
+    remain (the model does not trace, or they are inside a module torch.fx keeps whole) or the
+    model is TorchScript (which runs no module hooks)."""
+    if any(isinstance(m, torch.jit.ScriptModule) for m in model.modules()):
+        raise InputError(f"{who} acts through module hooks, which a TorchScript model does not run; expected the "
+                         "model as a torch.export file, or its class and state dict")  # fmt: skip
     calls, functional = _calls(model, x)
     if not functional and all(n == 1 for n in calls.values()):
         return model

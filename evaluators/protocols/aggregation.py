@@ -89,8 +89,11 @@ def _image_explainers() -> dict:
 class AggregationConfig:
     """Options of the aggregation evaluator (configs/aggregation/<name>.yaml)."""
 
-    run: str  # a train.py run folder
+    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
     checkpoint: str = "last.ckpt"
+    model_class: str | None = None  # a state dict's network (class path)
+    model_args: dict = field(default_factory=dict)  # its init arguments
+    data_config: str | None = None  # a YAML file whose data: section is a model file's data
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
     kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
@@ -260,7 +263,8 @@ def findings(scores: dict[str, dict], rows: dict) -> dict:
 def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
-                              where=f"option run={cfg.run!r}")
+                              where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
+                              data_config=cfg.data_config)
     model = model.to(device).eval()
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
                          {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip

@@ -268,6 +268,9 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         targets = default_targets(population, x_test[: max(points.values(), default=0)], rows=TARGET_ROWS)
 
     def curves(pairs):
+        if epochs is None:  # e.g. a population assembled from a data config without trainer.max_epochs
+            raise InputError("option curve_epochs: the population names no max_epochs to train its curves for; "
+                             "expected curve_epochs (an integer)")  # fmt: skip
         if images:
             return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
         return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)

@@ -37,11 +37,11 @@ N_IMAGES, N_BASELINES = 8, 16  # the defaults: test images in the grid, Gradient
 
 def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = N_IMAGES,
                      n_baselines: int = N_BASELINES, checkpoint: str = "last.ckpt", log_to: str = "wandb_offline",
-                     seed: int = 0,
-                     data_location: str | None = None) -> dict:  # fmt: skip
+                     seed: int = 0, data_location: str | None = None, **model_options) -> dict:  # fmt: skip
     """Explain ``n_images`` test images with every method; write the grid and its JSON
     into ``out_dir`` (made here; it must not exist yet). ``data_location``: where the run's
-    images lie now, if they moved (its folder or archive, as ``evaluate.py run --data_dir``)."""
+    images lie now, if they moved (its folder or archive, as ``evaluate.py run --data_dir``);
+    ``model_options``: of a model file given as ``run_dir`` (``load_run``)."""
     names = sorted(n for n, spec in EXPLAINERS.items() if spec.takes != "rows")
     unknown = [m for m in methods if m not in names]
     if unknown:
@@ -49,7 +49,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     if n_images < 1:
         raise InputError(f"option --n_images={n_images}; expected a positive integer")
     check_log_to(log_to, "--log_to")
-    model, data, _ = load_run(run_dir, checkpoint, data_location=data_location)
+    model, data, _ = load_run(run_dir, checkpoint, data_location=data_location, **model_options)
     if not hasattr(data, "normalization"):
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
     data.setup("test")

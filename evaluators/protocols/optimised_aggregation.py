@@ -99,8 +99,11 @@ def _decker_explainers() -> dict:
 class OptimisedAggregationConfig:
     """Options of the optimised-aggregation evaluator (configs/optimised/<name>.yaml)."""
 
-    run: str
+    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
     checkpoint: str = "last.ckpt"
+    model_class: str | None = None  # a state dict's network (class path)
+    model_args: dict = field(default_factory=dict)  # its init arguments
+    data_config: str | None = None  # a YAML file whose data: section is a model file's data
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
     kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
@@ -180,7 +183,8 @@ def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[
 def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     device = resolve_device(cfg.device)
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
-                              where=f"option run={cfg.run!r}")
+                              where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
+                              data_config=cfg.data_config)
     model = model.to(device).eval()
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:

@@ -191,7 +191,9 @@ def fresh_models(clean: pl.LightningModule, seeds: list[int]) -> list[pl.Lightni
     hyperparameters, no pretrained weights."""
     hp = dict(clean.hparams)
     if "seed" not in hp:
-        raise InputError(f"ROAR retrains models with a seed option; {type(clean).__name__} has none")
+        raise InputError(f"ROAR retrains models from a seed option; {type(clean).__name__} has none (a model "
+                         "file cannot be retrained: give the train.py run of a Classifier, ImageClassifier or "
+                         "MLPClassifier)")  # fmt: skip
     return [type(clean)(**{**hp, "seed": s, **({"weights_path": None} if "weights_path" in hp else {})})
             for s in seeds]  # fmt: skip
 

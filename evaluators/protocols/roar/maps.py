@@ -42,7 +42,7 @@ CACHE_FORMAT = 1  # bump when the cached file's layout or the maps' computation 
 def _tensor_digest(t: torch.Tensor) -> str:
     t = t.detach().cpu().contiguous()
     digest = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-dim: one value
     return digest.hexdigest()
 
 

@@ -26,7 +26,7 @@ import yaml
 
 from datamodules.files import atomic_write
 from evaluators.inputs.config import resolve_device
-from evaluators.protocols.roar.grid import RoarGrid, run_grid
+from evaluators.protocols.roar.grid import RoarGrid, fresh_models, run_grid, stacked_retraining
 from evaluators.protocols.roar.report import collect
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
@@ -45,8 +45,11 @@ class RoarConfig(RoarGrid):
     shared folder lets grids of the same model reuse maps), and the grid's options
     (``RoarGrid``)."""
 
-    run: str
+    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
     checkpoint: str = "last.ckpt"
+    model_class: str | None = None  # a state dict's network (class path)
+    model_args: dict = dataclasses.field(default_factory=dict)  # its init arguments
+    data_config: str | None = None  # a YAML file whose data: section is a model file's data
     data_dir: str | None = None
     data: dict = dataclasses.field(default_factory=dict)
     device: str = "auto"
@@ -68,8 +71,9 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
     """``<output_dir>/<dataset>-<12 hex digits>``, named by the options that change the grid's
     numbers, holding its ``config.yaml`` (made now if new)."""
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in UNNAMED_OPTIONS}
-    if not options["data"]:  # no datamodule override: the name grids had before the option existed
-        del options["data"]
+    for key in ("data", "model_class", "model_args", "data_config"):
+        if not options[key]:  # left at its default: the name grids had before the option existed
+            del options[key]
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
     run_dir = Path(cfg.output_dir) / f"{cfg.report_name()}-{digest}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -83,9 +87,13 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
 def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None = None) -> dict | None:
     """Run the cells of ``shard`` not yet done; the report once every cell is (None before)."""
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options=cfg.data, data_location=cfg.data_dir,
-                              kind=cfg.kind, where=f"option run={cfg.run!r}")
+                              kind=cfg.kind, where=f"option run={cfg.run!r}", model_class=cfg.model_class,
+                              model_args=cfg.model_args, data_config=cfg.data_config)
     model = model.to(resolve_device(cfg.device))
-    epochs = yaml.safe_load((Path(cfg.run) / "config.yaml").read_text()).get("trainer", {}).get("max_epochs")
+    if not stacked_retraining(model):
+        fresh_models(model, [])  # a model that cannot be retrained from a seed is named before any map is made
+    config = Path(cfg.run) / "config.yaml"  # a run folder's (a model file has none)
+    epochs = yaml.safe_load(config.read_text()).get("trainer", {}).get("max_epochs") if config.is_file() else None
     cache = Path(cfg.cache_dir) if cfg.cache_dir else None
     missing = run_grid(model, data, cfg, run_dir, cache, shard, default_epochs=epochs)
     if missing:

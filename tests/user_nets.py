@@ -1,0 +1,49 @@
+"""A user's own networks, as tests give them to train.py and the evaluators by class path."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+from torch import nn
+
+
+class TableNet(nn.Sequential):
+    """A plain ``nn.Sequential`` MLP on table rows."""
+
+    def __init__(self, in_features: int = 1, hidden: int = 8, num_classes: int = 2) -> None:
+        super().__init__(nn.Linear(in_features, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+
+class TinyCNN(nn.Module):
+    """A small torchvision-style CNN: conv, BatchNorm, ReLU, global average pool, linear."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3, width: int = 4) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())  # fmt: skip
+        self.fc = nn.Linear(width, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x))
+
+
+class Flat(nn.Module):
+    """A network whose output is not (N, K): one score per input."""
+
+    def __init__(self, in_features: int = 1) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, 1)
+
+    def forward(self, x):
+        return self.linear(x)[:, 0]
+
+
+class UserLightning(pl.LightningModule):
+    """A user's own LightningModule around a ``TinyCNN`` (no test loop of its own)."""
+
+    def __init__(self, num_classes: int = 10, width: int = 4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = TinyCNN(num_classes, width=width)
+
+    def forward(self, x):
+        return self.model(x)
