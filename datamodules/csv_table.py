@@ -170,8 +170,12 @@ class CSVDataModule(TabularDataModule):
 
     @classmethod
     def dataset_name(cls, options: dict) -> str:
-        """The run folder's dataset part: the file's name without its suffixes."""
-        return Path(options["path"]).name.split(".")[0]
+        """The run folder's dataset part: the file's stem (``scores`` for ``scores.csv`` or
+        ``scores.csv.gz``)."""
+        name = Path(options["path"]).name
+        for compressed in (".gz", ".bz2", ".zip", ".xz"):
+            name = name.removesuffix(compressed)
+        return Path(name).stem
 
     # --- reading -----------------------------------------------------------
     def _frames(self) -> tuple[pd.DataFrame, np.ndarray]:

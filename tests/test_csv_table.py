@@ -268,3 +268,15 @@ def test_bad_input_one_line_exit_2_nothing_left(tmp_path, capsys, change, args, 
     lines = err.strip().splitlines()
     assert status == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
     assert not (tmp_path / "runs").exists()
+
+
+def test_population_datamodule_reads_a_moved_table(table, tmp_path):
+    from lightning_modules.population_io import population_datamodule
+
+    frame, path = table
+    moved = write(frame, tmp_path / "moved.csv.gz")
+    payload = {"metadata": {"datamodule": {"class_path": "datamodules.CSVDataModule",
+                                           "init_args": {"path": path, "target": "label"}}}}  # fmt: skip
+    dm = population_datamodule(payload, moved)
+    assert dm.path == Path(moved) and dm.name == CSVDataModule.dataset_name({"path": moved}) == "moved"
+    assert torch.equal(dm.test_tensors[0], CSVDataModule(path=path, target="label").test_tensors[0])
