@@ -236,8 +236,8 @@ class CSVDataModule(TabularDataModule):
 
     def load_raw(self) -> tuple[pd.DataFrame, np.ndarray, str]:
         """The feature columns (numeric ones as float64, NaN where missing, rows dropped by the
-        ``drop`` policy taken out), the labels 0..K-1 and the source; a split column, where
-        given, is kept as the frame's last column."""
+        ``drop`` policy taken out), the labels 0..K-1 and the source; which rows a split column
+        or ``test_path`` makes test rows is kept for :meth:`_split`."""
         frame, is_test = self._frames()
         kinds = self._feature_kinds(frame)
         source = str(self.path) if self.test_path is None else f"{self.path} + {self.test_path}"
