@@ -23,10 +23,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install fashion-mnist demo test test-all test-oldest bench lint env-key clean-env
+.PHONY: install editable fashion-mnist demo test test-all test-oldest bench lint env-key clean-env
 .PHONY: population table1 figure9 sigma check-dataset
 
-install: $(VENV)/.complete fashion-mnist
+install: $(VENV)/.complete editable fashion-mnist
 
 $(ENV_DIR)/.complete:
 	@echo ">> building environment $(ENV_DIR)"
@@ -45,6 +45,17 @@ $(VENV)/.complete: $(ENV_DIR)/.complete
 	@if [ -e "$(VENV)" ] && [ ! -L "$(VENV)" ]; then \
 	  echo "error: $(VENV) exists and is not a link made by this Makefile; move it away" >&2; exit 1; fi
 	ln -sfn "$(ENV_DIR)" "$(VENV)"
+
+# This checkout installed into the environment as editable, so a script or notebook anywhere
+# imports datamodules, evaluators, lightning_modules and callbacks from it (setup.cfg's packages;
+# pyproject.toml names the build backend). Checkouts with the same pins share one environment:
+# it imports from the checkout that ran `make install` last (train.py, evaluate.py and the tests
+# always import from their own checkout). Skipped where it already points here.
+editable: $(VENV)/.complete
+	@if [ "$$(cd / && $(abspath $(PY)) -c 'import datamodules, os; print(os.path.realpath(datamodules.__file__))' \
+	  2>/dev/null)" != "$(shell pwd -P)/datamodules/__init__.py" ]; then \
+	  echo ">> installing $(shell pwd -P) into $(VENV) (editable)"; \
+	  $(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || exit 1; fi
 
 # Fashion-MNIST's IDX files come from the Debian package dataset-fashion-mnist. Installed
 # only where missing; without apt (or root) this prints what to do and goes on.

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import datetime
 import importlib
+import inspect
 import io
 import logging
 import re
@@ -204,6 +205,7 @@ class TrainCLI(LightningCLI):
                 del self.config_dump
             self._set_seed()
             super().instantiate_classes()
+        drop_unaccepted_links(self.model)
 
 
 NET_OPTIONS = {"in_features": "num_features", "num_classes": "num_classes", "in_channels": "in_channels",
@@ -219,6 +221,17 @@ def net_options_from_data(net: Namespace | None, data) -> dict:
     values = {option: getattr(data, prop) for option, prop in NET_OPTIONS.items()
               if option in net.init_args and hasattr(type(data), prop)}  # fmt: skip
     return {option: value for option, value in values.items() if net.init_args[option] != value}
+
+
+def drop_unaccepted_links(model: pl.LightningModule) -> None:
+    """Lightning records every instantiation link's value among the model's hyperparameters, also
+    one its class has no option for (a datamodule's ``num_classes`` for a model without that
+    option), which would make its checkpoint unloadable; such values are taken out."""
+    parameters = inspect.signature(type(model).__init__).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return
+    for key in [k for k in model.hparams if not k.startswith("_") and k not in parameters]:
+        del model.hparams[key]
 
 
 def resume_args(args: list[str]) -> list[str]:
@@ -409,12 +422,23 @@ def main(args: list[str] | None = None) -> dict | None:
     except argparse.ArgumentError as err:
         raise InputError(short_parse_error(str(err))) from None
     try:
+        record_fitted_transform(cli)
         if isinstance(cli.model, Population):
             return fit_population_run(cli) if cli.model.CHUNKED else fit_whole_population_run(cli)
         return fit_single(cli)
     except BaseException:
         remove_untrained_run(cli.new_folders)
         raise
+
+
+def record_fitted_transform(cli: TrainCLI) -> None:
+    """A datamodule that fits its preprocessing to the training rows (``fitted_transform``, e.g.
+    ``CSVDataModule``) gets it as its ``fitted`` option in the run's config (``config.yaml``, a
+    population file's metadata), so whatever rebuilds the datamodule from there applies the same
+    transform."""
+    fitted = getattr(cli.datamodule, "fitted_transform", None)
+    if fitted is not None:
+        cli.config.data.init_args.fitted = fitted
 
 
 def remove_untrained_run(new_folders: list[Path]) -> None:

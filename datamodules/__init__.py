@@ -1,8 +1,9 @@
-"""DataModules: the five financial datasets of Ley et al., two moons, and image sets
+"""DataModules: the five financial datasets of Ley et al., two moons, any CSV or Parquet table, and image sets
 (ImageNet-layout folders or archives, MNIST-5k, Fashion-MNIST)."""
 
 import importlib
 
+from datamodules.csv_table import CSVDataModule
 from datamodules.errors import InputError
 from datamodules.image_base import ImageDataModule
 from datamodules.image_cache import unpack_archive
@@ -27,6 +28,7 @@ def data_location_option(class_path: str) -> str:
 
 
 __all__ = [
+    "CSVDataModule",
     "DATASETS",
     "DatasetSpec",
     "FashionMNISTDataModule",

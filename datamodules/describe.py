@@ -4,6 +4,7 @@ classes, images per split and image size of the image sets.
     python -m datamodules.describe                       # embedded German Credit and Adult, built-in image sets
     python -m datamodules.describe --data-dir ../shared/data   # all five, and the archives in images/
     python -m datamodules.describe mnist5k path/to/folder-or-archive.tar.gz
+    python -m datamodules.describe my.csv --target y   # a CSV or Parquet table, as CSVDataModule takes it
 
 Image sets are described from their file lists and one image header (archives: their
 member list), without unpacking or decoding them.
@@ -21,6 +22,7 @@ from datamodules.errors import InputError, OneLineParser, run_entry_point
 from datamodules.image_cache import describe_archive, is_archive
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
 from datamodules.specs import DATASETS
+from datamodules.table_columns import describe_table, is_table_file
 from datamodules.tabular import FinancialDataModule
 
 BUILT_IN_IMAGE_SETS = {"mnist5k": MNIST5kDataModule, "fashion_mnist": FashionMNISTDataModule}
@@ -50,23 +52,54 @@ def available_image_sets(data_dir: str | None) -> list[str]:
     return names
 
 
+def is_table(name: str) -> bool:
+    """A name with a table file's suffix (``.csv``, ``.parquet``, ...; not an image archive)."""
+    path = Path(name).expanduser()
+    return is_table_file(path) and not (path.is_file() and is_archive(path)) and not name.endswith(".tar.gz")
+
+
+def print_table(console: Console, name: str, target: str | None) -> None:
+    """Rows, columns (type, kind, missing and distinct values, use) and classes of a table file."""
+    if target is None:
+        raise InputError(f"{name}: option --target is missing; expected the name of the table's class column")
+    info = describe_table(name, target)
+    table = Table(title=f"{info['file']}: {info['rows']:,} rows; {info['features_encoded']} features after one-hot "
+                        "encoding (kinds inferred as CSVDataModule infers them)")  # fmt: skip
+    for col in ["column", "type", "missing", "distinct", "use"]:
+        table.add_column(col, justify="left" if col in ("column", "type", "use") else "right")
+    for c in info["columns"]:
+        table.add_row(c["column"], c["dtype"], f"{c['missing']:,}", f"{c['distinct']:,}", c["use"])
+    console.print(table)
+    classes = Table(title=f"classes of {target!r}")
+    classes.add_column("class")
+    classes.add_column("rows", justify="right")
+    for label, count in info["classes"].items():
+        classes.add_row(label, f"{count:,}")
+    console.print(classes)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = OneLineParser(prog="python -m datamodules.describe", description=__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument(
         "datasets", nargs="*",
-        help=f"any of {sorted(DATASETS)}, {sorted(BUILT_IN_IMAGE_SETS)}, or an image folder or .tar.gz archive "
-        "(default: all available)",
+        help=f"any of {sorted(DATASETS)}, {sorted(BUILT_IN_IMAGE_SETS)}, an image folder or .tar.gz archive, "
+        "or a CSV or Parquet table (with --target) (default: all available)",
     )  # fmt: skip
     parser.add_argument("--data-dir", default=None, help="folder holding <dataset>/<raw file>; default: embedded")
+    parser.add_argument("--target", default=None, help="a table's class column")
     args = parser.parse_args(argv)
+    tables = [n for n in args.datasets if is_table(n)]
     if args.datasets:
-        image_names = [n for n in args.datasets if n in BUILT_IN_IMAGE_SETS or Path(n).expanduser().exists()]
-        names = [n for n in args.datasets if n not in image_names]
+        image_names = [n for n in args.datasets if n not in tables
+                       and (n in BUILT_IN_IMAGE_SETS or Path(n).expanduser().exists())]  # fmt: skip
+        names = [n for n in args.datasets if n not in image_names and n not in tables]
     else:
         names = [n for n, s in DATASETS.items() if args.data_dir or s.embedded]
         image_names = available_image_sets(args.data_dir)
     console = Console(width=120)
+    for name in tables:
+        print_table(console, name, args.target)
     if names:
         table = Table(title="Datasets after preprocessing (Ley et al., Appendix A.1)")
         for col in ["dataset", "rows", "paper rows", "features", "paper features", "positive rate", "train", "test"]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from datamodules import data_location_option
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.specs import DATASETS
@@ -95,10 +96,11 @@ def load_member(path: str | Path, index: int) -> nn.Module:
 
 
 def population_datamodule(payload: dict, data_dir: str | None = None):
-    """The datamodule a saved population was trained on (optionally reading another folder)."""
+    """The datamodule a saved population was trained on; ``data_dir``: where its data lies now,
+    given as the datamodule's :func:`~datamodules.data_location_option` (a table's ``path``)."""
     from pytorch_lightning.cli import instantiate_class
 
     data_cfg = payload["metadata"]["datamodule"]
     if data_dir is not None:
-        data_cfg["init_args"]["data_dir"] = data_dir
+        data_cfg["init_args"][data_location_option(data_cfg["class_path"])] = data_dir
     return instantiate_class((), data_cfg)
