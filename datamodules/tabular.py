@@ -59,7 +59,6 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     """
 
     name = "tabular"
-    num_classes = 2  # labels in {0, 1}; linked to a model's num_classes by train.py
     location_option: str | None = None  # the init option naming where the data lies (None: no path)
     num_classes = 2  # classes of the labels (0 .. num_classes - 1), linked to the model's by train.py
 
