@@ -87,6 +87,7 @@ def test_a_population_of_identical_members_agrees_fully(resnets, tmp_path):
     assert by[("single", "angular")] == pytest.approx(0.0, abs=1e-3)
 
 
+@pytest.mark.slow  # 8-40 s on this CPU, with the others beside it
 def test_aggregation_and_optimised_on_one_run(resnets, tmp_path):
     run = str(resnets / "pics" / "seed0")
     config = generic("aggregation", tmp_path, run=run, n_inputs=4, steps=4, n_grid=2,
@@ -100,6 +101,7 @@ def test_aggregation_and_optimised_on_one_run(resnets, tmp_path):
     assert summary["n_inputs"] == 3
 
 
+@pytest.mark.slow  # 8-40 s on this CPU, with the others beside it
 def test_a_roar_grid_retrains_the_resnet(resnets, tmp_path):
     run = resnets / "pics" / "seed0"
     config = generic("roar", tmp_path, run=str(run), retrainings=1)
