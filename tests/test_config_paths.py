@@ -72,7 +72,9 @@ def run_folder(args: list[str]) -> str | None:
             data = {"class_path": section["class_path"], "init_args": {}}
         data.setdefault("init_args", {}).update(section.get("init_args") or {})
     for flag, value in zip(args, args[1:]):
-        if flag.startswith("--data."):
+        if flag == "--data":  # a datamodule class by name (as train.py's --data takes it): its options start afresh
+            data = {"class_path": value if "." in value else f"datamodules.{value}", "init_args": {}}
+        elif flag.startswith("--data."):
             data["init_args"][flag.removeprefix("--data.").removeprefix("init_args.")] = yaml.safe_load(value)
         elif flag in ("--output_dir", "--run_name"):
             top[flag[2:]] = value
