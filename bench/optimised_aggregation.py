@@ -17,8 +17,9 @@ aggregators do (channel sum, |·|, min-max, Gaussian σ = 1), for:
            torchvision ResNet-18 (``random_model``: ``create_image_model``'s initialisation
            plus random batch-norm offsets, see there), at settings reduced to keep the bench
            to minutes on a CPU: ``M_ROBUST_224`` samples for Γ_robust (Γ_faith keeps
-           ``M_AGG``), ``STEPS_224`` IG steps and noise samples, and no DeepLift (Captum's
-           DeepLift refuses torchvision's ResNets, which reuse one ReLU module within a block).
+           ``M_AGG``), ``STEPS_224`` IG steps and noise samples, and no DeepLift (left out when
+           Captum's DeepLift refused torchvision's reused ReLU modules; the registry now explains
+           a copy with one module per use, evaluators/maps/hooks.py, and the settings stay as measured).
 
 (a) the reference code's way (``thomdeck/aggopt``), written here with the framework's
     public pieces: one input at a time; Γ_robust from each of the m noisy copies x + ε_s
