@@ -15,7 +15,7 @@ from datamodules import InputError
 from evaluators.inputs.config import load_config
 from evaluators.protocols.aggregation import AggregationConfig
 from evaluators.protocols.roar.protocol import RoarConfig
-from tests.helpers import assert_one_line_error
+from tests.helpers import assert_one_line_error, run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,4 +49,14 @@ def test_dotted_set_on_the_command_line(tmp_path):
                              "--set", "trainer.max_epoch=1", "--output_dir", str(tmp_path / "out")], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert_one_line_error(result, "option trainer.max_epoch: not a pl.Trainer option; expected one of ['max_epochs'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_option_left_unset_names_how_to_set_it(tmp_path):
+    """A generic config leaves ``run`` to the command line: leaving it out says which option
+    to pass, not only the type it expected."""
+    result = run_in_process("evaluate.py", "aggregation", "--config", "configs/aggregation/table.yaml",
+                            "--output_dir", str(tmp_path / "out"))  # fmt: skip
+    assert_one_line_error(result, "option run=None (not set: pass it as --set run=... or, where the command has "
+                                  "it, --run); expected str")  # fmt: skip
     assert not (tmp_path / "out").exists()

@@ -140,7 +140,9 @@ def load_config(path: Path, cls, overrides: dict):
             set_nested(values, key, value, fields, path)
     for key, value in values.items():
         if not conforms(value, hints[key]):
-            raise InputError(f"{path}: option {key}={value!r}; expected {describe_type(hints[key])}")
+            unset = " (not set: pass it as --set {0}=... or, where the command has it, --{0})".format(key) \
+                if value is None else ""  # fmt: skip
+            raise InputError(f"{path}: option {key}={value!r}{unset}; expected {describe_type(hints[key])}")
     return cls(**values)
 
 
