@@ -171,18 +171,25 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         return x.mean(0)
 
     def describe(self) -> dict:
-        """Rows, features and class balance of the preprocessed data."""
+        """Rows, features and class balance of the preprocessed data (the positive rate for two
+        classes, each class's rows for more)."""
         a = self._arrays
         y = torch.cat([a["y_train"], a["y_test"]])
+        if self.num_classes > 2:
+            balance = {"classes": torch.bincount(y, minlength=self.num_classes).tolist()}
+            majority = torch.bincount(a["y_test"], minlength=self.num_classes).max().item() / len(a["y_test"])
+        else:
+            balance = {"positive_rate": round(float(y.float().mean()), 4)}
+            majority = float(max(a["y_test"].float().mean(), 1 - a["y_test"].float().mean()))
         return {
             "dataset": self.name,
             "source": a["source"],
             "rows": int(len(y)),
             "features": self.num_features,
-            "positive_rate": round(float(y.float().mean()), 4),
+            **balance,
             "train_rows": int(len(a["y_train"])),
             "test_rows": int(len(a["y_test"])),
-            "majority_rate_test": round(float(max(a["y_test"].float().mean(), 1 - a["y_test"].float().mean())), 4),
+            "majority_rate_test": round(majority, 4),
         }
 
     # --- LightningDataModule -----------------------------------------------

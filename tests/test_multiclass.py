@@ -304,3 +304,14 @@ def test_consistency_protocol_on_a_three_class_population(population_run, tmp_pa
         maps.append(torch.autograd.grad(logits.gather(1, target.view(-1, 1)).sum(), xi)[0].numpy())
     naive = sum(naive_sign_agreement(maps[0][i], maps[1][i], 2) for i in range(12)) / 12
     assert by[("single", "saliency", "sa")]["mean"] == pytest.approx(naive, abs=1e-6)
+
+
+def test_describe_gives_each_class_its_rows():
+    """A K-class table's description counts each class (no positive rate, which two classes
+    only have) and the test split's majority rate, as counted here by hand."""
+    dm = blobs()
+    info, a = dm.describe(), dm._arrays
+    y = torch.cat([a["y_train"], a["y_test"]]).tolist()
+    assert "positive_rate" not in info and info["classes"] == [y.count(k) for k in range(K)]
+    test = a["y_test"].tolist()
+    assert info["majority_rate_test"] == round(max(test.count(k) for k in range(K)) / len(test), 4)
