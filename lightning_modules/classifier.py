@@ -26,10 +26,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import instantiate_class
 from torch import nn
-from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from lightning_modules.image_classifier import at_least_float32
+from lightning_modules.image_classifier import CrossEntropySteps
 
 Optimizer = Literal["adam", "adamw", "sgd"]
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -58,7 +57,7 @@ def build_seeded(config: dict, seed: int | None) -> nn.Module:
         return instantiate_class((), copy.deepcopy(config))
 
 
-class Classifier(pl.LightningModule):
+class Classifier(CrossEntropySteps, pl.LightningModule):
     """A user's network ``net`` trained as a classifier (see the module's docstring).
 
     Args:
@@ -118,23 +117,7 @@ class Classifier(pl.LightningModule):
         x, y = batch
         logits = self(x)
         check_logits(logits, len(y), self.hparams.num_classes, f"option model.net ({type(self.net).__name__})")
-        logits = at_least_float32(logits)
-        smoothing = self.hparams.label_smoothing if stage == "train" else 0.0
-        loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
-        acc = (logits.argmax(dim=-1) == y).float().mean()
-        for name, value in (("loss", loss), ("acc", acc)):
-            self.log(f"{stage}/{name}", value, prog_bar=stage == "train" or name == "acc", on_step=False,
-                     on_epoch=True, sync_dist=True, batch_size=len(y))  # fmt: skip
-        return loss
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "test")
+        return self._logged_step(logits, y, stage)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams

@@ -325,8 +325,33 @@ def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+class CrossEntropySteps:
+    """Training, validation and test steps of a LightningModule classifier: cross-entropy of the
+    logits its ``_step(batch, stage)`` gives to ``_logged_step`` (label smoothing in training),
+    ``<stage>/loss`` and ``<stage>/acc`` logged per epoch."""
+
+    def _logged_step(self, logits: torch.Tensor, y: torch.Tensor, stage: str) -> torch.Tensor:
+        logits = at_least_float32(logits)
+        smoothing = self.hparams.label_smoothing if stage == "train" else 0.0
+        loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
+        acc = (logits.argmax(dim=-1) == y).float().mean()
+        for name, value in (("loss", loss), ("acc", acc)):
+            self.log(f"{stage}/{name}", value, prog_bar=stage == "train" or name == "acc", on_step=False,
+                     on_epoch=True, sync_dist=True, batch_size=len(y))  # fmt: skip
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "test")
+
+
 # --- the LightningModule ---------------------------------------------------------------
-class ImageClassifier(pl.LightningModule):
+class ImageClassifier(CrossEntropySteps, pl.LightningModule):
     """A classifier of images into ``num_classes`` classes; ``forward`` gives the logits.
 
     Args:
@@ -403,23 +428,7 @@ class ImageClassifier(pl.LightningModule):
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
-        logits = at_least_float32(self(x))
-        smoothing = self.hparams.label_smoothing if stage == "train" else 0.0
-        loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
-        acc = (logits.argmax(dim=-1) == y).float().mean()
-        for name, value in (("loss", loss), ("acc", acc)):
-            self.log(f"{stage}/{name}", value, prog_bar=stage == "train" or name == "acc", on_step=False,
-                     on_epoch=True, sync_dist=True, batch_size=len(y))  # fmt: skip
-        return loss
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._step(batch, "test")
+        return self._logged_step(self(x), y, stage)
 
     def configure_optimizers(self):
         groups = parameter_groups(self.net, self.hparams.weight_decay)
