@@ -71,3 +71,20 @@ def run_in_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     finally:
         sys.argv[:] = saved
     return subprocess.CompletedProcess([prog, *argv], code, out.getvalue(), err.getvalue())
+
+
+def naive_single_saliency_sa(population, x, target, n_members: int = 4, k: int = 2) -> float:
+    """The consistency protocol's ``single`` saliency SA at n = 1 with 2 sets of ``n_members``
+    (seed 0), recomputed by hand: each set's first member's autograd gradient of the ``target``
+    logit, sign agreement of the top ``k`` per input (tests.test_image_consistency's reading)."""
+    import torch
+
+    from evaluators.protocols.population_sets import disjoint_sets
+    from tests.test_image_consistency import naive_sign_agreement
+
+    maps = []
+    for members in disjoint_sets(n_members, 2, 2, 0):
+        xi = x.clone().requires_grad_(True)
+        logits = population.member(members[0])(xi)
+        maps.append(torch.autograd.grad(logits.gather(1, target.view(-1, 1)).sum(), xi)[0].numpy())
+    return sum(naive_sign_agreement(maps[0][i], maps[1][i], k) for i in range(len(x))) / len(x)

@@ -17,16 +17,15 @@ import train
 from datamodules import InputError
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.seeds import call_seed, seeded_generators
-from evaluators.protocols.population_sets import disjoint_sets
 from lightning_modules import MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curves import MLPCurve
 from lightning_modules.curve_population import curves_between
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.population_io import save_population
 from tests.multiclass_data import BlobsDataModule
-from tests.test_image_consistency import naive_sign_agreement
+from tests.helpers import naive_single_saliency_sa
 
-OLD_FILE = Path(__file__).resolve().parent / "golden" / "files" / "population.pt"
+OLD_FILE = Path(__file__).resolve().parent / "fixtures" / "old_files" / "population.pt"
 DATA = "tests.multiclass_data.BlobsDataModule"
 D, K = 4, 3
 
@@ -297,12 +296,7 @@ def test_consistency_protocol_on_a_three_class_population(population_run, tmp_pa
     x = blobs().test_tensors[0][:12]
     probabilities = torch.stack([population.member(i)(x).softmax(-1) for i in range(4)]).mean(0)
     target = probabilities.argmax(-1)
-    maps = []
-    for members in disjoint_sets(4, 2, 2, 0):
-        xi = x.clone().requires_grad_(True)
-        logits = population.member(members[0])(xi)
-        maps.append(torch.autograd.grad(logits.gather(1, target.view(-1, 1)).sum(), xi)[0].numpy())
-    naive = sum(naive_sign_agreement(maps[0][i], maps[1][i], 2) for i in range(12)) / 12
+    naive = naive_single_saliency_sa(population, x, target)
     assert by[("single", "saliency", "sa")]["mean"] == pytest.approx(naive, abs=1e-6)
 
 

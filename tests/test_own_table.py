@@ -16,9 +16,8 @@ from sklearn.model_selection import train_test_split
 
 import evaluate
 import train
-from evaluators.protocols.population_sets import disjoint_sets
 from lightning_modules import MLPClassifier, load_population
-from tests.test_image_consistency import naive_sign_agreement
+from tests.helpers import naive_single_saliency_sa
 
 STRATEGIES = {"single", "average", "majority", "perturb", "connect", "combine"}
 
@@ -76,12 +75,7 @@ def test_population_of_a_csv_through_the_consistency_protocol_and_its_ensembles(
         predicted = torch.stack([population.member(i)(x).softmax(-1) for i in range(4)]).mean(0).argmax(-1)
     # binary: the positive class (Ley et al.); K classes: the class the population predicts
     target = predicted if own_table["classes"] > 2 else torch.ones(12, dtype=torch.long)
-    maps = []
-    for members in disjoint_sets(4, 2, 2, 0):
-        xi = x.clone().requires_grad_(True)
-        logits = population.member(members[0])(xi)
-        maps.append(torch.autograd.grad(logits.gather(1, target.view(-1, 1)).sum(), xi)[0].numpy())
-    naive = sum(naive_sign_agreement(maps[0][i], maps[1][i], 2) for i in range(12)) / 12
+    naive = naive_single_saliency_sa(population, x, target)
     assert by[("single", "saliency", "sa")]["mean"] == pytest.approx(naive, abs=1e-6)
 
 

@@ -34,12 +34,7 @@
 # (/usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist) and fails without it.
 set -u
 cd "$(dirname "$0")/.."
-OUT_DIR=${OUT:-gpu_out}
-mkdir -p "$OUT_DIR"
 TOTAL_S=${TOTAL_S:-530}
-START=$(date +%s)
-STEPS=()
-
 . tools/gpu_env.sh
 
 run environment 45 "$PYTHON" -c "import torch; print(torch.__version__, torch.cuda.is_available(), \

