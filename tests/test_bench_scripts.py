@@ -33,7 +33,7 @@ SHRUNK = {
                               "SIZE_224": 32, "REFERENCE_RUN": ROOT / "no-such-run", "DATA_DIR": ROOT / "no-such-data"},
     "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
-    "sanity_checks": {"N_IMAGES": 2, "IG_STEPS": 2},
+    "sanity_checks": {"N_IMAGES": 2, "IG_STEPS": 2, "DATA_DIR": ROOT / "no-such-data"},
     "roar": {"TABULAR": RoarGrid(estimators={"saliency": {}}, fractions=[0.0, 0.5], retrainings=2, trainer=ROAR_STEPS),
              "IMAGES": RoarGrid(estimators={"random": {}}, fractions=[0.5], retrainings=1, trainer=ROAR_STEPS),
              "CLEAN_TRAINING": {"tabular": ROAR_STEPS, "images": ROAR_STEPS}},
