@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from evaluators.sanity import model_randomisation, other_classes, randomisable_layers, random_logit, randomised_models
+from evaluators.sanity import (RandomisationScores, model_randomisation, other_classes, randomisable_layers,
+                               random_logit, randomised_models)
 from lightning_modules.image_classifier import create_image_model
 
 
@@ -55,15 +56,25 @@ def test_linear_pair_by_hand(mode):
     x, y = torch.randn(6, 8, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1, 2])
     state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
-    got = model_randomisation(model, x, y, ["saliency"], mode, ["spearman", "spearman_abs"], seed=seed)
-    assert got.layers == ["1", "0"] and got.scores.shape == (2, 1, 2, 6)
+    got = model_randomisation(model, x, y, ["saliency"], mode, ["spearman", "spearman_abs"], seed=seed,
+                              keep_maps=True)  # fmt: skip
+    assert got.layers == ["1", "0"] and got.scores.shape == (2, 1, 2, 6) and got.maps["saliency"].shape == (3, 6, 8)
+    torch.testing.assert_close(got.maps["saliency"][0], (w2 @ w1)[y], rtol=0, atol=1e-12)
     steps = [new2 @ w1, new2 @ new1] if mode == "cascading" else [new2 @ w1, w2 @ new1]
     for step, product in enumerate(steps):
+        torch.testing.assert_close(got.maps["saliency"][1 + step], product[y], rtol=0, atol=1e-12)
         a, b = product[y], (w2 @ w1)[y]
         np.testing.assert_allclose(got.scores[step, 0, 0], spearman_rows(a, b), atol=1e-12)
         np.testing.assert_allclose(got.scores[step, 0, 1], spearman_rows(a.abs(), b.abs()), atol=1e-12)
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())  # the user's model untouched
     assert torch.equal(torch.get_rng_state(), rng)  # and the global random state
+
+
+def test_mean_over_inputs_skips_nan():
+    scores = torch.tensor([[[[0.5, float("nan"), 0.1]], [[float("nan")] * 3]]], dtype=torch.float64)  # (1, 2, 1, 3)
+    means, counts = RandomisationScores("cascading", ["fc"], ["a", "b"], ["spearman"], scores).mean()
+    assert means[0, 0, 0] == pytest.approx(0.3, abs=1e-15) and means[0, 1, 0].isnan()
+    assert counts.tolist() == [[[2], [0]]]
 
 
 def test_layers_in_module_order_and_cascade():
