@@ -30,7 +30,6 @@ finishes, so an interrupted run continues with ``--resume``) and at the end ``sa
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import time
@@ -43,14 +42,14 @@ from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
-from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from evaluators.maps import explainer_names
+from evaluators.maps.image_explainers import REDUCTIONS
 from evaluators.metrics.similarity import similarity
 from evaluators.protocols.aggregation import interval
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps
 from evaluators.reports.wandb_log import check_log_to, log_report
+from evaluators.sanity import MODES, model_randomisation, random_logit
 
-MODES = ("cascading", "independent")
 MODE_OPTIONS = (*MODES, "both")
 IMAGE_ONLY_MEASURES = ("ssim", "hog_pearson")  # defined on 2-D maps: not for a table's feature vectors
 
@@ -138,55 +137,29 @@ class SanityConfig:
 
 
 # --- evaluation -----------------------------------------------------------------------
-def _stages(model, mode: str, seed: int):
-    """PROVISIONAL stand-in for evaluators.sanity (helper mprt): (layer, model) per stage."""
-    layers = [(n, m) for n, m in model.named_modules() if hasattr(m, "reset_parameters")
-              and any(True for _ in m.parameters(recurse=False))][::-1]
-    current = model
-    for k, (name, _) in enumerate(layers):
-        new = copy.deepcopy(current if mode == "cascading" else model)
-        torch.manual_seed(seed + k)
-        dict(new.named_modules())[name].reset_parameters()
-        if mode == "cascading":
-            current = new
-        yield name, new.eval()
-
-
-def stage_scores(cfg: SanityConfig, model, inputs: Inputs, mode: str, name: str, options: dict, k: int,
+def stage_scores(cfg: SanityConfig, model, inputs: Inputs, mode: str, name: str, options: dict,
                  measures: list[str], shown: torch.Tensor) -> dict:  # fmt: skip
-    """One explainer's scores (S, M, N) against the original model's maps at each of the S
-    stages of ``mode`` (stage 0: the original model itself), the stages' names, the maps of
-    the ``shown`` inputs at each stage (S, n, ...) and the seconds it took."""
+    """One explainer's scores (S, M, N) at the S stages of ``mode``: stage 0 the original
+    model's maps against themselves (1, or NaN where a map is constant), then after each
+    layer's randomisation (``evaluators.sanity.model_randomisation``); the stages' names, the
+    maps of the ``shown`` inputs at each stage (S, n, ...) and the seconds it took."""
     start = time.perf_counter()
-    options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}  # an explainer's own seed wins
-
-    def maps_of(m) -> torch.Tensor:
-        out = explain(m, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options).detach()
-        return out if inputs.tabular else reduce_map(out, cfg.reduction)
-
-    original = maps_of(model)
-    names, scores, figure = [], [], []
-    for stage, current in [("original", model), *_stages(model, mode, cfg.seed)]:
-        maps = original if current is model else maps_of(current)
-        names.append(stage)
-        where = (f"explainer {name!r} ({stage})", f"explainer {name!r} (original)")
-        scores.append(torch.stack([similarity(maps, original, m, where).cpu() for m in measures]))
-        figure.append(maps[shown].cpu())
-    return {"scores": torch.stack(scores), "stages": names, "shown": torch.stack(figure),
+    options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
+    result = model_randomisation(model, inputs.x, inputs.target, {name: options}, mode, measures, cfg.seed,
+                                 cfg.reduction, keep_maps=True)  # fmt: skip
+    maps = result.maps[name]  # (1 + L, N, ...): the original model's, then after each layer
+    itself = torch.stack([similarity(maps[0], maps[0], m, (f"explainer {name!r}",) * 2) for m in measures])
+    scores = torch.cat([itself[None], result.scores[:, 0]]).cpu()  # (1 + L, M, N)
+    return {"scores": scores, "stages": ["original", *result.layers], "shown": maps[:, shown].cpu(),
             "seconds": time.perf_counter() - start}
 
 
-def random_logit_scores(cfg: SanityConfig, model, inputs: Inputs, name: str, options: dict, k: int,
-                        measures: list[str], classes: int) -> dict:  # fmt: skip
-    """PROVISIONAL: maps for a random other class against the explained class's (M, N)."""
-    options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}
-    g = torch.Generator().manual_seed(cfg.seed)
-    other = (inputs.target.cpu() + torch.randint(1, classes, (len(inputs.x),), generator=g)) % classes
-    maps = [explain(model, inputs.x, name, target=t.to(inputs.x.device), max_batch=cfg.max_batch, **options).detach()
-            for t in (inputs.target, other)]  # fmt: skip
-    if not inputs.tabular:
-        maps = [reduce_map(m, cfg.reduction) for m in maps]
-    return {"scores": torch.stack([similarity(maps[1], maps[0], m).cpu() for m in measures])}
+def random_logit_scores(cfg: SanityConfig, model, inputs: Inputs, name: str, options: dict,
+                        measures: list[str]) -> dict:  # fmt: skip
+    """One explainer's random-logit scores (M, N) (``evaluators.sanity.random_logit``)."""
+    options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
+    scores = random_logit(model, inputs.x, inputs.target, {name: options}, measures, cfg.seed, cfg.reduction)[name]
+    return {"scores": torch.stack([scores[m] for m in measures]).cpu()}
 
 
 def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
@@ -204,23 +177,22 @@ def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
         raise InputError(f"option explainers: unknown explainer(s) {unknown} for this model; expected some of {names}")
     n_figure = 0 if inputs.tabular else counted("n_figure", cfg.n_figure, len(inputs.x), "n_inputs selection",
                                                 "inputs", default_of(cfg, "n_figure"))  # fmt: skip
-    shown = torch.linspace(0, len(inputs.x) - 1, n_figure).long() if n_figure else torch.zeros(0, dtype=torch.long)
-    results: dict[str, dict] = {}
+    shown = torch.linspace(0, len(inputs.x) - 1, n_figure).long()  # across the classes
+    results: dict[tuple[str, str], dict] = {}
     for mode in cfg.modes:
-        for k, (name, options) in enumerate(cfg.explainers.items()):
+        for name, options in cfg.explainers.items():
             print(f"  {mode}: {name}", flush=True)
             results[mode, name] = cached(run_dir / "similarities" / f"{mode}__{name}.pt", lambda: stage_scores(
-                cfg, model, inputs, mode, name, options, k, measures, shown.to(device)))  # fmt: skip
+                cfg, model, inputs, mode, name, options, measures, shown))  # fmt: skip
     logit = {}
-    if cfg.random_logit:
-        classes = int(model(inputs.x[:1]).shape[-1])
-        for k, (name, options) in enumerate(cfg.explainers.items()):
-            print(f"  random logit: {name}", flush=True)
-            logit[name] = cached(run_dir / "random_logit" / f"{name}.pt", lambda: random_logit_scores(
-                cfg, model, inputs, name, options, k, measures, classes))  # fmt: skip
+    for name, options in cfg.explainers.items() if cfg.random_logit else ():
+        print(f"  random logit: {name}", flush=True)
+        logit[name] = cached(run_dir / "random_logit" / f"{name}.pt",
+                             lambda: random_logit_scores(cfg, model, inputs, name, options, measures))
+    first = next(iter(cfg.explainers))
     summary = {
         "config": asdict(cfg), "n_inputs": len(inputs.x), "measures": measures,
-        "stages": {mode: results[mode, next(iter(cfg.explainers))]["stages"] for mode in cfg.modes},
+        "stages": {mode: results[mode, first]["stages"] for mode in cfg.modes},
         "similarity": {mode: {name: summarise_stages(results[mode, name]["scores"], results[mode, name]["stages"],
                                                      measures) for name in cfg.explainers} for mode in cfg.modes},
         "random_logit": {name: {m: interval_of_defined(r["scores"][j]) for j, m in enumerate(measures)}
