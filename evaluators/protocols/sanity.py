@@ -189,10 +189,12 @@ def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
         print(f"  random logit: {name}", flush=True)
         logit[name] = cached(run_dir / "random_logit" / f"{name}.pt",
                              lambda: random_logit_scores(cfg, model, inputs, name, options, measures))
-    first = next(iter(cfg.explainers))
+    first, modules = next(iter(cfg.explainers)), dict(model.named_modules())
     summary = {
         "config": asdict(cfg), "n_inputs": len(inputs.x), "measures": measures,
         "stages": {mode: results[mode, first]["stages"] for mode in cfg.modes},
+        "layer_types": {mode: ["", *(type(modules[layer]).__name__ for layer in results[mode, first]["stages"][1:])]
+                        for mode in cfg.modes},  # each stage's randomised layer's class
         "similarity": {mode: {name: summarise_stages(results[mode, name]["scores"], results[mode, name]["stages"],
                                                      measures) for name in cfg.explainers} for mode in cfg.modes},
         "random_logit": {name: {m: interval_of_defined(r["scores"][j]) for j, m in enumerate(measures)}
@@ -278,7 +280,8 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
     figure = summary.pop("_figure")
     pngs = []
     for mode, by_explainer in summary["similarity"].items():
-        stages = summary["stages"][mode]
+        stages = [f"{stage}\n{kind}" if kind else stage
+                  for stage, kind in zip(summary["stages"][mode], summary["layer_types"][mode])]
         title = f"{mode} randomisation, {summary['n_inputs']} inputs"
         pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
         if figure is not None:

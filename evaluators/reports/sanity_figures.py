@@ -58,12 +58,12 @@ def plot_stage_maps(x: torch.Tensor, maps: dict[str, torch.Tensor], stages: list
                     axes[r, 1 + s].text(0.5, 0.5, kind.replace("_", " "), transform=axes[r, 1 + s].transAxes,
                                         ha="center", va="center", color="tab:red", fontsize=5)  # fmt: skip
     for s, label in enumerate(["input", *stages]):
-        axes[0, s].set_title(label, fontsize=6, rotation=30 if len(label) > 8 else 0)
+        axes[0, s].set_title(label, fontsize=6)
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
     if title:
-        fig.suptitle(title, fontsize=8)
+        fig.suptitle(title, fontsize=8, y=1 - 0.1 / (cell * rows + 0.6), va="top")
     fig.subplots_adjust(left=1.0 / (cell * cols + 1.0), right=0.99, bottom=0.01, top=1 - 0.6 / (cell * rows + 0.6),
                         wspace=0.05, hspace=0.05)  # fmt: skip
     fig.savefig(path)
@@ -89,7 +89,7 @@ def plot_similarity_curves(similarity: dict[str, dict[str, list[dict]]], stages:
                             color=line.get_color(), alpha=0.2, lw=0)  # fmt: skip
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(xs)
-        ax.set_xticklabels(stages, rotation=60, ha="right", fontsize=6)
+        ax.set_xticklabels(stages, fontsize=6)
         ax.set_title(measure, fontsize=8)
         ax.set_ylabel("similarity to the original map", fontsize=7)
     axes[0, -1].legend(fontsize=6)
