@@ -227,11 +227,12 @@ def summarise_stages(scores: torch.Tensor, stages: list[str], measures: list[str
 
 
 # --- report ---------------------------------------------------------------------------
-def _fmt(entry: dict) -> str:
+def _fmt(entry: dict, n_inputs: int) -> str:
+    """``mean ± ci95``, with ``(n=...)`` where fewer than all ``n_inputs`` scores were defined."""
     if entry["mean"] is None:
         return "undefined"
     text = f"{entry['mean']:.3f}" + (f" ± {entry['ci95']:.3f}" if entry["ci95"] is not None else "")
-    return text + (f" (n={entry['n']})" if entry["n"] != entry.get("of", entry["n"]) else "")
+    return text + (f" (n={entry['n']})" if entry["n"] != n_inputs else "")
 
 
 def markdown_table(summary: dict) -> str:
@@ -245,14 +246,14 @@ def markdown_table(summary: dict) -> str:
             lines += [f"### {mode}: {measure} (of {n} inputs)", "",
                       "| explainer | " + " | ".join(stages) + " |", "|---" * (len(stages) + 1) + "|"]  # fmt: skip
             for name, by_measure in by_explainer.items():
-                cells = [_fmt({**e, "of": n}) for e in by_measure[measure]]
+                cells = [_fmt(e, n) for e in by_measure[measure]]
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
             lines.append("")
     if summary["random_logit"]:
         lines += [f"### random logit (of {n} inputs)", "", "| explainer | " + " | ".join(summary["measures"]) + " |",
                   "|---" * (len(summary["measures"]) + 1) + "|"]  # fmt: skip
         for name, by_measure in summary["random_logit"].items():
-            lines.append(f"| {name} | " + " | ".join(_fmt({**by_measure[m], "of": n}) for m in summary["measures"])
+            lines.append(f"| {name} | " + " | ".join(_fmt(by_measure[m], n) for m in summary["measures"])
                          + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
