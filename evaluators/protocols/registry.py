@@ -19,6 +19,7 @@ from evaluators.protocols.optimised_aggregation import (
 )  # fmt: skip
 from evaluators.protocols.roar.grid import parse_shard
 from evaluators.protocols.roar.protocol import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
+from evaluators.protocols.sanity import SanityConfig, evaluate_sanity, write_sanity_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 
 
@@ -53,4 +54,6 @@ PROTOCOLS = {
                      {"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
                                     "(SLURM arrays); the last shard writes the report")},
                      grid_report_dir),
+    "sanity": Protocol("model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
+                       SanityConfig, evaluate_sanity, write_sanity_report, "sanity.json", False, True, "run"),
 }  # fmt: skip
