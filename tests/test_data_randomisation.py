@@ -116,7 +116,7 @@ def german_pair(tmp_path_factory) -> dict[str, Path]:
 
 
 def protocol_config(tmp_path: Path, true: Path, permuted: Path, **options) -> Path:
-    config = {"true": str(true), "permuted": str(permuted), "n_inputs": 20, "device": "cpu",
+    config = {"true_labels": str(true), "permuted_labels": str(permuted), "n_inputs": 20, "device": "cpu",
               "output_dir": str(tmp_path / "reports"), **options}  # fmt: skip
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))

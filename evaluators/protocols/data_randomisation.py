@@ -1,7 +1,8 @@
 """The data randomisation test of Adebayo et al. (2018, §3.2): ``evaluate.py data_randomisation``.
 
 Two trained models (or populations) of one architecture on one dataset: ``true``, trained on
-the true labels, and ``permuted``, trained on permuted training labels (``train.py
+the true labels (option ``true_labels``), and ``permuted``, trained on permuted training labels
+(option ``permuted_labels``) (``train.py
 --data.permute_labels <seed>``, ``datamodules.label_permutation``). A map that explains the
 model must change when what the model learnt is noise; a map that stays similar is about the
 input (or the architecture) rather than the model.
@@ -58,8 +59,8 @@ N_INPUTS = 64
 class DataRandomisationConfig:
     """The options of ``evaluate.py data_randomisation`` (the module's docstring)."""
 
-    true: str
-    permuted: str
+    true_labels: str  # the side trained on the true labels ("true" itself reads as a boolean in YAML)
+    permuted_labels: str
     explainers: list[str] = field(default_factory=lambda: ["saliency", "integrated_gradients", "smoothgrad",
                                                            "guided_backprop", "gradcam", "deeplift",
                                                            "input_x_gradient"])  # fmt: skip
@@ -89,7 +90,7 @@ class DataRandomisationConfig:
             if getattr(self, option) < 1:
                 raise InputError(f"option {option}={getattr(self, option)}; expected a positive integer")
         resolve_device(self.device)
-        for option in ("true", "permuted"):
+        for option in ("true_labels", "permuted_labels"):
             if not Path(getattr(self, option)).exists():
                 raise InputError(f"option {option}={getattr(self, option)!r}: no such file or folder; expected a "
                                  "train.py run folder, a population file or a folder of image runs")  # fmt: skip
@@ -155,16 +156,16 @@ def summarise(scores: torch.Tensor) -> dict:
 def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | None = None) -> dict:
     device = resolve_device(cfg.device)
     started = time.perf_counter()
-    sides = {name: load_side(getattr(cfg, name), device, cfg.data_dir) for name in ("true", "permuted")}
+    sides = {name: load_side(getattr(cfg, f"{name}_labels"), device, cfg.data_dir) for name in ("true", "permuted")}
     data = sides["true"][1]
     images = hasattr(data, "normalization")
     x, y = test_inputs(data, cfg.n_inputs)
     counted("n_inputs", cfg.n_inputs, len(x), "test split", "images" if images else "rows", N_INPUTS)
     x_other, y_other = test_inputs(sides["permuted"][1], cfg.n_inputs)
     if x_other.shape != x.shape or not torch.equal(x_other, x) or not torch.equal(y_other, y):
-        raise InputError(f"options true={cfg.true!r} and permuted={cfg.permuted!r} serve different test inputs; "
-                         "expected two runs of the same data (the same test split and preprocessing) that differ in "
-                         "data.permute_labels")  # fmt: skip
+        raise InputError(f"options true_labels={cfg.true_labels!r} and permuted_labels={cfg.permuted_labels!r} serve "
+                         "different test inputs; expected two runs of the same data (the same test split and "
+                         "preprocessing) that differ in data.permute_labels")  # fmt: skip
     measures = cfg.measures or list(MEASURES if images else ROW_MEASURES)
     if not images and set(measures) - set(ROW_MEASURES):
         raise InputError(f"option measures={measures}: tabular maps take {list(ROW_MEASURES)} only")
@@ -217,7 +218,7 @@ def write_data_randomisation_report(summary: dict, run_dir: Path) -> None:
     plot_similarity(summary, run_dir / "similarity.png")
     if summary["images"]:
         n = min(summary["config"]["n_grid_images"], len(summary["_x"]))
-        grid = {f"{e} {side}": m[side][:n].abs().cpu() for e, m in summary["_maps"].items() for side in m}
+        grid = {f"{e}\n{side} labels": m[side][:n].abs().cpu() for e, m in summary["_maps"].items() for side in m}
         titles = [summary["_classes"][int(c)] for c in summary["_y"][:n]] if summary["_classes"] else None
         plot_map_grid(summary["_x"][:n], grid, summary["_normalization"], run_dir / "maps.png", titles, cell=1.2)
     print(format_table(summary))
