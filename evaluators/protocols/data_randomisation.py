@@ -21,12 +21,13 @@ the paired maps, input by input, by each measure of ``measures``
 Report (per explainer × measure): the mean of s[k, n] over members k and inputs n, its 95 %
 interval over inputs (mean ± 1.96 s/√N of the per-input means over members) and, for two
 members or more, over members (of the per-member means over inputs), and the NaN count
-(constant maps; excluded from the means). Each side's training accuracy (on its own training
-split as served, permuted labels for the permuted side) and test accuracy, per member and
-their mean. Written: ``data_randomisation.json``, ``data_randomisation.csv``,
-``similarity.png`` (bars with intervals) and, for images, ``maps.png`` (``n_grid_images``
-test images; per explainer the true-label model's and the permuted-label model's map of
-member 0, absolute values summed over channels).
+(constant maps; excluded from the means); an interval of fewer than 2 values is null. Each
+side's training accuracy (on its own training split as served, permuted labels for the
+permuted side) and test accuracy, per member and their mean. Written:
+``data_randomisation.json``, ``data_randomisation.csv``, ``similarity.png`` (bars with
+intervals) and, for images, ``maps.png`` (``n_grid_images`` test images; per explainer the
+true-label model's and the permuted-label model's map of member 0: the absolute value of the
+channel-summed map).
 """
 
 from __future__ import annotations
@@ -136,9 +137,9 @@ def test_inputs(data, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return data.probe(n, "test")
 
 
-def interval(values: torch.Tensor) -> float:
-    """Half-width of the 95 % interval of the mean of ``values`` (normal approximation); NaN for fewer than 2."""
-    return Z95 * values.std().item() / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+def interval(values: torch.Tensor) -> float | None:
+    """Half-width of the 95 % interval of the mean of ``values`` (normal approximation); None for fewer than 2."""
+    return Z95 * values.std().item() / math.sqrt(len(values)) if len(values) > 1 else None
 
 
 def summarise(scores: torch.Tensor) -> dict:
@@ -239,7 +240,7 @@ def plot_similarity(summary: dict, path: Path) -> Path:
         rows = [next(r for r in summary["rows"] if r["explainer"] == e and r["measure"] == measure)
                 for e in explainers]  # fmt: skip
         ax.bar([i + j * width for i in range(len(explainers))], [r["mean"] for r in rows], width,
-               yerr=[0 if math.isnan(r["ci95_inputs"]) else r["ci95_inputs"] for r in rows], label=measure)  # fmt: skip
+               yerr=[r["ci95_inputs"] or 0 for r in rows], label=measure)  # fmt: skip
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(explainers))], explainers, rotation=30, ha="right",
                   fontsize=8)  # fmt: skip
     ax.axhline(0, color="black", linewidth=0.6)
@@ -260,6 +261,7 @@ def format_table(summary: dict) -> str:
                      f"({summary['pairs']} model(s))")  # fmt: skip
     lines.append(f"{'explainer':<22}{'measure':<14}{'mean':>8}{'±inputs':>9}{'±members':>10}{'NaN':>5}")
     for r in summary["rows"]:
-        lines.append(f"{r['explainer']:<22}{r['measure']:<14}{r['mean']:>8.3f}{r['ci95_inputs']:>9.3f}"
-                     f"{r['ci95_members']:>10.3f}{r['nan']:>5}")  # fmt: skip
+        ci = {k: "-" if r[k] is None else f"{r[k]:.3f}" for k in ("ci95_inputs", "ci95_members")}
+        lines.append(f"{r['explainer']:<22}{r['measure']:<14}{r['mean']:>8.3f}{ci['ci95_inputs']:>9}"
+                     f"{ci['ci95_members']:>10}{r['nan']:>5}")  # fmt: skip
     return "\n".join(lines)
