@@ -273,11 +273,10 @@ def fit_single(cli: TrainCLI) -> dict:
     last = cli.run_dir / "checkpoints" / "last.ckpt"
     trainer.fit(model, datamodule=data, ckpt_path=last if last.exists() else None, weights_only=True)
     (tested,) = trainer.test(model, datamodule=data, verbose=False)
-    (on_train,) = quiet_tester(cli).test(model, dataloaders=data.eval_dataloader("train"), verbose=False)
     metrics = {
         "test_acc": tested["test/acc"],
         "test_loss": tested["test/loss"],
-        "train_acc": on_train["test/acc"],
+        "train_acc": train_accuracy(cli, model),
         "data": data.describe(),
         "model": dict(model.hparams),
         "epochs": trainer.current_epoch,
@@ -287,11 +286,19 @@ def fit_single(cli: TrainCLI) -> dict:
     if portable.is_active():
         metrics["weights_sha256"] = portable.weights_sha256(model.state_dict())
     write_json(cli.run_dir / "metrics.json", metrics)
-    print(f"test accuracy: {metrics['test_acc']:.4f}, training accuracy {metrics['train_acc']:.4f}  ({data.name}, "
-          f"{metrics['epochs']} epochs, run {cli.run_dir})")
+    on_train = "" if metrics["train_acc"] is None else f", training accuracy {metrics['train_acc']:.4f}"
+    print(f"test accuracy: {metrics['test_acc']:.4f}{on_train}  ({data.name}, {metrics['epochs']} epochs, "
+          f"run {cli.run_dir})")
     if portable.is_active():
         print(f"portable mode: the same on any x86-64 CPU; weights sha256 {metrics['weights_sha256']}")
     return metrics
+
+
+def measures_training_accuracy(cli: TrainCLI) -> bool:
+    """Whether train.py measures the training accuracy: on one device (a run on several, e.g. under
+    DDP, records none: :func:`quiet_tester` is a one-device Trainer) of a datamodule with
+    ``eval_dataloader`` (the project's do; a user's own may not)."""
+    return cli.trainer.world_size == 1 and hasattr(cli.datamodule, "eval_dataloader")
 
 
 def quiet_tester(cli: TrainCLI) -> pl.Trainer:
@@ -304,6 +311,15 @@ def quiet_tester(cli: TrainCLI) -> pl.Trainer:
     return pl.Trainer(accelerator=config.accelerator, devices=1, precision=config.precision, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       limit_test_batches=config.limit_test_batches, default_root_dir=str(cli.run_dir))  # fmt: skip
+
+
+def train_accuracy(cli: TrainCLI, model: pl.LightningModule) -> float | None:
+    """A model's training accuracy, measured by :func:`quiet_tester`; None where train.py measures
+    none (:func:`measures_training_accuracy`)."""
+    if not measures_training_accuracy(cli):
+        return None
+    (on_train,) = quiet_tester(cli).test(model, dataloaders=cli.datamodule.eval_dataloader("train"), verbose=False)
+    return on_train["test/acc"]
 
 
 def member_train_accuracy(cli: TrainCLI, population: Population) -> torch.Tensor:
@@ -342,7 +358,8 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         cli.parser.save(cli.config, str(run_dir / "config.yaml"), skip_none=False)
     started = time.perf_counter()
     result = fit_population(population, data, chunk_trainer_factory(cli), run_dir, options.chunk_size,
-                            lambda part: member_train_accuracy(cli, part))  # fmt: skip
+                            (lambda part: member_train_accuracy(cli, part)) if measures_training_accuracy(cli)
+                            else None)  # fmt: skip
     if result is None:
         print(f"interrupted; continue with: python train.py --resume {run_dir}", file=sys.stderr)
         return None
@@ -426,23 +443,23 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
     trainer.test(population, datamodule=data, verbose=False)
     accuracy, info = population.member_test_acc, data.describe()
     seconds = round(time.perf_counter() - started, 1)
-    on_train = member_train_accuracy(cli, population)
+    on_train = member_train_accuracy(cli, population) if measures_training_accuracy(cli) else None
+    measured = {} if on_train is None else {"member_train_acc": on_train.tolist(), **spread("train_acc", on_train)}
     metadata = {"dataset": info, "datamodule": cli.config.data.as_dict(), "max_epochs": cli.config.trainer.max_epochs,
-                "member_train_acc": on_train.tolist()}  # fmt: skip
+                **({} if on_train is None else {"member_train_acc": on_train.tolist()})}  # fmt: skip
     save_population(run_dir / "population.pt", population, accuracy.tolist(), metadata)
     write_reports(run_dir, population.seeds, accuracy, torch.ones_like(accuracy, dtype=torch.bool),
                   f"{info['dataset']}: {population.size} members", on_train)  # fmt: skip
     metrics = {
         "members": population.size, "member_test_acc": accuracy.tolist(), "test_acc_mean": accuracy.mean().item(),
-        "test_acc_std": accuracy.std(unbiased=False).item(), "member_train_acc": on_train.tolist(),
-        **spread("train_acc", on_train), "train_seconds": seconds,
+        "test_acc_std": accuracy.std(unbiased=False).item(), **measured, "train_seconds": seconds,
         "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
         "mode": portable.describe(),
     }  # fmt: skip
     write_json(run_dir / "metrics.json", metrics)
+    trained = "" if on_train is None else f", training accuracy {100 * metrics['train_acc_mean']:.2f} %"
     print(f"image population: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
-          f"± {100 * metrics['test_acc_std']:.2f}, training accuracy {100 * metrics['train_acc_mean']:.2f} %; "
-          f"{metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
+          f"± {100 * metrics['test_acc_std']:.2f}{trained}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
     return metrics
 
 
