@@ -196,3 +196,14 @@ def test_image_protocol_scores_maps_and_grid(tmp_path):
     report = next((tmp_path / "reports").iterdir())
     assert (report / "maps.png").stat().st_size > 1000
     assert summary["accuracy"]["permuted"]["permute_labels"] == 1
+
+
+def test_protocol_refuses_two_sides_of_different_data(german_pair, tmp_path):
+    train.main(["--config", "configs/population.yaml", "--model.size", "2", "--model.hidden", "[8]",
+                "--data", "datamodules.TwoMoonsDataModule", "--trainer.max_epochs", "1", "--log_to", "none",
+                "--output_dir", str(tmp_path), "--run_name", "moons",
+                "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    moons = next(tmp_path.glob("*/moons"))
+    config = protocol_config(tmp_path, german_pair["true"], moons, explainers=["saliency"])
+    with pytest.raises(InputError, match="different test inputs"):
+        evaluate.main(["data_randomisation", "--config", str(config)])
