@@ -44,7 +44,8 @@ def test_ranking_stability_by_hand():
     scores = torch.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
     # pairs (0, 1), (0, 2), (1, 2): τ = 1, -1, -1; best (higher): rows 2, 2, 0 -> one pair of three agrees
     up = ranking_stability(scores, higher_is_better=True)
-    assert up["kendall_tau"] == pytest.approx(-1 / 3, abs=1e-12) and up["kendall_tau_min"] == pytest.approx(-1.0, abs=1e-12)
+    assert up["kendall_tau"] == pytest.approx(-1 / 3, abs=1e-12)
+    assert up["kendall_tau_min"] == pytest.approx(-1.0, abs=1e-12)
     assert up["best_agreement"] == pytest.approx(1 / 3) and up["best"] == [[2], [2], [0]] and up["n_pairs"] == 3
     down = ranking_stability(torch.tensor([[1.0, 2.0, 3.0], [1.0, 5.0, 3.0], [2.0, 1.0, 3.0]]), False)
     assert down["best"] == [[0], [0], [1]] and down["best_agreement"] == pytest.approx(1 / 3)
