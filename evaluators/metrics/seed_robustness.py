@@ -48,9 +48,10 @@ def check_scores(scores: torch.Tensor, what: str) -> torch.Tensor:
     return scores
 
 
-def member_interval(values: torch.Tensor) -> dict[str, float]:
-    """Mean over members of one row's scores (K,) and the half-width of its 95 % t-interval."""
-    v = check_scores(torch.as_tensor(values, dtype=torch.float64).reshape(-1, 1), "member scores")[:, 0]
+def member_interval(values: torch.Tensor, what: str = "member scores") -> dict[str, float]:
+    """Mean over members of one row's scores (K,) and the half-width of its 95 % t-interval;
+    ``what``: how an error names the row."""
+    v = check_scores(torch.as_tensor(values, dtype=torch.float64).reshape(-1, 1), what)[:, 0]
     k = len(v)
     return {"mean": v.mean().item(), "ci95": student_t.ppf(0.975, k - 1) * v.std().item() / math.sqrt(k), "n": k}
 

@@ -60,7 +60,8 @@ def seed_rows(member_rows: dict[str, dict], metrics: list[str], spread: str) -> 
         out[row] = {}
         for metric in metrics:
             entries = [member_rows[n][row][metric] for n in names]
-            seed = member_interval(torch.tensor([e["mean"] for e in entries], dtype=torch.float64))
+            seed = member_interval(torch.tensor([e["mean"] for e in entries], dtype=torch.float64),
+                                   f"row {row}, metric {metric} (members {names})")  # fmt: skip
             spreads = torch.tensor([e[spread] for e in entries], dtype=torch.float64)
             out[row][metric] = {"mean": seed["mean"], "ci95": seed["ci95"], f"inputs_{spread}": spreads.mean().item()}
     return out
