@@ -122,7 +122,6 @@ def test_optimised_over_members_equals_each_member_alone(members, tmp_path):
     assert (folder / "optimised_aggregation.json").is_file()
 
 
-@pytest.mark.slow  # the 8-member tabular population fixture and 8 evaluations: ~30 s of CPU
 def test_a_tabular_population_file(small_population, tmp_path):
     tabular = {**AGGREGATION, "explainers": {"saliency": {}, "input_x_gradient": {}}, "n_baselines": 4}
     summary = evaluate.main(["aggregation", "--config", config(tmp_path / "tab", small_population, tabular, "agg")])
