@@ -381,7 +381,8 @@ def plot_weights(summary: dict, path: Path) -> Path:
 
 def write_optimised_report(summary: dict, out_dir: Path) -> None:
     if "members" in summary:  # a population's report
-        write_population_report(summary, out_dir, "optimised_aggregation", dict(zip(METRICS, LABELS)))
+        labels = {m: LABELS[i] if i < len(LABELS) else m for i, m in enumerate(METRICS)}  # a new column: its name
+        write_population_report(summary, out_dir, "optimised_aggregation", labels)
         return
     png = plot_weights(summary, out_dir / "weights.png")
     (out_dir / "optimised_aggregation.json").write_text(json.dumps(summary, indent=2))
