@@ -45,6 +45,7 @@ from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.finite import check_finite
+from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
@@ -54,6 +55,7 @@ from evaluators.aggregators.registry import aggregator_names
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
+from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
@@ -89,7 +91,7 @@ def _image_explainers() -> dict:
 class AggregationConfig:
     """Options of the aggregation evaluator (configs/aggregation/<name>.yaml)."""
 
-    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
+    run: str  # a train.py run folder, a model file (evaluators.inputs.user_models), or a population (inputs.members)
     checkpoint: str = "last.ckpt"
     model_class: str | None = None  # a state dict's network (class path)
     model_args: dict = field(default_factory=dict)  # its init arguments
@@ -144,8 +146,10 @@ class AggregationConfig:
             raise InputError("option explainers is empty; expected base explainers, name: {options}")
 
     def report_name(self) -> str:
-        """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>)."""
-        return Path(self.run).resolve().parent.name
+        """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>), or a
+        population's dataset."""
+        population = population_path(self.run)
+        return Path(self.run).resolve().parent.name if population is None else population_name(population)
 
 
 def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> dict[str, torch.Tensor]:
@@ -261,11 +265,30 @@ def findings(scores: dict[str, dict], rows: dict) -> dict:
 
 
 def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
+    """The report of ``cfg.run``: one model's, or, for a population, every member's
+    (``evaluators.protocols.members``: in ``members/<name>/``) and their seed-level report."""
     device = resolve_device(cfg.device)
+    population = population_path(cfg.run)
+    if population is not None:
+        members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
+        summaries = evaluate_members(run_dir, members, lambda model, data, folder: {
+            key: value for key, value in evaluate_model(cfg, model, data, folder).items()
+            if key in ("n_inputs", "rows", "findings", "blank_maps")})  # fmt: skip
+        rows = list(next(iter(summaries.values()))["rows"])
+        groups = {"explainers": [r for r in rows if r.startswith("base/")],
+                  "aggregators": [r for r in rows if r.startswith("agg/")]}  # fmt: skip
+        return population_summary(asdict(cfg), summaries, {m: METRICS[m].higher_is_better for m in MODES}, "ci95",
+                                  groups, lambda s: {k: v for k, v in s["findings"].items()
+                                                     if not k.startswith("aggregators_best_first")})  # fmt: skip
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
                               where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
                               data_config=cfg.data_config)
-    model = model.to(device).eval()
+    return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
+
+
+def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
+    """The report of one model (on its device, in eval mode) trained on ``data``, its caches in ``run_dir``."""
+    device = next(model.parameters()).device
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
                          {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
     n_grid = counted("n_grid", cfg.n_grid, len(inputs.x), "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
@@ -407,6 +430,9 @@ def plot_grid(summary: dict, path: Path) -> Path | None:
 
 
 def write_aggregation_report(summary: dict, out_dir: Path) -> None:
+    if "members" in summary:  # a population's report
+        write_population_report(summary, out_dir, "aggregation", {"insertion": "insertion ↑", "deletion": "deletion ↓"})
+        return
     pngs = [p for p in (plot_sweeps(summary, out_dir / "sweeps.png"),
                         plot_normalisations(summary, out_dir / "normalisations.png"),
                         plot_grid(summary, out_dir / "grid.png")) if p is not None]  # fmt: skip

@@ -54,6 +54,7 @@ import torch
 from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import default_of
+from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.reports.map_grid import blank_note, count_blank_maps
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import resolve_max_batch
@@ -69,6 +70,7 @@ from evaluators.metrics.registry import METRICS as REGISTRY
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
 from evaluators.inputs.runs import cached, explainer_options, load_inputs, load_run
+from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 
 METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", *STABILITIES)
@@ -83,6 +85,7 @@ PAPER_CIFAR10 = {
     "agg_opt": (3.538, 0.343, 0.492, 0.657), "agg_faith": (3.342, 0.378, None, None),
     "agg_robust": (None, None, 0.491, 0.650),
 }  # fmt: skip
+LABELS = ("INFD ↓", "FCOR ↑", "SENS_AVG ↓", "SENS_MAX ↓", "ROAD MoRF ↓", "ROAD LeRF ↑", "RIS ↓", "RRS ↓", "ROS ↓")
 BASELINES = 64  # training inputs behind an explainer's option value ``training`` (load_inputs), at most
 ROAD_PERCENTAGES = (10, 20, 30, 40, 50, 60, 70, 80, 90)  # pytorch-grad-cam's, as Decker et al.'s ROAD
 
@@ -101,7 +104,7 @@ def _decker_explainers() -> dict:
 class OptimisedAggregationConfig:
     """Options of the optimised-aggregation evaluator (configs/optimised/<name>.yaml)."""
 
-    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
+    run: str  # a train.py run folder, a model file (evaluators.inputs.user_models), or a population (inputs.members)
     checkpoint: str = "last.ckpt"
     model_class: str | None = None  # a state dict's network (class path)
     model_args: dict = field(default_factory=dict)  # its init arguments
@@ -156,7 +159,8 @@ class OptimisedAggregationConfig:
             raise InputError(f"option map_metrics: unknown metric(s) {unknown}; expected some of {of_maps}")
 
     def report_name(self) -> str:
-        return Path(self.run).resolve().parent.name
+        population = population_path(self.run)
+        return Path(self.run).resolve().parent.name if population is None else population_name(population)
 
 
 def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, maps, baseline,
@@ -188,11 +192,28 @@ def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[
 
 
 def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
+    """The report of ``cfg.run``: one model's, or, for a population, every member's
+    (``evaluators.protocols.members``: in ``members/<name>/``) and their seed-level report."""
     device = resolve_device(cfg.device)
+    population = population_path(cfg.run)
+    if population is not None:
+        members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
+        summaries = evaluate_members(run_dir, members, lambda model, data, folder: {
+            key: value for key, value in evaluate_model(cfg, model, data, folder).items()
+            if key in ("dataset", "n_inputs", "explainers", "rows", "findings", "blank_maps")})  # fmt: skip
+        names = next(iter(summaries.values()))["explainers"]
+        groups = {"explainers": names, "aggregators": list(cfg.aggregators), "all": names + list(cfg.aggregators)}
+        return population_summary(asdict(cfg), summaries, {m: not LOWER_IS_BETTER[m] for m in METRICS}, "se", groups,
+                                  lambda s: s["findings"])  # fmt: skip
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
                               where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
                               data_config=cfg.data_config)
-    model = model.to(device).eval()
+    return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
+
+
+def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) -> dict:
+    """The report of one model (on its device, in eval mode) trained on ``data``, its caches in ``run_dir``."""
+    device = next(model.parameters()).device
     unknown = sorted(set(cfg.explainers) - set(explainer_names(model)))
     if unknown:
         raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {explainer_names(model)}")
@@ -344,9 +365,7 @@ def markdown_table(summary: dict) -> str:
     the nine columns."""
     paper_columns = is_cifar10(summary.get("dataset"))
     extra = columns(summary["config"])[len(METRICS):]
-    head = [f"{name}{' | paper, CIFAR-10' if paper_columns and i < 4 else ''}"
-            for i, name in enumerate(("INFD ↓", "FCOR ↑", "SENS_AVG ↓", "SENS_MAX ↓", "ROAD MoRF ↓", "ROAD LeRF ↑",
-                                      "RIS ↓", "RRS ↓", "ROS ↓"))]  # fmt: skip
+    head = [f"{name}{' | paper, CIFAR-10' if paper_columns and i < 4 else ''}" for i, name in enumerate(LABELS)]
     head += [f"{name} {'↑' if REGISTRY[name].higher_is_better else '↓'}" for name in extra]
     lines = [f"| method | {' | '.join(head)} |", "|---" * (10 + len(extra) + 4 * paper_columns) + "|"]
     for row, v in summary["rows"].items():
@@ -380,6 +399,10 @@ def plot_weights(summary: dict, path: Path) -> Path:
 
 
 def write_optimised_report(summary: dict, out_dir: Path) -> None:
+    if "members" in summary:  # a population's report
+        labels = {m: LABELS[i] if i < len(LABELS) else m for i, m in enumerate(METRICS)}  # a new column: its name
+        write_population_report(summary, out_dir, "optimised_aggregation", labels)
+        return
     png = plot_weights(summary, out_dir / "weights.png")
     (out_dir / "optimised_aggregation.json").write_text(json.dumps(summary, indent=2))
     (out_dir / "table.md").write_text(markdown_table(summary))
