@@ -157,10 +157,12 @@ class TrainCLI(LightningCLI):
             help="keep <run>/chunks/ (per-chunk files and last epoch checkpoints) once population.pt is written",
         )  # fmt: skip
         # each link applies where the datamodule has the property and the model the option:
-        # tabular data -> MLPs (in_features), image data -> ImageClassifier (num_classes, in_channels)
+        # tabular data -> MLPs (in_features), image data -> ImageClassifier (num_classes, in_channels),
+        # a table's rows -> a ModulePopulation's inputs
         parser.link_arguments("data.num_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.in_channels", "model.init_args.in_channels", apply_on="instantiate")
+        parser.link_arguments("data.inputs", "model.init_args.inputs", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
@@ -379,8 +381,8 @@ def standard_error(values: torch.Tensor) -> float:
 
 
 def fit_whole_population_run(cli: TrainCLI) -> dict:
-    """Train a population that is not ``CHUNKED`` (``ImagePopulation``) like one model, test every
-    member, and save the population file."""
+    """Train a population that is not ``CHUNKED`` (``ImagePopulation``, ``ModulePopulation``) like one
+    model, test every member, and save the population file."""
     trainer, population, data, run_dir = cli.trainer, cli.model, cli.datamodule, cli.run_dir
     last = run_dir / "checkpoints" / "last.ckpt"
     started = time.perf_counter()
@@ -398,7 +400,8 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
         "mode": portable.describe(),
     }  # fmt: skip
     write_json(run_dir / "metrics.json", metrics)
-    print(f"image population: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
+    kind = {"images": "image population", "rows": "population"}[population.INPUTS]
+    print(f"{kind}: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
           f"± {100 * metrics['test_acc_std']:.2f}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
     return metrics
 

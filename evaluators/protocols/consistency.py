@@ -65,7 +65,7 @@ from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.protocols.population_sets import (
-    disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
+    CURVE_TRAINERS, disjoint_sets, member_pairs, split_per_set,
 )  # fmt: skip
 from lightning_modules.ensembles import build_ensemble
 from lightning_modules.interface import default_targets
@@ -271,9 +271,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         if epochs is None:  # e.g. a population assembled from a data config without trainer.max_epochs
             raise InputError("option curve_epochs: the population names no max_epochs to train its curves for; "
                              "expected curve_epochs (an integer)")  # fmt: skip
-        if images:
-            return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
-        return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
+        return CURVE_TRAINERS[population.CURVES](population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
 
     def results(strategy, s, members, set_curves, seed):
         ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg)
