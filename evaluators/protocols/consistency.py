@@ -32,6 +32,9 @@ explanations do not depend on which methods or strategies ran before it, and the
 strategies' ensembles of one set see the same noise, so strategies are compared on
 paired draws.
 
+A table's population of a user's networks (a ``ModulePopulation`` of ``inputs="rows"``) goes
+the tabular way, its ensembles over its networks (``ImageNetworks``), its curves one pair after
+another (``population_sets.CURVE_TRAINERS``, by the population's ``CURVES``; docs/your_model.md).
 An image population (a folder of image runs or an ``ImagePopulation`` file; see
 ``population_task``) goes through the same loop: ensembles from the same registry, test
 images explained for their labels, maps reduced per pixel and flattened, SA/SSA/CDC over
