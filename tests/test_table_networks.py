@@ -143,3 +143,24 @@ def test_a_table_run_without_config_takes_and_prints_the_table_defaults(tmp_path
     printed = capsys.readouterr().out
     assert "defaults: configs/defaults.yaml and configs/table.yaml" in printed
     assert "this run: batch size 32, learning rate 0.004, epochs 1" in printed
+
+
+def test_an_ensemble_of_the_networks_explains_the_table_s_class_and_output(network_population):
+    """``build_ensemble`` over a table's ModulePopulation gives a model of the table contract: by
+    default the positive class (binary) or the population-predicted class, of the members' mean
+    probability when ``explain_output`` is ``probability`` (autograd by hand as the reference)."""
+    from evaluators.maps import explain
+    from lightning_modules.ensembles import build_ensemble
+
+    population, _ = load_population(network_population["population"])
+    population.hparams.explain_output = "probability"
+    data = population_datamodule(read_population_file(network_population["population"]))
+    x = data.test_tensors[0][:6]
+    ensemble = build_ensemble(population, "perturb", [1, 2], n_perturb=2, sigma=0.0)
+    with torch.no_grad():
+        predicted = ensemble.probabilities(x).argmax(-1)
+    target = predicted if network_population["classes"] > 2 else torch.ones(6, dtype=torch.long)
+    xi = x.clone().requires_grad_(True)
+    mean = torch.stack([population.nets[m](xi).softmax(-1).gather(1, target.view(-1, 1))[:, 0] for m in (1, 2)])
+    by_hand = torch.autograd.grad(mean.mean(0).sum(), xi)[0]
+    torch.testing.assert_close(explain(ensemble, x, "saliency"), by_hand, rtol=1e-5, atol=1e-7)
