@@ -164,3 +164,29 @@ def test_an_ensemble_of_the_networks_explains_the_table_s_class_and_output(netwo
     mean = torch.stack([population.nets[m](xi).softmax(-1).gather(1, target.view(-1, 1))[:, 0] for m in (1, 2)])
     by_hand = torch.autograd.grad(mean.mean(0).sum(), xi)[0]
     torch.testing.assert_close(explain(ensemble, x, "saliency"), by_hand, rtol=1e-5, atol=1e-7)
+
+
+def test_a_curve_through_networks_with_batchnorm_takes_the_training_rows_statistics(tmp_path):
+    """``connect`` over TableNets with BatchNorm1d: at t = 0 (one model per curve, evenly spaced) the
+    curve's network is member a's weights with BatchNorm's running mean and (unbiased) variance of
+    the training rows' first-layer outputs, computed here by hand."""
+    path = write_table(tmp_path / "t.csv", 2, n=60)
+    metrics = train.main([*data_args(path), "--model", "lightning_modules.ModulePopulation", "--model.net",
+                          "tests.user_nets.TableNetBN", "--model.size", "4", *QUIET, "--output_dir",
+                          str(tmp_path / "runs"), "--run_name", "pop"])  # fmt: skip
+    evaluate.main(["consistency", "--population", metrics["population"], "--output_dir", str(tmp_path / "c"), *SMALL,
+                   "--set", "strategies=[connect]", "--set", "methods=[saliency]", "--set", "n_t=1",
+                   "--set", "t_sampling=even"])  # fmt: skip
+    population, _ = load_population(metrics["population"])
+    data = population_datamodule(read_population_file(metrics["population"]))
+    (report,) = (tmp_path / "c").iterdir()
+    saved = torch.load(report / "sets" / "n2" / "connect" / "set-000.pt", weights_only=True)
+    net = population.nets[disjoint_sets(4, 2, 2, 0)[0][0]]
+    with torch.no_grad():
+        hidden = net[0](data.train_tensors[0])
+        net[1].running_mean.copy_(hidden.mean(0))
+        net[1].running_var.copy_(hidden.var(0, unbiased=True))
+    net.eval()
+    xi = data.test_tensors[0][:10].clone().requires_grad_(True)
+    by_hand = torch.autograd.grad(net(xi)[:, 1].sum(), xi)[0]
+    torch.testing.assert_close(saved["explanations"]["saliency"], by_hand, rtol=1e-4, atol=1e-6)

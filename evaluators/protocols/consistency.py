@@ -151,14 +151,16 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
             "q45": float(q45), "q55": float(q55)}  # fmt: skip
 
 
-def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
+def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig,
+                 loader=None):  # fmt: skip
     """Set s's ensemble of a strategy (``lightning_modules.ensembles.build_ensemble``; built one
     at a time: a ``combine`` ensemble holds 2,500-5,000 MLPs, and 50 of them at once outgrow a
-    24 GB machine). ``single``: the set's first member."""
+    24 GB machine). ``single``: the set's first member. ``loader``: the training batches over which
+    a network on a curve recomputes its BatchNorm statistics (None: the population's default)."""
     if strategy == "single":
         return build_ensemble(population, "average", members[:1])
     noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": cfg.seed + s}
-    along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None}
+    along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None, "loader": loader}
     if strategy in ("average", "majority", "perturb"):
         return build_ensemble(population, strategy, members, **(noise if strategy == "perturb" else {}))
     return build_ensemble(population, strategy, members, curves[s], **along, **(noise if strategy == "combine" else {}))
@@ -239,7 +241,8 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     one class per row for every ensemble compared (docs/tabular_population.md: why); test
     accuracy on the whole test split; DeepSHAP's background ``n_background`` training rows
     drawn with ``seed``; SA/SSA/CDC over the top-k features and (``watson_c``) per pair of
-    ensembles Watson et al.'s 1 - S(a, b) of their explanations.
+    ensembles Watson et al.'s 1 - S(a, b) of their explanations; a network with BatchNorm on a
+    curve takes its statistics at t from one pass over the training rows, in order.
     Images: ``n_points`` test images spread through the test split, each explained for its
     label; maps reduced per pixel (``map_reduction``) and flattened to (N, H·W); test accuracy
     on ``n_accuracy_images`` spread test images; Gradient SHAP's references ``n_background``
@@ -250,6 +253,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     device, epochs = population.device, cfg.curve_epochs or meta["max_epochs"]
     options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     if images:
+        curve_loader = None  # the population's own (``ImageMembers``: the training images, not augmented)
         x_test, y_test = (t.to(device) for t in data.probe(cfg.n_points, "test"))
         x_acc, y_acc = (t.to(device) for t in data.probe(cfg.n_accuracy_images, "test"))
         split_size(cfg, "n_points", len(x_test), "test split", images)
@@ -262,6 +266,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
             population.hparams.explain_output = cfg.explain_output
         x_test, y_test = (t.to(device) for t in data.test_tensors)
+        curve_loader = data.tensor_loader(*data.train_tensors, train=False)  # BatchNorm on curves: the training rows
         if "deepshap" in cfg.methods:
             split_size(cfg, "n_background", len(data.train_tensors[0]), "training split", images)
             background = deepshap_background(data.train_tensors[0], cfg).to(device)
@@ -277,7 +282,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         return CURVE_TRAINERS[population.CURVES](population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
 
     def results(strategy, s, members, set_curves, seed):
-        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg)
+        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg, curve_loader)
         if images:
             rows = image_rows_per_pass(x_test, ensemble.size)
             accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
