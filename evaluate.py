@@ -12,6 +12,8 @@
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
     python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
     python evaluate.py roar --config configs/roar/heloc.yaml [--shard i/k]    # Hooker et al.'s ROAR grid
+    python evaluate.py sanity --config configs/sanity/fashion_mnist.yaml   # Adebayo et al.'s model randomisation
+    python evaluate.py data_randomisation --config configs/data_randomisation/fashion_mnist.yaml  # Adebayo §3.2
     python evaluate.py --portable consistency ...   # the same bits on any x86-64 CPU (portable.py)
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
@@ -20,7 +22,8 @@ where the run's data lies now, if it moved; for an image run its folder or archi
 draws an image model's explanations of ``--n_images`` test images evenly spaced through the
 test split it serves (``evaluators/protocols/explanation_grid.py``; ``--data_dir`` as for ``run``).
 Every other command is a protocol of ``evaluators/protocols/`` (``sigma``: ``sigma_ablation.py``,
-``optimised``: ``optimised_aggregation.py``, ``roar``: ``roar/protocol.py``, whose folder is named
+``optimised``: ``optimised_aggregation.py``, ``data_randomisation``: ``data_randomisation.py``,
+``roar``: ``roar/protocol.py``, whose folder is named
 by its config, so a re-run or a ``--shard`` process continues the same grid). Each makes a new
 folder ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON, CSV
 and a PNG at the end; an interrupted ``consistency`` run continues with ``--resume <folder>``.

@@ -320,6 +320,7 @@ def fit_single(cli: TrainCLI) -> dict:
     metrics = {
         "test_acc": tested["test/acc"],
         "test_loss": tested["test/loss"],
+        "train_acc": train_accuracy(cli, model),
         "data": data.describe(),
         "model": dict(model.hparams),
         "epochs": trainer.current_epoch,
@@ -329,10 +330,49 @@ def fit_single(cli: TrainCLI) -> dict:
     if portable.is_active():
         metrics["weights_sha256"] = portable.weights_sha256(model.state_dict())
     write_json(cli.run_dir / "metrics.json", metrics)
-    print(f"test accuracy: {metrics['test_acc']:.4f}  ({data.name}, {metrics['epochs']} epochs, run {cli.run_dir})")
+    on_train = "" if metrics["train_acc"] is None else f", training accuracy {metrics['train_acc']:.4f}"
+    print(f"test accuracy: {metrics['test_acc']:.4f}{on_train}  ({data.name}, {metrics['epochs']} epochs, "
+          f"run {cli.run_dir})")
     if portable.is_active():
         print(f"portable mode: the same on any x86-64 CPU; weights sha256 {metrics['weights_sha256']}")
     return metrics
+
+
+def measures_training_accuracy(cli: TrainCLI) -> bool:
+    """Whether train.py measures the training accuracy: on one device (a run on several, e.g. under
+    DDP, records none: :func:`quiet_tester` is a one-device Trainer) of a datamodule with
+    ``eval_dataloader`` (the project's do; a user's own may not)."""
+    return cli.trainer.world_size == 1 and hasattr(cli.datamodule, "eval_dataloader")
+
+
+def quiet_tester(cli: TrainCLI) -> pl.Trainer:
+    """A Trainer on the run's accelerator (one device) that logs, checkpoints and prints nothing:
+    it measures the training accuracy (the trained model on the training split as served, labels
+    permuted where ``data.permute_labels`` says so, without augmentation), which must not reach the
+    run's logger under the test names its ``test`` logs. It reads as many batches as the test
+    (``trainer.limit_test_batches``)."""
+    config = cli.config.trainer
+    return pl.Trainer(accelerator=config.accelerator, devices=1, precision=config.precision, logger=False,
+                      enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                      limit_test_batches=config.limit_test_batches, default_root_dir=str(cli.run_dir))  # fmt: skip
+
+
+def train_accuracy(cli: TrainCLI, model: pl.LightningModule) -> float | None:
+    """A model's training accuracy, measured by :func:`quiet_tester`; None where train.py measures
+    none (:func:`measures_training_accuracy`)."""
+    if not measures_training_accuracy(cli):
+        return None
+    (on_train,) = quiet_tester(cli).test(model, dataloaders=cli.datamodule.eval_dataloader("train"), verbose=False)
+    return on_train["test/acc"]
+
+
+def member_train_accuracy(cli: TrainCLI, population: Population) -> torch.Tensor:
+    """Each member's training accuracy (M,), measured by :func:`quiet_tester`; the population's
+    ``member_test_acc`` is kept as it was."""
+    tested = population.member_test_acc
+    quiet_tester(cli).test(population, dataloaders=cli.datamodule.eval_dataloader("train"), verbose=False)
+    on_train, population.member_test_acc = population.member_test_acc, tested
+    return on_train
 
 
 def chunk_trainer_factory(cli: TrainCLI):
@@ -361,7 +401,9 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
     if not (run_dir / "config.yaml").exists():
         cli.parser.save(cli.config, str(run_dir / "config.yaml"), skip_none=False)
     started = time.perf_counter()
-    result = fit_population(population, data, chunk_trainer_factory(cli), run_dir, options.chunk_size)
+    result = fit_population(population, data, chunk_trainer_factory(cli), run_dir, options.chunk_size,
+                            (lambda part: member_train_accuracy(cli, part)) if measures_training_accuracy(cli)
+                            else None)  # fmt: skip
     if result is None:
         print(f"interrupted; continue with: python train.py --resume {run_dir}", file=sys.stderr)
         return None
@@ -369,6 +411,7 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
     kept = drop_below_mean(accuracy, options.drop_below_mean)
     keep = torch.nonzero(kept).flatten().tolist()
     info = data.describe()
+    on_train = trained.member_train_acc
     metadata = {
         "dataset": info,
         "datamodule": cli.config.data.as_dict(),
@@ -376,11 +419,13 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         "drop_below_mean": options.drop_below_mean,
         "dropped_seeds": [s for s, k in zip(trained.seeds, kept.tolist()) if not k],
         "dropped_test_acc": accuracy[~kept].tolist(),
+        **({} if on_train is None else {"member_train_acc": on_train[kept].tolist()}),
     }
     save_population(run_dir / "population.pt", trained.subset(keep), accuracy[kept].tolist(), metadata)
     if not options.keep_chunks:  # everything in them is in population.pt now (they were 4x its size)
         shutil.rmtree(run_dir / "chunks")
-    plot = write_reports(run_dir, trained.seeds, accuracy, kept, f"{info['dataset']}: {trained.size} members")
+    plot = write_reports(run_dir, trained.seeds, accuracy, kept, f"{info['dataset']}: {trained.size} members",
+                         on_train)  # fmt: skip
     summary = {
         "members_trained": trained.size,
         "members_kept": len(keep),
@@ -388,6 +433,7 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         "test_acc_std": accuracy.std(unbiased=False).item(),
         "test_acc_min": accuracy.min().item(),
         "test_acc_max": accuracy.max().item(),
+        **({} if on_train is None else spread("train_acc", on_train)),
         "train_seconds": round(time.perf_counter() - started, 1),
     }
     logger = cli.trainer.logger
@@ -414,7 +460,16 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
     )
     print(f"mean over the seeds: {pct['test_acc_mean']:.1f} % ± {100 * standard_error(accuracy):.2f} (standard error; "
           "each member's accuracy depends on the CPU's last bits, this mean does not beyond its error)")
+    if on_train is not None:
+        print(f"training accuracy: {100 * summary['train_acc_mean']:.2f} % (min {100 * summary['train_acc_min']:.2f}, "
+              f"max {100 * summary['train_acc_max']:.2f})")
     return metrics
+
+
+def spread(name: str, values: torch.Tensor) -> dict:
+    """``{name}_mean``, ``_std`` (population), ``_min`` and ``_max`` of per-member ``values``."""
+    return {f"{name}_mean": values.mean().item(), f"{name}_std": values.std(unbiased=False).item(),
+            f"{name}_min": values.min().item(), f"{name}_max": values.max().item()}  # fmt: skip
 
 
 def standard_error(values: torch.Tensor) -> float:
@@ -431,20 +486,25 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
     trainer.fit(population, datamodule=data, ckpt_path=last if last.exists() else None, weights_only=True)
     trainer.test(population, datamodule=data, verbose=False)
     accuracy, info = population.member_test_acc, data.describe()
-    metadata = {"dataset": info, "datamodule": cli.config.data.as_dict(), "max_epochs": cli.config.trainer.max_epochs}
+    seconds = round(time.perf_counter() - started, 1)
+    on_train = member_train_accuracy(cli, population) if measures_training_accuracy(cli) else None
+    measured = {} if on_train is None else {"member_train_acc": on_train.tolist(), **spread("train_acc", on_train)}
+    metadata = {"dataset": info, "datamodule": cli.config.data.as_dict(), "max_epochs": cli.config.trainer.max_epochs,
+                **({} if on_train is None else {"member_train_acc": on_train.tolist()})}  # fmt: skip
     save_population(run_dir / "population.pt", population, accuracy.tolist(), metadata)
     write_reports(run_dir, population.seeds, accuracy, torch.ones_like(accuracy, dtype=torch.bool),
-                  f"{info['dataset']}: {population.size} members")  # fmt: skip
+                  f"{info['dataset']}: {population.size} members", on_train)  # fmt: skip
     metrics = {
         "members": population.size, "member_test_acc": accuracy.tolist(), "test_acc_mean": accuracy.mean().item(),
-        "test_acc_std": accuracy.std(unbiased=False).item(), "train_seconds": round(time.perf_counter() - started, 1),
+        "test_acc_std": accuracy.std(unbiased=False).item(), **measured, "train_seconds": seconds,
         "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
         "mode": portable.describe(),
     }  # fmt: skip
     write_json(run_dir / "metrics.json", metrics)
+    trained = "" if on_train is None else f", training accuracy {100 * metrics['train_acc_mean']:.2f} %"
     kind = {"images": "image population", "rows": "population"}[population.INPUTS]
     print(f"{kind}: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
-          f"± {100 * metrics['test_acc_std']:.2f}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
+          f"± {100 * metrics['test_acc_std']:.2f}{trained}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
     return metrics
 
 

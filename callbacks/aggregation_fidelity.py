@@ -14,7 +14,8 @@ correlation (on ``n_samples`` subset perturbations shared by every map), and rel
 input, representation and output stability (``relative_stability``: RIS, RRS, ROS by
 ``evaluators.metrics.relative_stability``, its defaults but for ``n_samples`` noisy copies
 per probe input and ``change="norm"``, ‖e − e'‖ / ‖e‖, finite on min-max maps' exact zeros;
-L the model's output). The maps of the noisy copies are made as those of x, for x's
+L the model's output), and the maps' own sparseness and complexity (``evaluators.metrics.complexity``;
+the mean over probe inputs whose map is not all zero). The maps of the noisy copies are made as those of x, for x's
 explained class, with the optimised aggregators' weights fitted at x (not refitted per
 copy); each score is the mean over the probe inputs that kept a sample. Its cost: every
 explainer on n_probe × n_samples noisy inputs per evaluation (800 images with the defaults).
@@ -55,7 +56,8 @@ from lightning_modules.interface import eval_mode
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
 TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {}, "integrated_gradients": {}, "input_x_gradient": {}}
-METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability")
+METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability", "sparseness", "complexity")
+MAP_METRICS = ("sparseness", "complexity")  # scores of the maps alone
 MAP_OPTIONS = tuple(inspect.signature(explainer_maps).parameters)[4:]  # the optimised aggregators' map options
 
 
@@ -84,7 +86,8 @@ class AggregationFidelity(pl.Callback):
         (e.g. ``{agg_faith: {}, agg_robust: {n_samples: 10}}``); ``metrics``: some of
         ``insertion``, ``deletion``, ``infidelity``, ``fcor`` (the last two on ``n_samples``
         subset perturbations of the probe, shared by every map), ``relative_stability``
-        (RIS, RRS, ROS on ``n_samples`` noisy copies of each probe input)."""
+        (RIS, RRS, ROS on ``n_samples`` noisy copies of each probe input), ``sparseness``,
+        ``complexity`` (of the maps alone)."""
         if normalisation not in NORMALISATIONS:
             raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
                              f"{sorted(NORMALISATIONS)}")  # fmt: skip
@@ -204,6 +207,8 @@ class AggregationFidelity(pl.Callback):
                 scores[f"aggregation/{name}/infidelity"] = REGISTRY["infidelity"].function(m, samples).mean().item()
             if "fcor" in self.metrics:
                 scores[f"aggregation/{name}/fcor"] = REGISTRY["fcor"].function(m, samples).nanmean().item()
+            for metric in (metric for metric in MAP_METRICS if metric in self.metrics):
+                scores[f"aggregation/{name}/{metric}"] = REGISTRY[metric].function(m).nanmean().item()
         return scores
 
     def _log_grid(self, trainer: pl.Trainer, pl_module: pl.LightningModule, x: torch.Tensor, y: torch.Tensor,

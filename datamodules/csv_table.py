@@ -361,4 +361,4 @@ class CSVDataModule(TabularDataModule):
         }  # fmt: skip
         if self.num_classes == 2:
             info["positive_rate"] = round(counts[1].item() / len(y), 4)
-        return info
+        return {**info, **self._permutation_note()}

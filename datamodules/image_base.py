@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 from datamodules.errors import InputError
 from datamodules.image_batches import EpochShuffle, InMemoryImageBatches, _whole_batch, channel_stats
 from datamodules.image_files import SPLITS
+from datamodules.label_permutation import check_permute_labels, permuted_labels
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,8 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     ``predict_dataloader`` ``test``, or ``val`` where there is no ``test``.
     Training order and augmentation of epoch e are drawn from generators seeded with
     (``seed``, e): the same seed gives the same batches, epoch by epoch, resumed or not.
+    ``permute_labels``: a seed of a random permutation of the ``train`` split's labels
+    (``datamodules.label_permutation``), or None.
     """
 
     name = "images"
@@ -45,6 +48,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         num_workers: int = 0,
         seed: int = 0,
         subset: dict[str, int] | None = None,
+        permute_labels: int | None = None,
     ) -> None:
         super().__init__()
         for option, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
@@ -63,6 +67,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
                 raise InputError(f"option subset={subset!r}; expected split names of {list(SPLITS)} mapped to "
                                  "positive numbers of images")  # fmt: skip
         self.subset = dict(subset or {})
+        self.permute_labels = check_permute_labels(permute_labels)
         self.mean_option = None if mean is None else [float(m) for m in mean]
         self.std_option = None if std is None else [float(s) for s in std]
         self.random_crop_padding = random_crop_padding
@@ -135,12 +140,19 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         return order[: self.subset[split]].sort().values
 
     def split_images(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """A split's uint8 images and labels as served (:meth:`subset_indices`). The
-        normalisation statistics stay those of the whole training split, so a model trained
+        """A split's uint8 images and labels as served (:meth:`subset_indices`, :meth:`served_labels`).
+        The normalisation statistics stay those of the whole training split, so a model trained
         on all of it sees the same inputs."""
         images, labels = self._uint8_split(split)
         chosen = self.subset_indices(split)
-        return (images, labels) if chosen is None else (images[chosen], labels[chosen])
+        if chosen is not None:
+            images, labels = images[chosen], labels[chosen]
+        return images, self.served_labels(split, labels)
+
+    def served_labels(self, split: str, labels: torch.Tensor) -> torch.Tensor:
+        """The labels served for a split's chosen images: the ``train`` split's permuted with option
+        ``permute_labels``, every other split's as they are."""
+        return permuted_labels(labels, self.permute_labels) if split == "train" else labels
 
     def probe(self, n: int, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` images evenly spaced through the split (``test``: :attr:`eval_split`; index 0, k,
@@ -205,6 +217,8 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         served = {s: min(n, self.subset.get(s, n)) for s, n in full_sizes.items()}
         info = {"dataset": self.name, "source": str(self.source), "classes": classes,
                 **{s: served.get(s, 0) for s in SPLITS}, "image": image}  # fmt: skip
+        if self.permute_labels is not None:
+            info["permuted_train_labels"] = self.permute_labels
         cut = {s: n for s, n in full_sizes.items() if served[s] < n}
         return {**info, "subset_of": cut} if cut else info
 

@@ -323,6 +323,8 @@ class ImageFolderDataModule(ImageDataModule):
         steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]
         samples, chosen = self._layout["samples"][split], self.subset_indices(split)
         samples = samples if chosen is None else [samples[i] for i in chosen.tolist()]
+        labels = self.served_labels(split, torch.tensor([label for _, label in samples], dtype=torch.int64))
+        samples = [(path, label) for (path, _), label in zip(samples, labels.tolist())]
         return ImageFileDataset(samples, self._layout["mode"], transforms.Compose(steps))
 
 

@@ -22,6 +22,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from datamodules.errors import InputError
+from datamodules.label_permutation import check_permute_labels, permuted_labels
 from datamodules.specs import DATASETS, get_spec
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
 
     Subclasses implement :meth:`load_raw`. Data order: unshuffled by default (the
     paper varies only the initialisation seed); with ``shuffle=True`` the order is
-    drawn from ``data_order_seed``, separately from the model's seed.
+    drawn from ``data_order_seed``, separately from the model's seed. ``permute_labels``: a seed
+    of a random permutation of the training labels (``datamodules.label_permutation``), or None.
     """
 
     name = "tabular"
@@ -73,6 +75,7 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         shuffle: bool = False,
         data_order_seed: int = 0,
         drop_columns: list[str] | None = None,
+        permute_labels: int | None = None,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -87,6 +90,7 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         self.shuffle = shuffle
         self.data_order_seed = data_order_seed
         self.drop_columns = list(drop_columns or [])
+        self.permute_labels = check_permute_labels(permute_labels)
 
     @abc.abstractmethod
     def load_raw(self) -> tuple[pd.DataFrame, np.ndarray, str]:
@@ -150,7 +154,12 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
 
     @property
     def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._arrays["x_train"], self._arrays["y_train"]
+        """The training rows and their labels as served (permuted with option ``permute_labels``)."""
+        return self._arrays["x_train"], self._train_labels
+
+    @cached_property
+    def _train_labels(self) -> torch.Tensor:
+        return permuted_labels(self._arrays["y_train"], self.permute_labels)
 
     @property
     def test_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,6 +179,13 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     def stored_fill(self, x: torch.Tensor) -> torch.Tensor:
         """ROAR's fill c: the rows' per-feature mean."""
         return x.mean(0)
+
+    def eval_dataloader(self, split: str) -> DataLoader:
+        """The ``train`` or ``test`` split in order, ``eval_batch_size`` rows a batch (as the image
+        datamodules' method of the name), e.g. for the training accuracy of a trained model."""
+        if split not in ("train", "test"):
+            raise InputError(f"{self.name}: no {split!r} split; it has ['test', 'train']")
+        return self.tensor_loader(*self.stored_split(split), train=False)
 
     def describe(self) -> dict:
         """Rows, features and class balance of the preprocessed data (the positive rate for two
@@ -191,7 +207,12 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
             "train_rows": int(len(a["y_train"])),
             "test_rows": int(len(a["y_test"])),
             "majority_rate_test": round(majority, 4),
+            **self._permutation_note(),
         }
+
+    def _permutation_note(self) -> dict:
+        """``{"permuted_train_labels": seed}`` with option ``permute_labels``, else nothing."""
+        return {} if self.permute_labels is None else {"permuted_train_labels": self.permute_labels}
 
     # --- LightningDataModule -----------------------------------------------
     def setup(self, stage: str | None = None) -> None:

@@ -3,7 +3,8 @@ s_1..s_M, trained at once under one ``Trainer``, saved as one file (``population
 i extractable as the model it equals alone. Kinds: ``PopulationMLP`` (stacked tabular MLPs) and
 ``ImagePopulation``; ``forward(x)`` gives every member's logits (M, N, K). After a test,
 ``member_test_acc`` holds each member's accuracy (M,), and their mean, std, min and max are
-logged under the kind's ``TEST_LOG`` name."""
+logged under the kind's ``TEST_LOG`` name. ``member_train_acc``: each member's accuracy on the
+training split as served, where ``train.py`` measured it after training."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class Population(pl.LightningModule):
     TEST_LOG: ClassVar[tuple[str, str]]  # (name, suffix of the mean): "test/member_acc" + "_mean"
     CHUNKED: ClassVar[bool] = False  # train.py fits it in chunks of members (population_fit), else as one model
     member_test_acc: torch.Tensor | None = None  # after a test
+    member_train_acc: torch.Tensor | None = None  # each member's training accuracy, where train.py measured it
 
     @property
     def size(self) -> int:

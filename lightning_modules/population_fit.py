@@ -65,9 +65,12 @@ def fit_population(
     make_trainer: Callable[[Path], pl.Trainer],
     run_dir: Path,
     chunk_size: int | None = None,
+    train_accuracy: Callable[[PopulationMLP], torch.Tensor] | None = None,
 ) -> tuple[PopulationMLP, torch.Tensor] | None:
     """Train all members chunk by chunk; return (population, per-member test accuracy),
-    or None when a chunk's training was interrupted (its checkpoint stays for resuming)."""
+    or None when a chunk's training was interrupted (its checkpoint stays for resuming).
+    ``train_accuracy``: a chunk's per-member accuracy on the training split, measured after its
+    test, kept in its chunk file and set as the population's ``member_train_acc``."""
     chunks_dir = run_dir / "chunks"
     chunks_dir.mkdir(parents=True, exist_ok=True)
     size = chunk_size or auto_chunk_size(population, datamodule.batch_size, population.device)
@@ -89,10 +92,15 @@ def fit_population(
         if trainer.interrupted or trainer.current_epoch < trainer.max_epochs:
             return None
         trainer.test(part, datamodule=datamodule, verbose=False)
-        save_population(done, part, part.member_test_acc.tolist(), {"chunk": k})
+        metadata, tested = {"chunk": k}, part.member_test_acc.tolist()
+        if train_accuracy is not None:
+            metadata["member_train_acc"] = train_accuracy(part).tolist()
+        save_population(done, part, tested, metadata)
     parts = [load_population(chunks_dir / f"chunk-{k:03d}.pt") for k in range(len(plan))]
     whole = PopulationMLP.concatenate([p for p, _ in parts])
     accuracy = torch.tensor([a for _, payload in parts for a in payload["member_test_acc"]])
+    if all("member_train_acc" in payload["metadata"] for _, payload in parts):
+        whole.member_train_acc = torch.tensor([a for _, p in parts for a in p["metadata"]["member_train_acc"]])
     return whole, accuracy
 
 
@@ -104,8 +112,10 @@ def drop_below_mean(accuracy: torch.Tensor, margin: float | None) -> torch.Tenso
     return accuracy >= accuracy.mean() - margin
 
 
-def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept: torch.Tensor, title: str) -> Path:
-    """``members.csv`` (seed, test accuracy, kept) and ``accuracy_histogram.png``."""
+def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept: torch.Tensor, title: str,
+                  train_accuracy: torch.Tensor | None = None) -> Path:  # fmt: skip
+    """``members.csv`` (seed, test accuracy, kept and, where given, training accuracy) and
+    ``accuracy_histogram.png``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,6 +123,8 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
 
     rows = zip(seeds, accuracy.tolist(), kept.tolist())
     lines = ["seed,test_acc,kept"] + [f"{s},{a:.6f},{int(k)}" for s, a, k in rows]
+    if train_accuracy is not None:
+        lines = [f"{line},{a}" for line, a in zip(lines, ["train_acc", *(f"{t:.6f}" for t in train_accuracy)])]
     (run_dir / "members.csv").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     acc = accuracy.numpy() * 100

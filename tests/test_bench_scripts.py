@@ -33,11 +33,12 @@ SHRUNK = {
                               "SIZE_224": 32, "REFERENCE_RUN": ROOT / "no-such-run", "DATA_DIR": ROOT / "no-such-data"},
     "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
+    "sanity_checks": {"N_IMAGES": 2, "IG_STEPS": 2, "DATA_DIR": ROOT / "no-such-data"},
     "roar": {"TABULAR": RoarGrid(estimators={"saliency": {}}, fractions=[0.0, 0.5], retrainings=2, trainer=ROAR_STEPS),
              "IMAGES": RoarGrid(estimators={"random": {}}, fractions=[0.5], retrainings=1, trainer=ROAR_STEPS),
              "CLEAN_TRAINING": {"tabular": ROAR_STEPS, "images": ROAR_STEPS}},
 }
-NEEDS = {"insertion_deletion": "quantus"}  # benches that compare with an optional package
+NEEDS = {"insertion_deletion": "quantus", "sanity_checks": "quantus"}  # benches that compare with an optional package
 
 
 def load_bench(name: str):
@@ -200,6 +201,26 @@ def test_insertion_deletion_check(monkeypatch):
         fails(bench.check, ours, loop.roll(1, dims=1), bench.TOLERANCE["cpu"], mode, match=f"{mode}'s curves")
         fails(bench.check, ours, scale_row(loop, 1.01, 2), bench.TOLERANCE["cpu"], mode)
         fails(bench.check, ours, loop[:, 1:], bench.TOLERANCE["cpu"], mode, match="shape")
+
+
+def test_sanity_checks_check(monkeypatch):
+    pytest.importorskip("quantus", reason="bench/sanity_checks.py compares with quantus, not installed")
+    bench = load_bench("sanity_checks")
+    monkeypatch.setattr(bench, "IG_STEPS", 2)
+    ig = bench.EXPLAINERS["integrated_gradients"][0]
+    monkeypatch.setitem(bench.EXPLAINERS, "integrated_gradients", (ig, {"n_steps": 2}))
+    torch.manual_seed(0)
+    from lightning_modules.image_classifier import create_image_model
+
+    model = create_image_model("resnet8", 10).eval()
+    x, y = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0)), torch.tensor([1, 5, 7])
+    ours = bench.ours(model, x, y, 6)
+    theirs = {name: bench.quantus_mprt(model, x, y, attribute) for name, (attribute, _) in bench.EXPLAINERS.items()}
+    assert bench.check(ours.scores, ours.layers, theirs) <= 1e-12
+    fails(bench.check, ours.scores.roll(1, dims=0), ours.layers, theirs, match="differ")  # layers shifted
+    fails(bench.check, ours.scores.roll(1, dims=-1), ours.layers, theirs, match="differ")  # images shifted
+    fails(bench.check, ours.scores.flip(1), ours.layers, theirs, match="differ")  # explainers swapped
+    fails(bench.check, ours.scores, ours.layers[1:], theirs, match="randomised")
 
 
 def test_optimised_aggregation_check():

@@ -93,6 +93,28 @@ def test_aggregation_fidelity_on_a_tabular_model():
     assert all(0 <= v <= 1 for k, v in scores.items() if k.startswith("aggregation/"))
 
 
+def test_aggregation_fidelity_scores_the_maps_sparseness_and_complexity():
+    from evaluators.aggregators.pixel_aggregators import aggregate_all
+    from evaluators.metrics.complexity import complexity, sparseness
+    from lightning_modules import MLPClassifier
+
+    data = FinancialDataModule(dataset="german")
+    callback = AggregationFidelity(explainers={"saliency": {}, "input_x_gradient": {}}, n_probe=20,
+                                   aggregators={"mean": {}}, metrics=("sparseness", "complexity"))  # fmt: skip
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
+    model = MLPClassifier(in_features=data.num_features, seed=0)
+    trainer.fit(model, datamodule=data)
+    final = callback.history[-1]
+    assert not any(k.endswith(("/insertion", "/deletion")) for k in final)
+    x = data.test_tensors[0][:20]
+    base = {f"base_{name}": explain(model, x, name) for name in ("saliency", "input_x_gradient")}
+    maps = {**base, **aggregate_all(base, "z", {"mean": {}}, 1)}
+    for name, m in maps.items():
+        for metric, function in (("sparseness", sparseness), ("complexity", complexity)):
+            assert final[f"aggregation/{name}/{metric}"] == pytest.approx(function(m).nanmean().item(), rel=1e-6)
+
+
 def test_aggregation_fidelity_names_bad_options():
     from datamodules import InputError
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
+from evaluators.metrics.complexity import complexity, sparseness
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
@@ -22,10 +23,13 @@ OPTIONS = {"insertion": {"steps": 3, "baseline": "zero"}, "deletion": {"steps": 
            "infidelity": {"n_samples": 4, "baseline": MEANS}, "fcor": {"n_samples": 5, "baseline": MEANS},
            "sens_avg": {"n_samples": 3}, "sens_max": {"n_samples": 3},
            "road_morf": {"percentages": (20, 60), "feature_means": MEANS},
-           "road_lerf": {"percentages": (20, 60), "feature_means": MEANS}, "relative_stability": {"n_samples": 3}}
-# the papers' directions: insertion, FCOR and LeRF rise with a faithful map, the others fall
+           "road_lerf": {"percentages": (20, 60), "feature_means": MEANS}, "relative_stability": {"n_samples": 3},
+           "sparseness": {}, "complexity": {}}
+# the papers' directions: insertion, FCOR and LeRF rise with a faithful map, the others fall; a sparser
+# map (Chalasani et al.) and a less complex one (Bhatt et al.) are read as better
 HIGHER_IS_BETTER = {"insertion": True, "deletion": False, "infidelity": False, "fcor": True, "sens_avg": False,
-                    "sens_max": False, "road_morf": False, "road_lerf": True, "relative_stability": False}
+                    "sens_max": False, "road_morf": False, "road_lerf": True, "relative_stability": False,
+                    "sparseness": True, "complexity": False}
 
 
 def setting():
@@ -53,6 +57,8 @@ def direct(name, model, x, maps, target, explain_fn, options):
     if name.startswith("sens_"):
         distances = sensitivities(explain_fn, x, maps, target, **options)
         return distances.mean(1) if name == "sens_avg" else distances.amax(1)
+    if name in ("sparseness", "complexity"):
+        return (sparseness if name == "sparseness" else complexity)(maps)
     if name.startswith("road_"):
         return road_curves(model, x, maps, name[5:], target=target, **options)[1]
     scores = relative_stability(model, x, maps, explain_fn, target, **options)
@@ -64,6 +70,7 @@ def test_the_registry_names_every_metric_with_its_direction():
     assert {name: spec.higher_is_better for name, spec in METRICS.items()} == HIGHER_IS_BETTER
     assert {name for name, spec in METRICS.items() if "explain_fn" in spec.needs} == {
         "sens_avg", "sens_max", "relative_stability"}
+    assert {name for name, spec in METRICS.items() if spec.needs == ("maps",)} == {"sparseness", "complexity"}
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))

@@ -211,3 +211,24 @@ def test_absolute_false_keeps_the_signs_in_weights_and_scores(tiny_run, tmp_path
     maps = explainer_maps(model, x, target, {"saliency": {}}, absolute=False)[:, 0]
     fcor = faithfulness_correlation(maps, subset_perturbations(model, x, target, n_samples=6)).double()
     assert summary["rows"]["saliency"]["fcor"]["mean"] == pytest.approx(fcor[~fcor.isnan()].mean().item(), rel=1e-6)
+
+
+def test_map_metrics_add_the_maps_sparseness_and_complexity_columns(tiny_run, tmp_path):
+    from evaluators.metrics.complexity import complexity, sparseness
+
+    options = {"aggregators": ["agg_mean"], "map_metrics": ["sparseness", "complexity"]}
+    summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run, **options)])
+    model, data, _ = load_run(tiny_run)
+    data.setup("test")
+    x, _ = data.probe(3, "test")
+    stack = explainer_maps(model, x, predicted_class(model, x), EXPLAINERS)
+    rows = {"saliency": stack[:, 0], "agg_mean": stack.mean(1)}
+    for row, maps in rows.items():
+        for name, function in (("sparseness", sparseness), ("complexity", complexity)):
+            assert summary["rows"][row][name]["mean"] == pytest.approx(function(maps).mean().item(), rel=1e-5)
+    (folder,) = (tmp_path / "out").iterdir()
+    assert "| RIS ↓ | RRS ↓ | ROS ↓ | sparseness ↑ | complexity ↓ |" in (folder / "table.md").read_text()
+    assert (folder / "optimised_aggregation.csv").read_text().startswith("row,infidelity,infidelity_se,")
+    assert "complexity_se" in (folder / "optimised_aggregation.csv").read_text().splitlines()[0]
+    with pytest.raises(evaluate.InputError, match=r"option map_metrics: unknown metric\(s\) \['fcor'\]"):
+        evaluate.main(["optimised", "--config", config(tmp_path, tiny_run, map_metrics=["fcor"])])

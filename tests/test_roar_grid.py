@@ -186,5 +186,11 @@ def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
     cells = sorted(p.name for p in (grid / "cells").iterdir())
     assert cells == ["clean-t00.json", "random-t50.json", "saliency-t50.json"]
     assert len(summary["rows"]) == 4 and summary["rows"][0]["k"] == 2
+    table = (grid / "table.md").read_text().splitlines()  # the report's table, one line per row of roar.json
+    rows = json.loads((grid / "roar.json").read_text())["rows"]
+    assert len(table) == 2 + len(rows)
+    for line, r in zip(table[2:], rows):
+        assert line.split(" | ")[:2] == [f"| {r['estimator']}", f"{r['fraction']:.1f}"]
+        assert f"{100 * r['retrain_mean']:.2f} ± {100 * r['retrain_std']:.2f}" in line
     again = evaluate.main(["roar", "--config", str(config), "--set", "cells_per_population=1"])
     assert again["rows"] == summary["rows"] and len(list((tmp_path / "roar").iterdir())) == 1

@@ -2,7 +2,9 @@
 
 ``PairwiseAgreement(name, k)`` accumulates, over batches of individuals, the mean
 and spread of a pairwise agreement score across all model pairs and individuals
-(states summed under DDP: ``evaluators.metrics.base``).
+(states summed under DDP: ``evaluators.metrics.base``). Explanations with NaN or ±inf are
+refused (``InputError``); the scores of pairs where a metric is undefined (the rank
+correlation of a constant map) are counted in ``left_out``, not averaged.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from __future__ import annotations
 import torch
 
 from datamodules.errors import InputError
-from evaluators.metrics.agreement_functional import AGREEMENTS, angular_difference
+from evaluators.inputs.finite import check_finite
+from evaluators.metrics.agreement_functional import AGREEMENTS, RANK_AGREEMENTS, angular_difference
 from evaluators.metrics.base import MeanOverInputs
 
-METRICS = (*AGREEMENTS, "angular")
+METRICS = (*AGREEMENTS, "angular", *RANK_AGREEMENTS)
 
 
 class PairwiseAgreement(MeanOverInputs):
@@ -21,8 +24,10 @@ class PairwiseAgreement(MeanOverInputs):
     states ``total`` and ``count`` of ``evaluators.metrics.base``, and ``total_sq``).
 
     Args:
-        name: ``sa``, ``ssa``, ``cdc``, ``feature``, ``rank``, ``signed_rank`` or ``angular``.
-        k: top-k size; for ``cdc`` None means all features (CDC@d); unused by ``angular``.
+        name: ``sa``, ``ssa``, ``cdc``, ``feature``, ``rank``, ``signed_rank``, ``angular``,
+            ``rc`` (rank correlation) or ``pra`` (pairwise rank agreement).
+        k: top-k size; for ``cdc`` None means all features (CDC@d); unused by ``angular``,
+            ``rc`` and ``pra`` (over all features).
     """
 
     higher_is_better = None  # True for agreements, False for the angular difference
@@ -31,7 +36,7 @@ class PairwiseAgreement(MeanOverInputs):
         super().__init__({"k": k}, **kwargs)
         if name not in METRICS:
             raise InputError(f"unknown agreement metric {name!r}; expected one of {list(METRICS)}")
-        if name not in ("cdc", "angular") and k is None:
+        if name not in ("cdc", "angular", *RANK_AGREEMENTS) and k is None:
             raise InputError(f"agreement metric {name!r} needs k")
         self.name, self.k = name, k
         self.add_state("total_sq", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
@@ -40,12 +45,18 @@ class PairwiseAgreement(MeanOverInputs):
         """(P, N) scores of explanations (M, N, d)."""
         if self.name == "angular":
             return angular_difference(explanations)
+        if self.name in RANK_AGREEMENTS:
+            return RANK_AGREEMENTS[self.name](explanations)
         return AGREEMENTS[self.name](explanations, self.k)
 
     def update(self, explanations: torch.Tensor) -> None:
         if explanations.dim() != 3 or explanations.shape[0] < 2:
             raise InputError(f"explanations of shape {tuple(explanations.shape)}; expected (models >= 2, N, d)")
+        check_finite(explanations, "explanations", "map", unit_dims=1, stacked=True)
         values = self.scores(explanations).double()
+        defined = ~values.isnan()
+        self.left_out += int((~defined).sum())
+        values = values[defined]
         self.total += values.sum()
         self.total_sq += (values**2).sum()
         self.count += values.numel()

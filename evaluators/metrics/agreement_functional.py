@@ -18,7 +18,19 @@ Ley et al. (2023), §4:
   correlated random explanations 0.46-0.74 where the paper's gives about 1).
 Krishna et al. (2022): feature agreement |T_k(a) ∩ T_k(b)| / k; rank agreement, the
 share of the k ranks holding the same feature; signed-rank agreement, the same with
-equal signs too. Angular difference: arccos of the cosine similarity (radians); an
+equal signs too. Their rank correlation and pairwise rank agreement (``RANK_AGREEMENTS``,
+no k: over all d features, as OpenXAI's ``rankcorr`` and ``pairwise_comp``), with r_a the
+ranks of |a| (ties: the mean of the ranks they span, as ``scipy.stats.rankdata``'s default)
+and s_a(f, g) = sign(|a_f| − |a_g|):
+* RC = the Pearson correlation of r_a and r_b (Spearman's ρ of |a| and |b|); NaN where |a|
+  or |b| is constant (an all-zero map has no ranking). OpenXAI ranks ties densely, which
+  gives the same ρ where neither map has ties;
+* PRA = |{f < g : s_a(f, g) = s_b(f, g)}| / (d (d − 1) / 2): the share of feature pairs
+  ordered alike, a tie agreeing only with a tie ((1 + Kendall's τ) / 2 without ties).
+  OpenXAI compares [r_a(f) < r_a(g)], so a tie there agrees with g above f but not with f
+  above g; the two agree where neither map has ties. PRA compares d(d − 1)/2 pairs per map:
+  at most ``PRA_MAX_PAIRS`` (d = 5,793; pool larger maps first).
+Angular difference: arccos of the cosine similarity (radians); an
 all-zero map has no direction, and its angle to any map is reported as π/2 (its unit
 vector is taken as zero, so the cosine is 0).
 """
@@ -27,6 +39,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from datamodules.errors import InputError
+from evaluators.inputs.finite import check_finite
+
+PRA_MAX_PAIRS = 2**24  # feature pairs per map: exact counts in float32, and bounded memory
+PRA_CHUNK = 2**24  # models x individuals x pairs per Gram product of PRA
 
 
 def pairs(m: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,6 +163,61 @@ def angular_difference(e: torch.Tensor) -> torch.Tensor:
     return torch.arccos(_pair_sum(unit).clamp(-1.0, 1.0))
 
 
+def _check_explanations(e: torch.Tensor, name: str) -> None:
+    if not isinstance(e, torch.Tensor) or e.dim() != 3 or not e.is_floating_point():
+        raise InputError(f"{name}: explanations of shape {tuple(getattr(e, 'shape', ()))}; expected float (M, N, d)")
+    check_finite(e, f"{name}: explanations", "map", unit_dims=1, stacked=True)  # explanations[model]: map n
+
+
+def average_ranks(v: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..d of v along the last dim, ties given the mean of the ranks they span."""
+    d = v.shape[-1]
+    values, order = v.sort(dim=-1, stable=True)
+    position = torch.arange(d, device=v.device).expand_as(values)
+    new = torch.ones_like(values, dtype=torch.bool)
+    new[..., 1:] = values[..., 1:] != values[..., :-1]  # a tie group starts here
+    last = torch.ones_like(new)
+    last[..., :-1] = new[..., 1:]  # a tie group ends here
+    first = torch.where(new, position, 0).cummax(-1).values
+    end = torch.where(last, position, d).flip(-1).cummin(-1).values.flip(-1)
+    mean_rank = (first + end).to(v.dtype) / 2 + 1
+    return torch.empty_like(mean_rank).scatter_(-1, order, mean_rank)
+
+
+def rank_correlation(e: torch.Tensor) -> torch.Tensor:
+    """Krishna et al.'s RC: Spearman's ρ of |a| and |b| over all features, (P, N); NaN
+    where either map's |attribution| is constant."""
+    _check_explanations(e, "rank correlation")
+    ranks = average_ranks(e.abs())
+    centred = ranks - ranks.mean(-1, keepdim=True)
+    norm = centred.norm(dim=-1, keepdim=True)
+    unit = torch.where(norm > 0, centred / norm, torch.nan)  # a constant map: NaN, carried into its pairs
+    return _pair_sum(unit).clamp(-1.0, 1.0)
+
+
+def pairwise_rank_agreement(e: torch.Tensor) -> torch.Tensor:
+    """Krishna et al.'s PRA over all d(d − 1)/2 feature pairs, (P, N) (ties: the module's
+    docstring). With s = s_a, t = s_b ∈ {−1, 0, 1}, [s = t] = 1 − s² − t² + (3/2) s²t² + st/2,
+    so the count is a sum of Gram products of s and s² over the pairs (``_pair_sum``),
+    taken ``PRA_CHUNK`` values at a time over individuals."""
+    _check_explanations(e, "pairwise rank agreement")
+    m, n, d = e.shape
+    n_pairs = d * (d - 1) // 2
+    if not 1 <= n_pairs <= PRA_MAX_PAIRS:
+        raise InputError(f"pairwise rank agreement: maps of d={d} features compare {n_pairs} feature pairs; "
+                         f"expected d >= 2 and at most {PRA_MAX_PAIRS} pairs (d <= 5793): pool the maps first")
+    f, g = torch.triu_indices(d, d, offset=1, device=e.device)
+    i, j = pairs(m, e.device)
+    parts = []
+    for part in e.abs().split(max(1, PRA_CHUNK // (m * n_pairs)), dim=1):
+        s = torch.sign(part[..., f] - part[..., g])  # (M, n, pairs)
+        untied = s * s
+        count = untied.sum(-1)  # (M, n): Σ s² per map
+        same = n_pairs - count[i] - count[j] + 1.5 * _pair_sum(untied) + 0.5 * _pair_sum(s)
+        parts.append(same / n_pairs)
+    return torch.cat(parts, dim=1)
+
+
 AGREEMENTS = {
     "sa": sign_agreement,
     "ssa": signed_set_agreement,
@@ -154,6 +227,7 @@ AGREEMENTS = {
     "rank": rank_agreement,
     "signed_rank": signed_rank_agreement,
 }
+RANK_AGREEMENTS = {"rc": rank_correlation, "pra": pairwise_rank_agreement}  # over all features: no k
 
 
 def separability(

@@ -12,6 +12,7 @@ import torch
 
 from datamodules.errors import InputError
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.complexity import Complexity, Sparseness, complexity, sparseness
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import Infidelity, infidelity
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC, insertion_deletion_curves
@@ -25,7 +26,8 @@ class MetricSpec:
     """One metric: ``function``, its functional core (its own signature, with ``fixed``, the
     options this name fixes: the insertion mode, the ROAD order); ``metric``, the Metric
     averaging its per-input scores over inputs; ``needs``, what scoring reads: ``model``,
-    ``maps``, ``explain_fn`` (the metric explains perturbed inputs)."""
+    ``maps``, ``explain_fn`` (the metric explains perturbed inputs); a metric that needs only
+    ``maps`` (sparseness, complexity) is scored with ``model=None``."""
 
     function: Callable
     metric: type[MeanOverInputs]
@@ -47,6 +49,8 @@ METRICS: dict[str, MetricSpec] = {
     "road_morf": MetricSpec(road_curves, ROADMoRF, fixed={"order": "morf"}),
     "road_lerf": MetricSpec(road_curves, ROADLeRF, fixed={"order": "lerf"}),
     "relative_stability": MetricSpec(relative_stability, RelativeStability, ("model", "maps", "explain_fn")),
+    "sparseness": MetricSpec(sparseness, Sparseness, ("maps",)),
+    "complexity": MetricSpec(complexity, Complexity, ("maps",)),
 }
 
 
@@ -61,5 +65,7 @@ def score(name: str, model, x: torch.Tensor, maps: torch.Tensor, target=None, ex
           **options) -> torch.Tensor:  # fmt: skip
     """Per-input scores (N, ...) of metric ``name`` with the options of its Metric: an AUC,
     an infidelity, a correlation (NaN where undefined), SENS_AVG or SENS_MAX, a ROAD curve
-    (N, P), the relative stabilities (N, 3) (RIS, RRS, ROS; NaN where every sample flipped)."""
+    (N, P), the relative stabilities (N, 3) (RIS, RRS, ROS; NaN where every sample flipped), a
+    sparseness or complexity (NaN for an all-zero map). A metric that needs only ``maps`` takes
+    ``model=None`` (and ``x=None``: its maps' shape then goes unchecked against inputs)."""
     return metric_spec(name).metric(**options).scores(model, x, maps, target, explain_fn)

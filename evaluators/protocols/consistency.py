@@ -8,9 +8,12 @@ From a population: for each number n of pre-trained models per ensemble, draw
 ensembles of a strategy with SA@k, SSA@k, CDC@k (the paper's reading, over the
 features in both top-k sets) and CDC@d (all features, Table 1's column), and Watson et
 al.'s C (``watson_c``: per pair of ensembles 1 − S(a, b), S from a logistic regression telling
-their explanations apart; its mean over pairs is C). Per individual the scores are averaged
-over pairs; the summary over individuals (over pairs, for C) is mean ± std and median with
-the central decile (45th-55th percentiles).
+their explanations apart; its mean over pairs is C), and those of ``rank_agreements`` named:
+Krishna et al.'s rank correlation ``rc`` and pairwise rank agreement ``pra`` over all features
+(``agreement_functional.RANK_AGREEMENTS``; none by default). Per individual the scores are averaged
+over pairs (where defined: RC is undefined for a constant map); the summary over individuals
+(over pairs, for C) is mean ± std and median with the central decile (45th-55th percentiles),
+and the number of individuals without a defined score where there are any (``undefined``).
 
 Curves (``connect``, ``combine``) join the set's n/2 pairs of members. By default
 (``curve_mode: fixed``) their end points are the two trained members and the bend is
@@ -61,7 +64,8 @@ from rich.progress import Progress
 
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
-from evaluators.metrics.agreement_functional import angular_difference, ley_agreements, pair_separations
+from evaluators.metrics.agreement_functional import RANK_AGREEMENTS, angular_difference, ley_agreements
+from evaluators.metrics.agreement_functional import pair_separations
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
 from evaluators.maps import EXPLAINERS, explain
@@ -114,6 +118,7 @@ class ConsistencyConfig(PopulationSource):
     map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (reduce_map)
     # Watson et al.'s C: one logistic regression per pair of sets, n_sets(n_sets - 1)/2 per strategy and method
     watson_c: bool = True
+    rank_agreements: list[str] = field(default_factory=list)  # Krishna et al.'s rc and pra, over all features
     n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
     seed: int = 0
     output_dir: str = "runs/consistency"
@@ -127,6 +132,10 @@ class ConsistencyConfig(PopulationSource):
         unknown = [m for m in self.methods if m not in registry]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(registry)}")
+        unknown = [m for m in self.rank_agreements if m not in RANK_AGREEMENTS]
+        if unknown:
+            raise InputError(f"option rank_agreements: unknown metric(s) {unknown}; expected some of "
+                             f"{list(RANK_AGREEMENTS)}")  # fmt: skip
         if self.n_sets < 2:
             raise InputError(f"option n_sets={self.n_sets}: agreement is scored between pairs of disjoint sets; "
                              "expected at least 2")  # fmt: skip
@@ -145,10 +154,16 @@ class ConsistencyConfig(PopulationSource):
 
 
 def summarise(per_individual: torch.Tensor) -> dict[str, float]:
+    """Mean, std, median and 45th/55th percentiles of the defined values; ``undefined``:
+    how many values are NaN, where any are."""
     values = per_individual.double().numpy()
-    q45, median, q55 = np.quantile(values, [0.45, 0.5, 0.55])
-    return {"mean": float(values.mean()), "std": float(values.std()), "median": float(median),
-            "q45": float(q45), "q55": float(q55)}  # fmt: skip
+    defined = values[~np.isnan(values)]
+    undefined = {"undefined": len(values) - len(defined)} if len(defined) < len(values) else {}
+    if not len(defined):
+        return {key: float("nan") for key in ("mean", "std", "median", "q45", "q55")} | undefined
+    q45, median, q55 = np.quantile(defined, [0.45, 0.5, 0.55])
+    return {"mean": float(defined.mean()), "std": float(defined.std()), "median": float(median),
+            "q45": float(q45), "q55": float(q55)} | undefined  # fmt: skip
 
 
 def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig,
@@ -304,6 +319,8 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
         if images:
             values["angular"] = angular_difference(e).mean(0).cpu()
+        for name in cfg.rank_agreements:
+            values[name] = RANK_AGREEMENTS[name](e).nanmean(0).cpu()  # NaN where no pair is defined
         if cfg.watson_c:
             values["watson_c"] = 1 - torch.tensor(pair_separations(e, cfg.seed), dtype=torch.float64)
         return values
@@ -359,12 +376,13 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     return {"dataset": meta["dataset"]["dataset"], "config": asdict(cfg), "rows": rows}
 
 
-TABLE_COLUMNS = {"sa": "SA", "ssa": "SSA", "cdc_d": "CDC@d", "angular": "angle", "watson_c": "Watson C"}
+TABLE_COLUMNS = {"sa": "SA", "ssa": "SSA", "cdc_d": "CDC@d", "rc": "RC", "pra": "PRA", "angular": "angle",
+                 "watson_c": "Watson C"}
 
 
 def markdown_table(summary: dict) -> str:
-    """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d; for images also the angular
-    difference; Watson's C where computed), as mean ± std (Table 1's layout)."""
+    """Rows: strategies; columns: method x (SA@k, SSA@k, CDC@d; RC and PRA where asked; for
+    images also the angular difference; Watson's C where computed), as mean ± std (Table 1's layout)."""
     rows = summary["rows"]
     n = max(r["n_models"] for r in rows)
     methods = list(dict.fromkeys(r["method"] for r in rows))

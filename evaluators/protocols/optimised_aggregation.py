@@ -22,7 +22,9 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    ``stability_change`` (a name of ``RELATIVE_CHANGES``);
    the aggregators' maps at a noisy copy being their weights (fixed at x) applied to the
    explainers' maps there (``agg_var``: recomputed there; why fixed, not refitted at x':
-   docs/optimised_aggregation.md);
+   docs/optimised_aggregation.md); and, if ``map_metrics`` names them, scores of each row's maps
+   alone (``sparseness``, ``complexity``: ``evaluators.metrics.complexity``, of the maps as scored,
+   after post-processing; none by default);
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
    over inputs; the paper's CIFAR-10 values beside a CIFAR-10 run's), the per-input weights
    (Figure 4 box plots), per explainer the number of blank (all-zero or constant) maps
@@ -125,6 +127,7 @@ class OptimisedAggregationConfig:
     # |φ| before the min-max normalisation, as the reference code; False keeps each attribution's
     # sign (a signed tabular attribution whose removal raises the output counts against FCOR and ROAD)
     absolute: bool = True
+    map_metrics: list[str] = field(default_factory=list)  # registry metrics of the maps alone: extra columns
     seed: int = 0
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     log_to: str = "wandb_offline"
@@ -147,6 +150,10 @@ class OptimisedAggregationConfig:
                              f"{list(RELATIVE_CHANGES)}")  # fmt: skip
         if not self.explainers:
             raise InputError("option explainers is empty; expected explainer name: {options}")
+        of_maps = [name for name, spec in REGISTRY.items() if spec.needs == ("maps",)]
+        unknown = [name for name in self.map_metrics if name not in of_maps]
+        if unknown:
+            raise InputError(f"option map_metrics: unknown metric(s) {unknown}; expected some of {of_maps}")
 
     def report_name(self) -> str:
         return Path(self.run).resolve().parent.name
@@ -282,17 +289,26 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     for extra in (cached(run_dir / "road.pt", road), cached(run_dir / "stability.pt", stability)):
         for row, values in extra.items():
             per_input[row].update(values)
-    table = {row: {m: mean_and_error(v[m]) for m in METRICS} for row, v in per_input.items()}
+    for name in cfg.map_metrics:  # the maps alone: cheap, so not cached
+        for row, m in rows.items():
+            per_input[row][name] = REGISTRY[name].function(m).cpu()
+    table = {row: {m: mean_and_error(v[m]) for m in columns(asdict(cfg))} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in fitted["weights"].items() if a in cfg.aggregators}
     blanks = count_blank_maps({name: stack[:, i] for i, name in enumerate(names)})
     return {"config": asdict(cfg), "dataset": data.name, "n_inputs": len(x), "explainers": names, "rows": table,
             "weights": weights, "blank_maps": blanks, "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
 
 
+def columns(config: dict) -> tuple[str, ...]:
+    """The report's metrics: ``METRICS`` and the config's ``map_metrics`` (none in older reports)."""
+    return (*METRICS, *config.get("map_metrics", ()))
+
+
 def mean_and_error(values: torch.Tensor) -> dict[str, float]:
     """Mean and its standard error over inputs (Decker et al. report mean ± s.e.), leaving
     out inputs where the metric is undefined (NaN: FCOR of a constant map or response;
-    relative stability of an input whose every noisy copy changed the prediction)."""
+    relative stability of an input whose every noisy copy changed the prediction; the
+    sparseness or complexity of an all-zero map)."""
     v = values.double()
     v = v[~v.isnan()]
     return {"mean": v.mean().item(), "se": v.std().item() / math.sqrt(len(v)), "n": len(v)}
@@ -324,16 +340,19 @@ def markdown_table(summary: dict) -> str:
     """Rows × metrics (mean ± s.e.); for a CIFAR-10 run, INFD, FCOR and the sensitivities
     beside Decker et al.'s CIFAR-10 value (the paper has no CIFAR-10 ROAD or relative
     stability; for other datasets it has no comparable value, so no paper column); under
-    the table, the explainers with blank (all-zero or constant) maps."""
+    the table, the explainers with blank (all-zero or constant) maps. The ``map_metrics`` follow
+    the nine columns."""
     paper_columns = is_cifar10(summary.get("dataset"))
+    extra = columns(summary["config"])[len(METRICS):]
     head = [f"{name}{' | paper, CIFAR-10' if paper_columns and i < 4 else ''}"
             for i, name in enumerate(("INFD ↓", "FCOR ↑", "SENS_AVG ↓", "SENS_MAX ↓", "ROAD MoRF ↓", "ROAD LeRF ↑",
                                       "RIS ↓", "RRS ↓", "ROS ↓"))]  # fmt: skip
-    lines = [f"| method | {' | '.join(head)} |", "|---" * (10 + 4 * paper_columns) + "|"]
+    head += [f"{name} {'↑' if REGISTRY[name].higher_is_better else '↓'}" for name in extra]
+    lines = [f"| method | {' | '.join(head)} |", "|---" * (10 + len(extra) + 4 * paper_columns) + "|"]
     for row, v in summary["rows"].items():
         paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5 if paper_columns else ("",) * 9
         cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f}" + ("" if p == "" else f" | {'—' if p is None else p}")
-                 for m, p in zip(METRICS, paper)]  # fmt: skip
+                 for m, p in zip(columns(summary["config"]), paper + ("",) * len(extra))]  # fmt: skip
         lines.append(f"| {row} | {' | '.join(cells)} |")
     note = blank_note(summary.get("blank_maps", {}), summary["n_inputs"])
     return "\n".join(lines) + "\n" + (f"\n{note} (after post-processing): they score as they are\n" if note else "")
@@ -364,12 +383,13 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
     png = plot_weights(summary, out_dir / "weights.png")
     (out_dir / "optimised_aggregation.json").write_text(json.dumps(summary, indent=2))
     (out_dir / "table.md").write_text(markdown_table(summary))
+    metrics = columns(summary["config"])
     with (out_dir / "optimised_aggregation.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["row"] + [f"{m}{s}" for m in METRICS for s in ("", "_se")])
+        writer.writerow(["row"] + [f"{m}{s}" for m in metrics for s in ("", "_se")])
         for row, v in summary["rows"].items():
-            writer.writerow([row] + [v[m][k] for m in METRICS for k in ("mean", "se")])
-    data = [[r] + [v[m]["mean"] for m in METRICS] for r, v in summary["rows"].items()]
+            writer.writerow([row] + [v[m][k] for m in metrics for k in ("mean", "se")])
+    data = [[r] + [v[m]["mean"] for m in metrics] for r, v in summary["rows"].items()]
     log_report(summary["config"]["log_to"], out_dir, "optimised_aggregation", summary["config"],
-               {"optimised_aggregation": (["row", *METRICS], data)}, {"weights": png})
+               {"optimised_aggregation": (["row", *metrics], data)}, {"weights": png})
     print(markdown_table(summary))

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from evaluators.protocols.aggregation import AggregationConfig, evaluate_aggregation, write_aggregation_report
+from evaluators.protocols.data_randomisation import (
+    DataRandomisationConfig, evaluate_data_randomisation, write_data_randomisation_report,
+)  # fmt: skip
 from evaluators.protocols.consistency import ConsistencyConfig, evaluate_consistency, write_consistency_report
 from evaluators.protocols.landscape import LandscapeConfig, evaluate_landscape, write_landscape_report
 from evaluators.protocols.optimised_aggregation import (
@@ -20,6 +23,7 @@ from evaluators.protocols.optimised_aggregation import (
 )  # fmt: skip
 from evaluators.protocols.roar.grid import parse_shard
 from evaluators.protocols.roar.protocol import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
+from evaluators.protocols.sanity import SanityConfig, evaluate_sanity, write_sanity_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
 
 
@@ -61,4 +65,9 @@ PROTOCOLS = {
                      {"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
                                     "(SLURM arrays); the last shard writes the report")},
                      grid_report_dir),
+    "sanity": Protocol("model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
+                       SanityConfig, evaluate_sanity, write_sanity_report, "sanity.json", False, True, "run"),
+    "data_randomisation": Protocol("data randomisation: maps of models trained on true vs permuted labels "
+                                   "(Adebayo et al. §3.2)", DataRandomisationConfig, evaluate_data_randomisation,
+                                   write_data_randomisation_report, "data_randomisation.json", False, False, "pair"),
 }  # fmt: skip

@@ -27,7 +27,7 @@ import yaml
 from datamodules.files import atomic_write
 from evaluators.inputs.config import resolve_device
 from evaluators.protocols.roar.grid import RoarGrid, fresh_models, run_grid, stacked_retraining
-from evaluators.protocols.roar.report import collect
+from evaluators.protocols.roar.report import collect, markdown_table
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
 
@@ -103,8 +103,7 @@ def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None 
 
 
 def write_roar_report(summary: dict, out_dir: Path) -> None:
-    """Print the results table (the files are written by ``collect``)."""
-    print("| estimator | t | retrained acc. (mean ± std) | no retraining |\n|---|---|---|---|")
-    for r in summary["rows"]:
-        print(f"| {r['estimator']} | {r['fraction']:.1f} | {100 * r['retrain_mean']:.2f} ± "
-              f"{100 * r['retrain_std']:.2f} | {100 * r['no_retrain_acc']:.2f} |")  # fmt: skip
+    """Print the results table and write it as ``table.md`` (the other files are written by ``collect``)."""
+    table = markdown_table(summary["rows"])
+    (out_dir / "table.md").write_text(table)
+    print(table, end="")

@@ -50,6 +50,14 @@ def collect(out_dir: Path, grid: RoarGrid, config: dict, log_to: str) -> dict:
     return summary
 
 
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as a markdown table: accuracies in %, retrained as mean ± std over the K retrainings."""
+    lines = ["| estimator | t | retrained acc. (mean ± std) | no retraining |", "|---|---|---|---|"]
+    lines += [f"| {r['estimator']} | {r['fraction']:.1f} | {100 * r['retrain_mean']:.2f} ± "
+              f"{100 * r['retrain_std']:.2f} | {100 * r['no_retrain_acc']:.2f} |" for r in rows]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def _curve(rows: list[dict], estimator: str, key: str) -> tuple[list[float], list[float]]:
     mine = [r for r in rows if r["estimator"] == estimator]
     return [100 * r["fraction"] for r in mine], [100 * r[key] for r in mine]

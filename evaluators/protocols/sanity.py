@@ -1,0 +1,300 @@
+"""Adebayo et al. (NeurIPS 2018)'s model-randomisation sanity check and Sixt et al. (2020)'s
+random-logit test: ``evaluate.py sanity --config configs/sanity/<name>.yaml``.
+
+From a trained model (a ``train.py`` run folder or a model file: an image classifier or a
+tabular MLP):
+
+1. ``n_inputs`` test inputs (images evenly spaced through the test split; the first rows of a
+   tabular test split), each explained for the original model's predicted class, which
+   stays the explained class after every randomisation;
+2. for each ``mode`` (``cascading``: the layers with parameters re-initialised one more at a
+   time from the top (output) layer down, Adebayo §3.1; ``independent``: one layer at a time,
+   the others as trained), each explainer's maps after each stage, compared with the original
+   model's maps of the same input by each similarity ``measure``
+   (``evaluators.metrics.similarity``: Spearman rank correlation of absolute and of signed
+   maps; SSIM and the Pearson correlation of HOG features for images). Image maps are first
+   reduced to one value per pixel by ``reduction``. The randomisation itself, its seed and what
+   happens to BatchNorm's running statistics: ``evaluators.sanity``;
+3. per stage × explainer × measure: the mean over inputs with a 95 % confidence interval
+   (normal approximation, mean ± 1.96 s/√n, ``evaluators.protocols.aggregation.interval``);
+   a similarity that is undefined for an input (a constant map has no rank correlation) is
+   left out of that mean and counted (``n`` says how many inputs it averages);
+4. ``random_logit``: each explainer's maps for a random other class (drawn from ``seed``)
+   against its maps for the explained class, by the same measures (Quantus's ``RandomLogit``).
+
+Everything lands in the report folder: ``similarities/`` (per mode and explainer, as each
+finishes, so an interrupted run continues with ``--resume``) and at the end ``sanity.json``,
+``sanity.csv``, ``random_logit.csv``, ``table.md`` and the figures of
+``evaluators.reports.sanity_figures`` (maps after each stage; similarity against stage).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from datamodules.errors import InputError
+from evaluators.inputs.config import resolve_device
+from evaluators.inputs.counts import counted, default_of
+from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
+from evaluators.maps import explainer_names
+from evaluators.maps.image_explainers import REDUCTIONS
+from evaluators.metrics.similarity import similarity
+from evaluators.protocols.aggregation import interval
+from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps
+from evaluators.reports.wandb_log import check_log_to, log_report
+from evaluators.sanity import MODES, model_randomisation, random_logit
+
+MODE_OPTIONS = (*MODES, "both")
+IMAGE_ONLY_MEASURES = ("ssim", "hog_pearson")  # defined on 2-D maps: not for a table's feature vectors
+
+
+def _adebayo_explainers() -> dict:
+    """Adebayo et al.'s Figure 2 explainers that the registry has, with their settings where
+    the paper gives them (SmoothGrad: 50 samples, σ = 0.15 of the input range)."""
+    return {
+        "saliency": {},
+        "integrated_gradients": {"n_steps": 50},
+        "smoothgrad": {"nt_samples": 50, "stdevs": 0.15},
+        "guided_backprop": {},
+        "gradcam": {},
+        "deeplift": {},
+        "input_x_gradient": {},
+    }
+
+
+@dataclass
+class SanityConfig:
+    """Options of the sanity-check protocol (configs/sanity/<name>.yaml)."""
+
+    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
+    checkpoint: str = "last.ckpt"
+    model_class: str | None = None  # a state dict's network (class path)
+    model_args: dict = field(default_factory=dict)  # its init arguments
+    data_config: str | None = None  # a YAML file whose data: section is a model file's data
+    data_dir: str | None = None  # where the run's data lies on this machine, if it moved
+    device: str = "auto"
+    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either)
+    mode: str = "cascading"  # cascading, independent or both
+    explainers: dict = field(default_factory=_adebayo_explainers)  # registry name -> options
+    measures: list[str] | None = None  # None: every measure the data takes (tables: the Spearman ones)
+    n_inputs: int = 100
+    n_baselines: int = 64  # training inputs behind the option value ``training``
+    reduction: str = "sum"  # image maps (C, H, W) -> (H, W); ``sum`` keeps the sign for the signed measures
+    random_logit: bool = True
+    seed: int = 0  # the randomised weights, the random logits and the explainers' draws
+    max_batch: int | None = None  # rows per pass; None: resolve_max_batch
+    n_figure: int = 3  # images in the map figure, spread through the n_inputs
+    log_to: str = "wandb_offline"
+    output_dir: str = "runs/sanity"
+
+    def __post_init__(self) -> None:
+        from evaluators.metrics.similarity import MEASURES
+
+        resolve_device(self.device)
+        check_log_to(self.log_to)
+        for name, value, allowed in (("mode", self.mode, MODE_OPTIONS), ("reduction", self.reduction, REDUCTIONS)):
+            if value not in allowed:
+                raise InputError(f"option {name}={value!r}; expected one of {list(allowed)}")
+        if self.measures is not None:
+            unknown = [m for m in self.measures if m not in MEASURES]
+            if unknown or not self.measures:
+                raise InputError(f"option measures={self.measures!r}: unknown measure(s) {unknown}; "
+                                 f"expected some of {list(MEASURES)}")  # fmt: skip
+        if not self.explainers or not all(isinstance(v, dict) or v is None for v in self.explainers.values()):
+            raise InputError(f"option explainers={self.explainers!r}; expected explainers, name: {{options}}")
+        if self.n_inputs < 2:
+            raise InputError(f"option n_inputs={self.n_inputs}; expected at least 2 (for a confidence interval)")
+        if self.n_figure < 0:
+            raise InputError(f"option n_figure={self.n_figure}; expected 0 (no map figure) or more images")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return MODES if self.mode == "both" else (self.mode,)
+
+    def report_name(self) -> str:
+        """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>)."""
+        return Path(self.run).resolve().parent.name
+
+    def checked_measures(self, tabular: bool) -> list[str]:
+        """The measures to compute for a tabular or image model: the configured ones, refused
+        where one needs 2-D maps and the model is tabular; by default every one that applies."""
+        from evaluators.metrics.similarity import MEASURES
+
+        if self.measures is None:
+            return [m for m in MEASURES if not (tabular and m in IMAGE_ONLY_MEASURES)]
+        flat = [m for m in self.measures if m in IMAGE_ONLY_MEASURES]
+        if tabular and flat:
+            raise InputError(f"option measures: {flat} compare 2-D image maps; option run={self.run!r} is a tabular "
+                             "model; expected some of "
+                             f"{[m for m in MEASURES if m not in IMAGE_ONLY_MEASURES]}")  # fmt: skip
+        return list(self.measures)
+
+
+# --- evaluation -----------------------------------------------------------------------
+def stage_scores(cfg: SanityConfig, model, inputs: Inputs, mode: str, name: str, options: dict,
+                 measures: list[str], shown: torch.Tensor) -> dict:  # fmt: skip
+    """One explainer's scores (S, M, N) at the S stages of ``mode``: stage 0 the original
+    model's maps against themselves (1, or NaN where a map is constant), then after each
+    layer's randomisation (``evaluators.sanity.model_randomisation``); the stages' names, the
+    maps of the ``shown`` inputs at each stage (S, n, ...) and the seconds it took."""
+    start = time.perf_counter()
+    options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
+    result = model_randomisation(model, inputs.x, inputs.target, {name: options}, mode, measures, cfg.seed,
+                                 cfg.reduction, keep_maps=True)  # fmt: skip
+    maps = result.maps[name]  # (1 + L, N, ...): the original model's, then after each layer
+    itself = torch.stack([similarity(maps[0], maps[0], m, (f"explainer {name!r}",) * 2) for m in measures])
+    scores = torch.cat([itself[None], result.scores[:, 0]]).cpu()  # (1 + L, M, N)
+    return {"scores": scores, "stages": ["original", *result.layers], "shown": maps[:, shown].cpu(),
+            "seconds": time.perf_counter() - start}
+
+
+def random_logit_scores(cfg: SanityConfig, model, inputs: Inputs, name: str, options: dict,
+                        measures: list[str]) -> dict:  # fmt: skip
+    """One explainer's random-logit scores (M, N) (``evaluators.sanity.random_logit``)."""
+    options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
+    scores = random_logit(model, inputs.x, inputs.target, {name: options}, measures, cfg.seed, cfg.reduction)[name]
+    return {"scores": torch.stack([scores[m] for m in measures]).cpu()}
+
+
+def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
+    device = resolve_device(cfg.device)
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
+                              where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
+                              data_config=cfg.data_config)  # fmt: skip
+    model = model.to(device).eval()
+    inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
+                         {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
+    measures = cfg.checked_measures(inputs.tabular)
+    names = explainer_names(model, inputs.x)
+    unknown = sorted(set(cfg.explainers) - set(names))
+    if unknown:
+        raise InputError(f"option explainers: unknown explainer(s) {unknown} for this model; expected some of {names}")
+    n_figure = 0 if inputs.tabular else counted("n_figure", cfg.n_figure, len(inputs.x), "n_inputs selection",
+                                                "inputs", default_of(cfg, "n_figure"))  # fmt: skip
+    shown = torch.linspace(0, len(inputs.x) - 1, n_figure).long()  # across the classes
+    results: dict[tuple[str, str], dict] = {}
+    for mode in cfg.modes:
+        for name, options in cfg.explainers.items():
+            print(f"  {mode}: {name}", flush=True)
+            results[mode, name] = cached(run_dir / "similarities" / f"{mode}__{name}.pt", lambda: stage_scores(
+                cfg, model, inputs, mode, name, options, measures, shown))  # fmt: skip
+    logit = {}
+    for name, options in cfg.explainers.items() if cfg.random_logit else ():
+        print(f"  random logit: {name}", flush=True)
+        logit[name] = cached(run_dir / "random_logit" / f"{name}.pt",
+                             lambda: random_logit_scores(cfg, model, inputs, name, options, measures))
+    first, modules = next(iter(cfg.explainers)), dict(model.named_modules())
+    summary = {
+        "config": asdict(cfg), "n_inputs": len(inputs.x), "measures": measures,
+        "stages": {mode: results[mode, first]["stages"] for mode in cfg.modes},
+        "layer_types": {mode: ["", *(type(modules[layer]).__name__ for layer in results[mode, first]["stages"][1:])]
+                        for mode in cfg.modes},  # each stage's randomised layer's class
+        "similarity": {mode: {name: summarise_stages(results[mode, name]["scores"], results[mode, name]["stages"],
+                                                     measures) for name in cfg.explainers} for mode in cfg.modes},
+        "random_logit": {name: {m: interval_of_defined(r["scores"][j]) for j, m in enumerate(measures)}
+                         for name, r in logit.items()},
+        "seconds": {f"{mode}/{name}": r["seconds"] for (mode, name), r in results.items()},
+    }  # fmt: skip
+    summary["_figure"] = None if not n_figure else {
+        "x": inputs.x[shown.to(device)].cpu(), "normalization": getattr(data, "normalization", None),
+        "maps": {mode: {name: results[mode, name]["shown"] for name in cfg.explainers} for mode in cfg.modes}}
+    return summary
+
+
+# --- summaries ------------------------------------------------------------------------
+def interval_of_defined(values: torch.Tensor) -> dict:
+    """Mean and 95 % half-width (``aggregation.interval``) over the defined (not NaN) values
+    of ``values`` (n,), and their count ``n``; None where fewer than 1 (mean) or 2 (interval)."""
+    defined = values[~values.isnan()]
+    if len(defined) == 0:
+        return {"mean": None, "ci95": None, "n": 0}
+    if len(defined) == 1:
+        return {"mean": defined.double().item(), "ci95": None, "n": 1}
+    return {**interval(defined), "n": len(defined)}
+
+
+def summarise_stages(scores: torch.Tensor, stages: list[str], measures: list[str]) -> dict[str, list[dict]]:
+    """Scores (S, M, N) of S stages, M measures, N inputs -> measure -> per stage
+    ``{"stage", "mean", "ci95", "n"}``."""
+    return {measure: [{"stage": stage, **interval_of_defined(scores[s, m])} for s, stage in enumerate(stages)]
+            for m, measure in enumerate(measures)}  # fmt: skip
+
+
+# --- report ---------------------------------------------------------------------------
+def _fmt(entry: dict, n_inputs: int) -> str:
+    """``mean ± ci95``, with ``(n=...)`` where fewer than all ``n_inputs`` scores were defined."""
+    if entry["mean"] is None:
+        return "undefined"
+    text = f"{entry['mean']:.3f}" + (f" ± {entry['ci95']:.3f}" if entry["ci95"] is not None else "")
+    return text + (f" (n={entry['n']})" if entry["n"] != n_inputs else "")
+
+
+def markdown_table(summary: dict) -> str:
+    """Per mode and measure: explainers (rows) × stages (columns), mean ± 95 % half-width;
+    then the random-logit scores."""
+    lines = []
+    n = summary["n_inputs"]
+    for mode, by_explainer in summary["similarity"].items():
+        stages = summary["stages"][mode]
+        for measure in summary["measures"]:
+            lines += [f"### {mode}: {measure} (of {n} inputs)", "",
+                      "| explainer | " + " | ".join(stages) + " |", "|---" * (len(stages) + 1) + "|"]  # fmt: skip
+            for name, by_measure in by_explainer.items():
+                cells = [_fmt(e, n) for e in by_measure[measure]]
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append("")
+    if summary["random_logit"]:
+        lines += [f"### random logit (of {n} inputs)", "", "| explainer | " + " | ".join(summary["measures"]) + " |",
+                  "|---" * (len(summary["measures"]) + 1) + "|"]  # fmt: skip
+        for name, by_measure in summary["random_logit"].items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(by_measure[m], n) for m in summary["measures"])
+                         + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_csvs(summary: dict, out_dir: Path) -> None:
+    """``sanity.csv``: one row per mode × stage × explainer × measure; ``random_logit.csv``."""
+    with (out_dir / "sanity.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["mode", "stage_index", "stage", "explainer", "measure", "mean", "ci95", "n"])
+        for mode, by_explainer in summary["similarity"].items():
+            for name, by_measure in by_explainer.items():
+                for measure, entries in by_measure.items():
+                    for s, e in enumerate(entries):
+                        writer.writerow([mode, s, e["stage"], name, measure, e["mean"], e["ci95"], e["n"]])
+    if summary["random_logit"]:
+        with (out_dir / "random_logit.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["explainer", "measure", "mean", "ci95", "n"])
+            for name, by_measure in summary["random_logit"].items():
+                for measure, e in by_measure.items():
+                    writer.writerow([name, measure, e["mean"], e["ci95"], e["n"]])
+
+
+def write_sanity_report(summary: dict, out_dir: Path) -> None:
+    figure = summary.pop("_figure")
+    pngs = []
+    for mode, by_explainer in summary["similarity"].items():
+        stages = [f"{stage}\n{kind}" if kind else stage
+                  for stage, kind in zip(summary["stages"][mode], summary["layer_types"][mode])]
+        title = f"{mode} randomisation, {summary['n_inputs']} inputs"
+        pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
+        if figure is not None:
+            pngs.append(plot_stage_maps(figure["x"], figure["maps"][mode], stages, figure["normalization"],
+                                        out_dir / f"maps_{mode}.png", f"{mode} randomisation"))  # fmt: skip
+    (out_dir / "sanity.json").write_text(json.dumps(summary, indent=2))
+    write_csvs(summary, out_dir)
+    (out_dir / "table.md").write_text(markdown_table(summary))
+    columns = ["mode", "stage", "explainer", "measure", "mean", "ci95", "n"]
+    rows = [[mode, e["stage"], name, measure, e["mean"], e["ci95"], e["n"]]
+            for mode, by_explainer in summary["similarity"].items() for name, by_measure in by_explainer.items()
+            for measure, entries in by_measure.items() for e in entries]  # fmt: skip
+    log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], {"sanity": (columns, rows)},
+               {p.stem: p for p in pngs})  # fmt: skip
+    print((out_dir / "table.md").read_text())

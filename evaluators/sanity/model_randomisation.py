@@ -1,0 +1,85 @@
+"""Adebayo et al.'s model parameter randomisation test (NeurIPS 2018, §3.1) for any classifier
+and any explainers of the registry (docs/sanity_checks.md#definitions).
+
+``model_randomisation(model, x, target, explainers, mode, measures, seed)``: for every layer of
+:func:`evaluators.sanity.layers.randomised_models` (top layer first; ``mode`` ``"cascading"`` or
+``"independent"``), every explainer and every similarity measure
+(``evaluators.metrics.similarity``), the similarity of each input's map under the randomised
+model to its map under the original model, both of the same class ``target`` (the labels; None:
+the original model's predicted class) with the same random draws (``seed``). All inputs are
+explained at once on the model's device (the registry's batching); the layers follow one
+another, each a different network. Image maps are reduced over channels by ``reduction``
+(``reduce_map``; ``"sum"``: signed maps, as Quantus's Captum explanations), so ``"spearman"``
+compares signed and ``"spearman_abs"`` absolute maps. A score is NaN where a map is constant
+(``similarity``'s convention). Returns a :class:`RandomisationScores`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from evaluators.maps.seeds import check_seed
+from evaluators.metrics.similarity import MEASURES, similarity
+from evaluators.sanity.layers import check_mode, randomised_models
+from evaluators.sanity.maps import check_measures, check_reduction, explainer_options, maps_of
+from lightning_modules.interface import default_targets, model_device
+
+
+@dataclass(frozen=True)
+class RandomisationScores:
+    """``scores[l, e, s, i]`` (float64): similarity by ``measures[s]`` of input i's map by
+    ``explainers[e]`` after randomising ``layers[l]`` (cascading: and every layer above it) to
+    its map under the original model. ``maps`` (with ``keep_maps``): ``maps[e][0]`` the original
+    model's maps, ``maps[e][1 + l]`` those after step l."""
+
+    mode: str
+    layers: list[str]
+    explainers: list[str]
+    measures: list[str]
+    scores: torch.Tensor
+    maps: dict[str, torch.Tensor] | None = None
+
+    def mean(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean over inputs (L, E, S) of the finite scores, and how many were finite."""
+        finite = self.scores.isfinite()
+        count = finite.sum(-1)
+        total = torch.where(finite, self.scores, 0.0).sum(-1)
+        return total / count.clamp_min(1) + torch.where(count > 0, 0.0, float("nan")), count
+
+
+def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor | int | None,
+                        explainers: Sequence[str] | Mapping[str, Mapping], mode: str = "cascading",
+                        measures: Sequence[str] = MEASURES, seed: int = 0, reduction: str = "sum",
+                        keep_maps: bool = False, same_seed: bool = False) -> RandomisationScores:  # fmt: skip
+    """The test of the module docstring; ``explainers`` names (or ``{name: options}``),
+    ``same_seed`` as in ``randomised_models``."""
+    check_mode(mode)
+    check_seed(seed)
+    check_reduction(reduction)
+    options = explainer_options(explainers)
+    measures = check_measures(measures)
+    x = x.detach().to(model_device(model, x))
+    with torch.no_grad():
+        target = default_targets(model, x, target)
+    original = {name: maps_of(model, x, target, name, opts, seed, reduction) for name, opts in options.items()}
+    kept = {name: [m] for name, m in original.items()}
+    layers, scores = [], []
+    for layer, randomised in randomised_models(model, mode, seed, same_seed):
+        layers.append(layer)
+        per_explainer = []
+        for name, opts in options.items():
+            maps = maps_of(randomised, x, target, name, opts, seed, reduction)
+            names = (f"explainer {name!r} after randomising {layer!r}", f"explainer {name!r} of the original model")
+            per_explainer.append(torch.stack([similarity(maps, original[name], m, names) for m in measures]))
+            if keep_maps:
+                kept[name].append(maps)
+        scores.append(torch.stack(per_explainer))
+    return RandomisationScores(mode, layers, list(options), measures, torch.stack(scores),
+                               {name: torch.stack(m) for name, m in kept.items()} if keep_maps else None)  # fmt: skip
+
+
+__all__ = ["RandomisationScores", "model_randomisation"]
