@@ -6,6 +6,7 @@
     python evaluate.py sigma --config configs/sigma/german.yaml
     python evaluate.py consistency --config configs/consistency/heloc.yaml   # Ley et al.'s Table 1
     python evaluate.py consistency --config configs/consistency/heloc.yaml --set n_points_smoothgrad=100
+    python evaluate.py consistency --population runs/my/pop-20/population.pt  # a table: configs/consistency/table.yaml
     python evaluate.py consistency --resume runs/consistency/heloc-<stamp>   # continue an interrupted run
     python evaluate.py consistency --config configs/consistency/fashion_mnist.yaml  # an image population
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
@@ -48,11 +49,12 @@ import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
-from evaluators.inputs.config import load_config
+from evaluators.inputs.config import load_config, population_kind
+from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found
 from evaluators.inputs.runs import load_run
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS, Protocol
-from train import unique_folder
+from train import ROOT, unique_folder
 
 if portable.is_active():
     portable.configure_torch()
@@ -109,6 +111,22 @@ def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
     return load_config(run_dir / "config.yaml", spec.config, overrides)
 
 
+def default_config(command: str, spec: Protocol, population: str | None) -> Path:
+    """The config a protocol takes without ``--config``: its default for the kind of ``--population``."""
+    defaults = ", ".join(sorted({Path(c).relative_to(ROOT).as_posix() for c in spec.default_configs.values()}))
+    if population is None:
+        raise InputError(f"{command}: none of --config, --resume, --population given; expected --config <file>, "
+                         f"--resume <folder>, or --population <a table's population file> (default config: {defaults})")
+    if not Path(population).exists():
+        raise not_found(population, f"{POPULATION_FILE}, or {MEMBER_FOLDER}")
+    kind = population_kind(population)
+    if kind not in spec.default_configs:
+        raise InputError(f"--population {population}: holds {'an' if kind[0] in 'aeiou' else 'a'} {kind}, which has "
+                         f"no default config for {command}; expected --config <file> (defaults exist for a "
+                         f"{' and a '.join(sorted(spec.default_configs))})")  # fmt: skip
+    return Path(spec.default_configs[kind])
+
+
 def add_model_options(parser) -> None:
     """The options of a model file given in place of a run folder (``evaluators.inputs.user_models``)."""
     parser.add_argument("--model_class", default=None,
@@ -148,8 +166,10 @@ def main(argv: list[str] | None = None) -> dict:
     add_model_options(grid)
     for name, spec in PROTOCOLS.items():
         sub = commands.add_parser(name, help=spec.help)
-        start = sub.add_mutually_exclusive_group(required=True)
-        start.add_argument("--config", type=Path)
+        start = sub.add_mutually_exclusive_group(required=spec.default_configs is None)
+        start.add_argument("--config", type=Path, help="the protocol's options (YAML)" + (
+            "; without it, a --population of a table takes the default (default_configs)" if spec.default_configs
+            else ""))  # fmt: skip
         if spec.resumable:
             start.add_argument("--resume", type=Path, help="an interrupted run folder to continue")
         if spec.source == "population":
@@ -202,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
     if resume is not None:
         cfg, run_dir = resumed_config(resume, spec, overrides), resume
     else:
-        cfg = load_config(args.config, spec.config, overrides)
+        cfg = load_config(args.config or default_config(args.command, spec, args.population), spec.config, overrides)
         made = missing_folders(Path(cfg.output_dir))
         run_dir = (spec.report_dir or new_report_dir)(cfg)
     options = {option: getattr(args, option) for option in spec.options or {}}

@@ -8,6 +8,11 @@
     python train.py --print_config                    # the full composed configuration
     python train.py --portable                        # the same bits on any x86-64 CPU (portable.py)
 
+Beneath a command's own ``--config`` files and options lie ``configs/defaults.yaml`` and its data's
+defaults: ``configs/german.yaml``, or ``configs/table.yaml`` for any table (``CSVDataModule``);
+for data other than German Credit, train.py prints them and the batch size, learning rate and
+epochs the run takes.
+
 Each run writes to ``<output_dir>/<dataset>/<run_name>/``: the composed
 ``config.yaml``, checkpoints, the logger's files (W&B offline by default) and,
 only once training and testing finished, ``metrics.json`` (and for a population, tabular or
@@ -57,6 +62,8 @@ if portable.is_active():
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = [str(ROOT / "configs" / "defaults.yaml"), str(ROOT / "configs" / "german.yaml")]
+# a datamodule class (by name) -> the defaults composed in place of german.yaml's for its data
+DATA_DEFAULTS = {"CSVDataModule": str(ROOT / "configs" / "table.yaml")}
 LogTo = Literal["wandb_offline", "wandb_online", "csv", "none"]
 # The seed is in every run's config.yaml; its log line would only stand before errors.
 logging.getLogger("lightning_fabric.utilities.seed").setLevel(logging.WARNING)
@@ -157,10 +164,12 @@ class TrainCLI(LightningCLI):
             help="keep <run>/chunks/ (per-chunk files and last epoch checkpoints) once population.pt is written",
         )  # fmt: skip
         # each link applies where the datamodule has the property and the model the option:
-        # tabular data -> MLPs (in_features), image data -> ImageClassifier (num_classes, in_channels)
+        # tabular data -> MLPs (in_features), image data -> ImageClassifier (num_classes, in_channels),
+        # a table's rows -> a ModulePopulation's inputs
         parser.link_arguments("data.num_features", "model.init_args.in_features", apply_on="instantiate")
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
         parser.link_arguments("data.in_channels", "model.init_args.in_channels", apply_on="instantiate")
+        parser.link_arguments("data.inputs", "model.init_args.inputs", apply_on="instantiate")
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config
@@ -246,6 +255,41 @@ def resume_args(args: list[str]) -> list[str]:
             check_checkpoint(run_dir / "checkpoints" / "last.ckpt")
         return ["--config", str(config), *args]
     return args
+
+
+def data_class(args: list[str]) -> str | None:
+    """The datamodule class a command names: its last ``--data`` option, else the ``data:`` of its
+    last ``--config`` file that has one (a class path or a name); None: the defaults' German Credit."""
+    named = [value for flag, value in zip(args, args[1:]) if flag == "--data"]
+    named += [a.split("=", 1)[1] for a in args if a.startswith("--data=")]
+    if named:
+        return named[-1]
+    configs = [value for flag, value in zip(args, args[1:]) if flag in ("--config", "-c")]
+    for config in reversed(configs):
+        data = (read_yaml(Path(config)) or {}).get("data") if Path(config).is_file() else None
+        if isinstance(data, dict) and data.get("class_path"):
+            return data["class_path"]
+    return None
+
+
+def default_configs(args: list[str]) -> list[str]:
+    """The config files composed beneath a command's own: ``configs/defaults.yaml`` and its data's
+    defaults (``DATA_DEFAULTS``: ``configs/table.yaml`` for a ``CSVDataModule``), else ``configs/german.yaml``."""
+    name = str(data_class(args) or "").rsplit(".", 1)[-1]
+    return [DEFAULT_CONFIGS[0], DATA_DEFAULTS.get(name, DEFAULT_CONFIGS[1])]
+
+
+def print_defaults(cli: TrainCLI, files: list[str]) -> None:
+    """For data other than the defaults' German Credit: which default files lay beneath the run's
+    options, and the batch size, learning rate and epochs the run takes (whatever set them)."""
+    if cli.config.data.class_path.endswith(".FinancialDataModule"):
+        return
+    values = {"batch size": getattr(cli.config.data.init_args, "batch_size", None),
+              "learning rate": getattr(cli.config.model.init_args, "lr", None),
+              "epochs": cli.config.trainer.max_epochs}  # fmt: skip
+    taken = ", ".join(f"{name} {value}" for name, value in values.items() if value is not None)
+    names = " and ".join(Path(f).relative_to(ROOT).as_posix() for f in files)
+    print(f"defaults: {names} beneath your --config files and options; this run: {taken}")
 
 
 def check_config_files(args: list[str]) -> None:
@@ -434,8 +478,8 @@ def standard_error(values: torch.Tensor) -> float:
 
 
 def fit_whole_population_run(cli: TrainCLI) -> dict:
-    """Train a population that is not ``CHUNKED`` (``ImagePopulation``) like one model, test every
-    member, and save the population file."""
+    """Train a population that is not ``CHUNKED`` (``ImagePopulation``, ``ModulePopulation``) like one
+    model, test every member, and save the population file."""
     trainer, population, data, run_dir = cli.trainer, cli.model, cli.datamodule, cli.run_dir
     last = run_dir / "checkpoints" / "last.ckpt"
     started = time.perf_counter()
@@ -458,7 +502,8 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
     }  # fmt: skip
     write_json(run_dir / "metrics.json", metrics)
     trained = "" if on_train is None else f", training accuracy {100 * metrics['train_acc_mean']:.2f} %"
-    print(f"image population: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
+    kind = {"images": "image population", "rows": "population"}[population.INPUTS]
+    print(f"{kind}: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
           f"± {100 * metrics['test_acc_std']:.2f}{trained}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
     return metrics
 
@@ -469,6 +514,7 @@ def main(args: list[str] | None = None) -> dict | None:
     portable.enable_if_asked(args)  # in-process callers: an error unless the process started in the mode
     args = resume_args(args)
     check_config_files(args)
+    defaults = default_configs(args)
     try:
         cli = TrainCLI(
             run=False,
@@ -476,11 +522,12 @@ def main(args: list[str] | None = None) -> dict | None:
             subclass_mode_data=True,
             save_config_callback=RunFolderConfig,
             save_config_kwargs={"overwrite": True, "save_to_log_dir": False},
-            parser_kwargs={"default_config_files": DEFAULT_CONFIGS, "allow_abbrev": False, "exit_on_error": False},
+            parser_kwargs={"default_config_files": defaults, "allow_abbrev": False, "exit_on_error": False},
             args=args,
         )
     except argparse.ArgumentError as err:
         raise InputError(short_parse_error(str(err))) from None
+    print_defaults(cli, defaults)
     try:
         record_fitted_transform(cli)
         if isinstance(cli.model, Population):

@@ -34,6 +34,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     """
 
     name = "images"
+    inputs = "images"  # what a model of this data takes, linked to a ModulePopulation's by train.py
     location_option: str | None = None  # the init option naming where the data lies (None: no path)
 
     def __init__(

@@ -63,6 +63,7 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     name = "tabular"
     location_option: str | None = None  # the init option naming where the data lies (None: no path)
     num_classes = 2  # classes of the labels (0 .. num_classes - 1), linked to the model's by train.py
+    inputs = "rows"  # what a model of this data takes, linked to a ModulePopulation's by train.py
 
     def __init__(
         self,

@@ -28,6 +28,11 @@ code computes it. Predictions instead come from
 ``lightning_modules.interface.class_probabilities`` and ``predict`` read. GradCAM
 explains one layer: on an ensemble it needs an explicit ``layer`` and explains that
 member's layer only.
+
+The networks may take table rows as well (a ``ModulePopulation`` of ``inputs="rows"``): its
+ensembles carry the population's ``explained_class`` and ``explain_output`` (the model
+contract, ``lightning_modules.interface``), so the tabular explainers explain them as they
+explain an ``MLPEnsemble`` (a binary table's positive class, logit by default).
 """
 
 from __future__ import annotations
@@ -41,12 +46,14 @@ from torch import nn
 from datamodules.errors import InputError
 from lightning_modules.curves import CurveModel
 from lightning_modules.ensembles import Part, Reduction, perturb_stack
+from lightning_modules.interface import output_kind
 
 
 class ImageEnsemble(nn.Module):
     """M image networks reduced to one classifier (see the module's docstring)."""
 
-    def __init__(self, nets: Sequence[nn.Module], reduction: Reduction = "average") -> None:
+    def __init__(self, nets: Sequence[nn.Module], reduction: Reduction = "average", explained_class=None,
+                 explain_output: str = "logit") -> None:  # fmt: skip
         super().__init__()
         if reduction not in ("average", "majority"):
             raise InputError(f"option reduction={reduction!r}; expected 'average' or 'majority'")
@@ -54,6 +61,7 @@ class ImageEnsemble(nn.Module):
             raise InputError("an ensemble needs at least one network")
         self.nets = nn.ModuleList(nets).eval()
         self.reduction = reduction
+        self.explained_class, self.explain_output = explained_class, explain_output  # the model contract's
 
     @property
     def size(self) -> int:
@@ -81,7 +89,8 @@ class ImageEnsemble(nn.Module):
     def perturbed(self, n_perturb: int, sigma: float, layer: int = 0, part: Part = "weight",
                   seed: int = 0) -> "ImageEnsemble":  # fmt: skip
         """The average of ``n_perturb`` noisy copies of every member (``perturbed_networks``)."""
-        return ImageEnsemble(perturbed_networks(list(self.nets), n_perturb, sigma, layer, part, seed))
+        variants = perturbed_networks(list(self.nets), n_perturb, sigma, layer, part, seed)
+        return ImageEnsemble(variants, "average", self.explained_class, self.explain_output)
 
 
 class ImageNetworks:
@@ -89,12 +98,19 @@ class ImageNetworks:
     (``ImagePopulation``, ``ImageMembers``, or ``ImageNetworks(nets)`` around any networks)."""
 
     INPUTS = "images"  # what the members take (``evaluators.maps.input_kind``)
+    CURVES = "networks"  # curves between members: one ``CurveModel`` per pair (protocols' population_sets)
+    explained_class = None  # the model contract's default class of its ensembles (images: none, a target per input)
 
     def __init__(self, nets: Sequence[nn.Module]) -> None:
         self.nets = list(nets)
 
+    def contract(self) -> tuple:
+        """What its ensembles are explained by (``lightning_modules.interface``): (``explained_class``,
+        ``explain_output``) of the population."""
+        return self.explained_class, output_kind(self)
+
     def ensemble(self, indices: Sequence[int], reduction: Reduction = "average") -> ImageEnsemble:
-        return ImageEnsemble([self.nets[i] for i in indices], reduction)
+        return ImageEnsemble([self.nets[i] for i in indices], reduction, *self.contract())
 
     def curve_ensemble(self, curves: Sequence[CurveModel], ts: torch.Tensor, members: Sequence[int],
                        loader=None) -> ImageEnsemble:  # fmt: skip
@@ -102,7 +118,7 @@ class ImageNetworks:
         member (members[2j] for curve j), BatchNorm statistics recomputed at t over ``loader``."""
         templates = [self.nets[i] for i in list(members)[0 : 2 * len(curves) : 2]]
         return ImageEnsemble([curve.network_at(t, template, loader) for curve, template in zip(curves, templates)
-                              for t in ts.tolist()])  # fmt: skip
+                              for t in ts.tolist()], "average", *self.contract())  # fmt: skip
 
 
 def network(member: nn.Module) -> nn.Module:

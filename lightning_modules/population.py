@@ -67,6 +67,7 @@ class PopulationMLP(Population):
     """
 
     TEST_LOG, CHUNKED, INPUTS = ("test/member_acc", "_mean"), True, "rows"
+    CURVES = "stacked"  # curves between members: trained together in one stack (protocols' population_sets)
 
     def __init__(
         self,

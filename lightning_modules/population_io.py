@@ -31,6 +31,7 @@ FORMAT = "reliable-explanations/population-v3"  # v3: one format for every kind,
 KINDS: dict[str, type[Population]] = {"PopulationMLP": PopulationMLP, "ImagePopulation": ImagePopulation,
                                       "ModulePopulation": ModulePopulation}  # fmt: skip
 IMAGE_KINDS = tuple(name for name, cls in KINDS.items() if cls.INPUTS == "images")  # what image protocols read
+ROW_KINDS = ("PopulationMLP", "ModulePopulation")  # the kinds whose members may take table rows
 LEGACY_FORMATS = {"reliable-explanations/population-v2": "PopulationMLP",  # weights (M, out, in)
                   "reliable-explanations/image-population-v1": "ImagePopulation"}  # fmt: skip
 
@@ -77,6 +78,12 @@ def read_population_file(path: str | Path, mmap: bool = False, kind: str | tuple
     if wanted is not None and found not in wanted:
         raise InputError(f"{path}: holds a {found}; expected a {' or a '.join(wanted)}")
     return {**payload, "class": found}
+
+
+def population_inputs(payload: dict) -> str:
+    """What a saved population's members take, ``"images"`` or ``"rows"``: its ``inputs`` option
+    where its kind has one (``ModulePopulation``), else its kind's ``INPUTS``."""
+    return (payload.get("hparams") or {}).get("inputs") or KINDS[payload["class"]].INPUTS
 
 
 def load_population(path: str | Path, kind: str | tuple[str, ...] | None = None) -> tuple[Population, dict]:

@@ -171,7 +171,7 @@ def test_consistency_curves_as_the_paper_trains_and_samples_them(small_populatio
     with pytest.raises(evaluate.InputError, match=r"option n_sets=1: .* expected at least 2"):
         ConsistencyConfig(population=str(small_population), n_sets=1)  # was: NaN rows (tabular), IndexError (images)
     modes = []
-    monkeypatch.setattr(consistency_protocol, "train_curves", lambda *a: modes.append(a[-1]) or [])
+    monkeypatch.setitem(consistency_protocol.CURVE_TRAINERS, "stacked", lambda *a: modes.append(a[-1]) or [])
     for mode in ("fixed", "trained"):
         with pytest.raises(evaluate.InputError, match="needs the curves"):  # none came back: the mode is all it checks
             consistency_protocol.evaluate_consistency(ConsistencyConfig(population=str(small_population), methods=[],

@@ -47,3 +47,11 @@ class UserLightning(pl.LightningModule):
 
     def forward(self, x):
         return self.model(x)
+
+
+class TableNetBN(nn.Sequential):
+    """A table network with BatchNorm: linear, BatchNorm1d, ReLU, linear."""
+
+    def __init__(self, in_features: int = 1, hidden: int = 8, num_classes: int = 2) -> None:
+        super().__init__(nn.Linear(in_features, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                         nn.Linear(hidden, num_classes))  # fmt: skip

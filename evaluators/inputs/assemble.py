@@ -1,4 +1,4 @@
-"""Assemble a population file from K trained image models of one network (docs/your_model.md).
+"""Assemble a population file from K trained models of one network, on images or a table (docs/your_model.md).
 
     python -m evaluators.inputs.assemble --out pop.pt run-a run-b run-c     # train.py Classifier runs
     python -m evaluators.inputs.assemble --out pop.pt --data_config my.yaml \\
@@ -11,7 +11,8 @@ one network config (class path and options); TorchScript and ``torch.export`` fi
 no class path and cannot be members. The file (``lightning_modules.population_io``, class
 ``ModulePopulation``) holds the members' weights, their test accuracy on the data's test
 split, the datamodule and ``max_epochs`` (the data config's ``trainer.max_epochs``, the
-epochs the consistency protocol trains curves for unless ``curve_epochs`` says), and is
+epochs the consistency protocol trains curves for unless ``curve_epochs`` says), what the
+members take (the data's ``inputs``: images, or a table's rows) and its classes, and is
 read by ``evaluate.py consistency --population <file>``. An existing ``--out`` is never
 overwritten.
 """
@@ -63,14 +64,15 @@ def assemble(members: list[Path], out: Path, data_config: str | None = None, mod
         raise InputError(f"{len(members)} member(s); expected at least 2 models")
     loaded, configs = [], []
     for path in members:
-        model, data, _ = load_run(path, data_location=data_dir, kinds=("image",), where=str(path),
+        model, data, _ = load_run(path, data_location=data_dir, kinds=("image", "tabular"), where=str(path),
                                   model_class=model_class, model_args=model_args, data_config=data_config)  # fmt: skip
         configs.append(network_config(path, model, model_class, model_args))
         if configs[-1] != configs[0]:
             raise InputError(f"{path}: network {json.dumps(configs[-1])} differs from {members[0]}'s "
                              f"{json.dumps(configs[0])}; expected one architecture")  # fmt: skip
         loaded.append(model)
-    population = ModulePopulation(configs[0], seeds=list(range(len(members))))
+    population = ModulePopulation(configs[0], seeds=list(range(len(members))), num_classes=data.num_classes,
+                                  inputs=data.inputs)  # fmt: skip
     for net, model in zip(population.nets, loaded):
         net.load_state_dict(network(model).state_dict())
     trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")

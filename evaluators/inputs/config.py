@@ -13,9 +13,11 @@ import torch
 import yaml
 
 from datamodules.errors import InputError
-from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, check_kind, not_found
+from evaluators.inputs.sources import (
+    MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, TABLE_POPULATIONS, check_kind, not_found,
+)  # fmt: skip
 from lightning_modules.population import PopulationMLP
-from lightning_modules.population_io import load_population, population_datamodule, read_population_file
+from lightning_modules.population_io import ROW_KINDS, load_population, population_datamodule, read_population_file
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -39,6 +41,19 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def population_kind(source: str | Path) -> str:
+    """The kind of population ``source`` (a file or a folder) holds (``evaluators.inputs.sources``);
+    a file that is not a population file counts as tabular (the tabular loader names the problem)."""
+    from evaluators.inputs.image_members import is_image_source
+
+    if is_image_source(source):
+        return "image population"
+    try:
+        return TABLE_POPULATIONS.get(read_population_file(source, mmap=True)["class"], "tabular population")
+    except InputError:
+        return "tabular population"
+
+
 @dataclass
 class PopulationSource:
     """The population to evaluate, optionally another folder holding its raw data, the
@@ -50,6 +65,7 @@ class PopulationSource:
     another kind, is refused here (``evaluators.inputs.sources``)."""
 
     KINDS: ClassVar[tuple[str, ...]] = POPULATIONS
+    WHY_KINDS: ClassVar[str] = ""  # why an evaluator takes only some kinds (said where it refuses one)
 
     population: str
     data_dir: str | None = None
@@ -60,8 +76,7 @@ class PopulationSource:
         resolve_device(self.device)  # a bad value is named before any work starts
         if not Path(self.population).exists():
             raise not_found(self.population, f"{POPULATION_FILE}, or {MEMBER_FOLDER}")
-        found = "image population" if self.images else "tabular population"
-        check_kind(f"option population={self.population!r}", found, self.KINDS, self.kind)
+        check_kind(f"option population={self.population!r}", self.found_kind(), self.KINDS, self.kind, self.WHY_KINDS)
 
     @property
     def images(self) -> bool:
@@ -69,6 +84,9 @@ class PopulationSource:
         from evaluators.inputs.image_members import is_image_source
 
         return is_image_source(self.population)
+
+    def found_kind(self) -> str:
+        return population_kind(self.population)
 
     def report_name(self) -> str:
         """The report folder's prefix: the population's dataset."""
@@ -80,14 +98,15 @@ class PopulationSource:
 
     def load(self) -> tuple[PopulationMLP | ImageMembers, dict, pl.LightningDataModule]:
         """The population (on ``device``), the rest of its file, and its datamodule: a
-        ``PopulationMLP`` from a tabular population file, ``ImageMembers`` from an image
-        population file or a folder of image runs (whose payload holds its metadata)."""
+        ``PopulationMLP`` or a ``ModulePopulation`` (a user's networks) from a table's population
+        file, ``ImageMembers`` from an image population file or a folder of image runs (whose
+        payload holds its metadata)."""
         device = resolve_device(self.device)
         if self.images:
             from evaluators.inputs.image_members import load_image_members
 
             return load_image_members(self.population, device, self.data_dir)
-        population, payload = load_population(self.population, kind="PopulationMLP")
+        population, payload = load_population(self.population, kind=ROW_KINDS)
         return population.to(device), payload, population_datamodule(payload, self.data_dir)
 
 

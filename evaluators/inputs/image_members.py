@@ -25,7 +25,9 @@ import yaml
 from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
 from lightning_modules.image_ensembles import ImageNetworks, network
-from lightning_modules.population_io import IMAGE_KINDS, load_population, population_datamodule, read_population_file
+from lightning_modules.population_io import (
+    IMAGE_KINDS, load_population, population_datamodule, population_inputs, read_population_file,
+)  # fmt: skip
 
 
 @dataclass
@@ -55,12 +57,12 @@ class ImageMembers(ImageNetworks):
 
 
 def is_image_source(source: str | Path) -> bool:
-    """Whether ``source`` is a folder of runs or an image population file."""
+    """Whether ``source`` is a folder of runs or a population file whose members take images."""
     path = Path(source)
     if path.is_dir():
         return True
     try:
-        return read_population_file(path, mmap=True)["class"] in IMAGE_KINDS
+        return population_inputs(read_population_file(path, mmap=True)) == "images"
     except InputError:  # not a population file: the tabular loader names the problem
         return False
 

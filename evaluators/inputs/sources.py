@@ -4,10 +4,11 @@ or population that is missing, the command that makes it.
 
 Kinds: ``tabular`` and ``image`` (one model: ``MLPClassifier``, ``ImageClassifier``; a
 ``Classifier`` around a user's network, or a user's model file: the kind of its data),
-``tabular population`` (``PopulationMLP``) and ``image population`` (``ImagePopulation``, or
-a folder of image runs). A config's ``kind`` option (``tabular``, ``image`` or null for
-either) names the data its models must be of: an image config given a tabular model stops
-at once instead of treating features as pixels.
+``tabular population`` (``PopulationMLP``), ``tabular network population`` (a ``ModulePopulation``
+of a user's networks on a table) and ``image population`` (``ImagePopulation``, a
+``ModulePopulation`` on images, or a folder of image runs). A config's ``kind`` option
+(``tabular``, ``image`` or null for either) names the data its models must be of: an image
+config given a tabular model stops at once instead of treating features as pixels.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from datamodules.errors import InputError
 from datamodules.specs import DATASETS
 
 SINGLE_MODELS = ("tabular", "image")
-POPULATIONS = ("tabular population", "image population")
+POPULATIONS = ("tabular population", "image population", "tabular network population")
+# a table's population file by its class: stacked MLPs or a user's networks (evaluators.inputs.config)
+TABLE_POPULATIONS = {"PopulationMLP": "tabular population", "ModulePopulation": "tabular network population"}
 CONFIG_KINDS = (None, "tabular", "image")
 RUN_KINDS = {"MLPClassifier": "tabular", "ImageClassifier": "image", "PopulationMLP": "tabular population",
              "ImagePopulation": "image population", "Classifier": None}  # None: its data's kind  # fmt: skip
@@ -92,9 +95,10 @@ def _article(kind: str) -> str:
     return f"an {noun}" if noun[0] in "aeiouAEIOU" else f"a {noun}"
 
 
-def check_kind(where: str, found: str, accepted: tuple[str, ...], kind: str | None = None) -> None:
+def check_kind(where: str, found: str, accepted: tuple[str, ...], kind: str | None = None, why: str = "") -> None:
     """The one check of what an evaluator was given: ``found`` must be a kind the evaluator
-    takes (``accepted``) and of the config's ``kind`` of data where it names one."""
+    takes (``accepted``) and of the config's ``kind`` of data where it names one; ``why``: the
+    evaluator's reason for what it takes, said with the refusal."""
     if kind not in CONFIG_KINDS:
         raise InputError(f"option kind={kind!r}; expected one of {list(CONFIG_KINDS)} (the data the models are of)")
     wanted = [k for k in accepted if kind is None or k.split()[0] == kind]
@@ -102,6 +106,7 @@ def check_kind(where: str, found: str, accepted: tuple[str, ...], kind: str | No
         raise InputError(f"option kind={kind!r}; this evaluator takes {' or '.join(_article(k) for k in accepted)}")
     if found not in wanted:
         because = f" (the config's kind: {kind})" if kind is not None else ""
+        because += f": {why}" if why else ""
         raise InputError(f"{where}: holds {_article(found)}; expected "
                          f"{' or '.join(_article(k) for k in wanted)}{because}")  # fmt: skip
 

@@ -35,6 +35,9 @@ explanations do not depend on which methods or strategies ran before it, and the
 strategies' ensembles of one set see the same noise, so strategies are compared on
 paired draws.
 
+A table's population of a user's networks (a ``ModulePopulation`` of ``inputs="rows"``) goes
+the tabular way, its ensembles over its networks (``ImageNetworks``), its curves one pair after
+another (``population_sets.CURVE_TRAINERS``, by the population's ``CURVES``; docs/your_model.md).
 An image population (a folder of image runs or an ``ImagePopulation`` file; see
 ``population_task``) goes through the same loop: ensembles from the same registry, test
 images explained for their labels, maps reduced per pixel and flattened, SA/SSA/CDC over
@@ -69,7 +72,7 @@ from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.protocols.population_sets import (
-    disjoint_sets, member_pairs, split_per_set, train_curves, train_image_curves,
+    CURVE_TRAINERS, disjoint_sets, member_pairs, split_per_set,
 )  # fmt: skip
 from lightning_modules.ensembles import build_ensemble
 from lightning_modules.interface import default_targets
@@ -163,14 +166,16 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
             "q45": float(q45), "q55": float(q55)} | undefined  # fmt: skip
 
 
-def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig):
+def set_ensemble(strategy: str, s: int, members: list[int], population, curves, cfg: ConsistencyConfig,
+                 loader=None):  # fmt: skip
     """Set s's ensemble of a strategy (``lightning_modules.ensembles.build_ensemble``; built one
     at a time: a ``combine`` ensemble holds 2,500-5,000 MLPs, and 50 of them at once outgrow a
-    24 GB machine). ``single``: the set's first member."""
+    24 GB machine). ``single``: the set's first member. ``loader``: the training batches over which
+    a network on a curve recomputes its BatchNorm statistics (None: the population's default)."""
     if strategy == "single":
         return build_ensemble(population, "average", members[:1])
     noise = {"n_perturb": cfg.n_perturb, "sigma": cfg.sigma, "layer": cfg.layer, "part": cfg.part, "seed": cfg.seed + s}
-    along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None}
+    along = {"n_t": cfg.n_t, "t_seed": cfg.seed + s if cfg.t_sampling == "uniform" else None, "loader": loader}
     if strategy in ("average", "majority", "perturb"):
         return build_ensemble(population, strategy, members, **(noise if strategy == "perturb" else {}))
     return build_ensemble(population, strategy, members, curves[s], **along, **(noise if strategy == "combine" else {}))
@@ -251,7 +256,8 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     one class per row for every ensemble compared (docs/tabular_population.md: why); test
     accuracy on the whole test split; DeepSHAP's background ``n_background`` training rows
     drawn with ``seed``; SA/SSA/CDC over the top-k features and (``watson_c``) per pair of
-    ensembles Watson et al.'s 1 - S(a, b) of their explanations.
+    ensembles Watson et al.'s 1 - S(a, b) of their explanations; a network with BatchNorm on a
+    curve takes its statistics at t from one pass over the training rows, in order.
     Images: ``n_points`` test images spread through the test split, each explained for its
     label; maps reduced per pixel (``map_reduction``) and flattened to (N, H·W); test accuracy
     on ``n_accuracy_images`` spread test images; Gradient SHAP's references ``n_background``
@@ -262,6 +268,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     device, epochs = population.device, cfg.curve_epochs or meta["max_epochs"]
     options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
     if images:
+        curve_loader = None  # the population's own (``ImageMembers``: the training images, not augmented)
         x_test, y_test = (t.to(device) for t in data.probe(cfg.n_points, "test"))
         x_acc, y_acc = (t.to(device) for t in data.probe(cfg.n_accuracy_images, "test"))
         split_size(cfg, "n_points", len(x_test), "test split", images)
@@ -274,6 +281,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
             population.hparams.explain_output = cfg.explain_output
         x_test, y_test = (t.to(device) for t in data.test_tensors)
+        curve_loader = data.tensor_loader(*data.train_tensors, train=False)  # BatchNorm on curves: the training rows
         if "deepshap" in cfg.methods:
             split_size(cfg, "n_background", len(data.train_tensors[0]), "training split", images)
             background = deepshap_background(data.train_tensors[0], cfg).to(device)
@@ -286,12 +294,10 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         if epochs is None:  # e.g. a population assembled from a data config without trainer.max_epochs
             raise InputError("option curve_epochs: the population names no max_epochs to train its curves for; "
                              "expected curve_epochs (an integer)")  # fmt: skip
-        if images:
-            return train_image_curves(population.members, pairs, data, epochs, cfg.curve_kind)
-        return train_curves(population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
+        return CURVE_TRAINERS[population.CURVES](population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
 
     def results(strategy, s, members, set_curves, seed):
-        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg)
+        ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg, curve_loader)
         if images:
             rows = image_rows_per_pass(x_test, ensemble.size)
             accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()

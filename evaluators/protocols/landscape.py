@@ -35,6 +35,8 @@ class LandscapeConfig(PopulationSource):
     """Options of the landscape evaluator (configs/landscape/<dataset>.yaml)."""
 
     KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
+    WHY_KINDS = ("it retrains members and curve end points from their seeds as stacked MLPs (a population of "
+                 "configs/population.yaml; a population of your networks takes the consistency protocol)")
 
     n_models: int = 4
     n_sets: int = 5

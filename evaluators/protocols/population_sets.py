@@ -10,7 +10,6 @@ import torch
 from datamodules.errors import InputError
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import CurveModel, MLPCurve
-from lightning_modules.image_ensembles import network
 
 
 def member_pairs(members: list[int]) -> list[tuple[int, int]]:
@@ -41,17 +40,26 @@ def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, ki
     return [stacked.curve(i).to(population.device) for i in range(len(pairs))]
 
 
-def train_image_curves(members: list, pairs: list[tuple[int, int]], data, epochs: int, kind: str) -> list[CurveModel]:
-    """Curves between image members (a, b) for every pair, one after another: the trained
-    members are the fixed end points, the bend is trained (Garipov et al.) on ``data``
-    for ``epochs`` epochs (Adam, lr 1e-3, t ~ U(0, 1) per batch)."""
-    device = next(members[0].parameters()).device
+def train_network_curves(population, pairs: list[tuple[int, int]], data, epochs: int, kind: str,
+                         mode: str = "fixed") -> list[CurveModel]:  # fmt: skip
+    """Curves between members (a, b) of a population of networks (``nets``: images or table rows)
+    for every pair, one after another: the trained members are the fixed end points, the bend is
+    trained (Garipov et al.) on ``data`` for ``epochs`` epochs (Adam, lr 1e-3, t ~ U(0, 1) per batch)."""
+    if mode != "fixed":
+        raise InputError(f"option curve_mode={mode!r}; a population of networks takes 'fixed' (curves between "
+                         "the trained members: it has no stacked members to train end points from their seeds)")
+    nets = population.nets
+    device = next(nets[0].parameters()).device
     curves = []
     for a, b in pairs:
-        curve = CurveModel(network(members[a]), network(members[b]), kind, "fixed")
+        curve = CurveModel(nets[a], nets[b], kind, "fixed")
         quiet_trainer(epochs, device).fit(curve, datamodule=data)
         curves.append(curve.to(device).eval())
     return curves
+
+
+# How a population's curves are trained, by its ``CURVES``: stacked MLPs or one network pair after another
+CURVE_TRAINERS = {"stacked": train_curves, "networks": train_network_curves}
 
 
 def quiet_trainer(epochs: int, device: torch.device) -> pl.Trainer:

@@ -3,7 +3,8 @@
 An entry names its config class (read by ``evaluators.inputs.config.load_config``), the
 function that evaluates it (``evaluate(cfg, run_dir, **options)`` when ``resumable``, else
 ``evaluate(cfg)``; ``None`` back: nothing to report yet) and the one that writes its report
-into the run folder. A new protocol is one entry here.
+into the run folder. A new protocol is one entry here. ``default_configs``: the config a
+population protocol takes when ``--config`` is not given, by the kind of its ``--population``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class Protocol(NamedTuple):
     source: str = "population"  # the option naming what is evaluated: a population file or a train.py run
     options: dict[str, dict] | None = None  # its own options: name -> add_argument's keywords, passed to evaluate
     report_dir: Callable[..., Path] | None = None  # cfg -> its run folder (None: a new folder per run)
+    default_configs: dict[str, str] | None = None  # a population's kind -> the config taken without --config
+
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+TABLE_DEFAULT = str(CONFIGS / "consistency" / "table.yaml")  # the generic table config (any CSVDataModule run)
 
 
 PROTOCOLS = {
@@ -45,7 +51,9 @@ PROTOCOLS = {
     "sigma": Protocol("sigma ablation of perturbed models (Ley et al., Fig. 4-5)", SigmaAblationConfig,
                       evaluate_sigma, write_sigma_report, "sigma_ablation.json", False, False),
     "consistency": Protocol("Ley et al.'s consistency protocol (Table 1, Figure 6)", ConsistencyConfig,
-                            evaluate_consistency, write_consistency_report, "consistency.json", True, True),
+                            evaluate_consistency, write_consistency_report, "consistency.json", True, True,
+                            default_configs={"tabular population": TABLE_DEFAULT,
+                                             "tabular network population": TABLE_DEFAULT}),
     "aggregation": Protocol("pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
                             AggregationConfig, evaluate_aggregation, write_aggregation_report, "aggregation.json",
                             False, True, "run"),

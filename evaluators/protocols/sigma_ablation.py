@@ -29,6 +29,8 @@ class SigmaAblationConfig(PopulationSource):
     """Options of the σ ablation (configs/sigma/<dataset>.yaml)."""
 
     KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
+    WHY_KINDS = ("it perturbs every layer of stacked MLPs (a population of configs/population.yaml; a population "
+                 "of your networks takes the consistency protocol, whose perturb ensembles use option layer)")
 
     n_models: int = 10
     n_perturb: int = 50
