@@ -25,8 +25,9 @@ Every other command is a protocol of ``evaluators/protocols/`` (``sigma``: ``sig
 ``optimised``: ``optimised_aggregation.py``, ``data_randomisation``: ``data_randomisation.py``,
 ``roar``: ``roar/protocol.py``, whose folder is named
 by its config, so a re-run or a ``--shard`` process continues the same grid). Each makes a new
-folder ``<output_dir>/<dataset>-<stamp>`` holding its ``config.yaml`` at the start and JSON, CSV
-and a PNG at the end; an interrupted ``consistency`` run continues with ``--resume <folder>``.
+folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compares two runs:
+``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
+CSV and a PNG at the end; an interrupted ``consistency`` run continues with ``--resume <folder>``.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
             start.add_argument("--resume", type=Path, help="an interrupted run folder to continue")
         if spec.source == "population":
             sub.add_argument("--population", default=None, help="override the config's population file")
-        else:
+        elif spec.source == "run":  # a "pair" (data_randomisation) names its two sides in its config only
             sub.add_argument("--run", default=None, help="override the config's train.py run folder or model file")
             sub.add_argument("--model_class", default=None, help="a model file's class path (docs/your_model.md)")
             sub.add_argument("--data_config", default=None, help="a YAML file whose data: is a model file's data")
