@@ -26,6 +26,10 @@ Everything lands in the report folder: ``similarities/`` (per mode and explainer
 finishes, so an interrupted run continues with ``--resume``) and at the end ``sanity.json``,
 ``sanity.csv``, ``random_logit.csv``, ``table.md`` and the figures of
 ``evaluators.reports.sanity_figures`` (maps after each stage; similarity against stage).
+
+Given a population in place of one run (``evaluators.inputs.members``), each member is
+evaluated as one run into ``members/<name>/`` and the report is the seed-level one of
+``evaluators.protocols.sanity_population`` (docs/sanity_checks.md, "Over a population").
 """
 
 from __future__ import annotations
@@ -41,11 +45,13 @@ import torch
 from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
+from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
 from evaluators.metrics.similarity import similarity
 from evaluators.protocols.aggregation import interval
+from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps
 from evaluators.reports.wandb_log import check_log_to, log_report
 from evaluators.sanity import MODES, model_randomisation, random_logit
@@ -72,7 +78,7 @@ def _adebayo_explainers() -> dict:
 class SanityConfig:
     """Options of the sanity-check protocol (configs/sanity/<name>.yaml)."""
 
-    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
+    run: str  # a train.py run folder, a model file (evaluators.inputs.user_models), or a population (inputs.members)
     checkpoint: str = "last.ckpt"
     model_class: str | None = None  # a state dict's network (class path)
     model_args: dict = field(default_factory=dict)  # its init arguments
@@ -118,8 +124,10 @@ class SanityConfig:
         return MODES if self.mode == "both" else (self.mode,)
 
     def report_name(self) -> str:
-        """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>)."""
-        return Path(self.run).resolve().parent.name
+        """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>), or a
+        population's dataset."""
+        population = population_path(self.run)
+        return Path(self.run).resolve().parent.name if population is None else population_name(population)
 
     def checked_measures(self, tabular: bool) -> list[str]:
         """The measures to compute for a tabular or image model: the configured ones, refused
@@ -163,11 +171,22 @@ def random_logit_scores(cfg: SanityConfig, model, inputs: Inputs, name: str, opt
 
 
 def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
+    """The report of ``cfg.run``: one model's, or, for a population, every member's (in
+    ``members/<name>/``) and their seed-level report (``evaluators.protocols.sanity_population``)."""
     device = resolve_device(cfg.device)
+    population = population_path(cfg.run)
+    if population is not None:
+        members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
+        return evaluate_population(cfg, members, run_dir, evaluate_model)
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
                               where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
                               data_config=cfg.data_config)  # fmt: skip
-    model = model.to(device).eval()
+    return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
+
+
+def evaluate_model(cfg: SanityConfig, model, data, run_dir: Path) -> dict:
+    """The report of one model (on its device, in eval mode) trained on ``data``, its caches in ``run_dir``."""
+    device = next(model.parameters()).device
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
                          {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
     measures = cfg.checked_measures(inputs.tabular)
@@ -175,8 +194,8 @@ def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
     unknown = sorted(set(cfg.explainers) - set(names))
     if unknown:
         raise InputError(f"option explainers: unknown explainer(s) {unknown} for this model; expected some of {names}")
-    n_figure = 0 if inputs.tabular else counted("n_figure", cfg.n_figure, len(inputs.x), "n_inputs selection",
-                                                "inputs", default_of(cfg, "n_figure"))  # fmt: skip
+    n_figure = 0 if inputs.tabular or cfg.n_figure == 0 else counted(
+        "n_figure", cfg.n_figure, len(inputs.x), "n_inputs selection", "inputs", default_of(cfg, "n_figure"))
     shown = torch.linspace(0, len(inputs.x) - 1, n_figure).long()  # across the classes
     results: dict[tuple[str, str], dict] = {}
     for mode in cfg.modes:
@@ -278,6 +297,9 @@ def write_csvs(summary: dict, out_dir: Path) -> None:
 
 
 def write_sanity_report(summary: dict, out_dir: Path) -> None:
+    if "members" in summary:  # a population's report
+        write_population_report(summary, out_dir)
+        return
     figure = summary.pop("_figure")
     pngs = []
     for mode, by_explainer in summary["similarity"].items():
