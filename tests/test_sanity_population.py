@@ -72,7 +72,7 @@ def test_population_equals_each_member_alone_and_resumes(members, tmp_path, monk
     with pytest.raises(SystemExit):
         evaluate.main(["sanity", "--config", config(tmp_path / "pop", members)])
     (folder,) = (tmp_path / "pop" / "out").iterdir()
-    assert folder.name.startswith("pop-") or folder.name.split("-")[0]  # the population's dataset names it
+    assert folder.name.startswith("tiny-")  # the population's dataset names the folder (not its parent folder)
     assert [p.parent.name for p in (folder / "members").glob("*/member.json")] == ["seed0"]
     resumed = []
     monkeypatch.setattr(sanity, "evaluate_model", lambda *a, **k: resumed.append(a[3].name) or evaluate_model(*a, **k))
