@@ -145,3 +145,14 @@ def test_data_randomisation_takes_no_run_options_and_its_folder_is_as_documented
     folder = evaluate.new_report_dir(cfg)
     assert re.fullmatch(r"data_randomisation-\d{8}-\d{6}", folder.name)
     assert "``<output_dir>/data_randomisation-<stamp>``" in evaluate.__doc__
+
+
+def test_a_member_with_an_undefined_mean_is_left_out_and_counted():
+    from evaluators.protocols.sanity_population import seed_entry
+
+    entries = [{"mean": 0.2, "ci95": 0.1}, {"mean": None, "ci95": None}, {"mean": 0.4, "ci95": 0.3}]
+    got = seed_entry(entries, "x")  # two defined members: t with 1 degree of freedom, 12.7062 (tables)
+    assert got["n_members"] == 2 and got["mean"] == pytest.approx(0.3, abs=1e-12)
+    assert got["ci95"] == pytest.approx(12.706204736174704 * math.sqrt(0.02) / math.sqrt(2), abs=1e-9)
+    assert got["inputs_ci95"] == pytest.approx(0.2, abs=1e-12)
+    assert seed_entry(entries[:2], "x") == {"mean": 0.2, "ci95": None, "n_members": 1, "inputs_ci95": 0.1}
