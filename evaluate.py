@@ -27,7 +27,8 @@ Every other command is a protocol of ``evaluators/protocols/`` (``sigma``: ``sig
 by its config, so a re-run or a ``--shard`` process continues the same grid). Each makes a new
 folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compares two runs:
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
-CSV and a PNG at the end; an interrupted ``consistency`` run continues with ``--resume <folder>``.
+CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
+``optimised``, ``sanity``: ``Protocol.resumable``) continues with ``--resume <folder>``.
 """
 
 from __future__ import annotations
