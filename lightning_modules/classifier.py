@@ -57,6 +57,15 @@ def build_seeded(config: dict, seed: int | None) -> nn.Module:
         return instantiate_class((), copy.deepcopy(config))
 
 
+def build_optimizer(parameters, hp) -> torch.optim.Optimizer:
+    """``hp.optimizer`` (sgd with momentum ``SGD_MOMENTUM``, adam, adamw) over ``parameters`` with
+    ``hp.lr`` and ``hp.weight_decay``."""
+    if hp.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=hp.lr, momentum=SGD_MOMENTUM, weight_decay=hp.weight_decay)
+    cls = torch.optim.Adam if hp.optimizer == "adam" else torch.optim.AdamW
+    return cls(parameters, lr=hp.lr, weight_decay=hp.weight_decay)
+
+
 class Classifier(CrossEntropySteps, pl.LightningModule):
     """A user's network ``net`` trained as a classifier (see the module's docstring).
 
@@ -120,8 +129,4 @@ class Classifier(CrossEntropySteps, pl.LightningModule):
         return self._logged_step(logits, y, stage)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        hp = self.hparams
-        if hp.optimizer == "sgd":
-            return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=SGD_MOMENTUM, weight_decay=hp.weight_decay)
-        cls = torch.optim.Adam if hp.optimizer == "adam" else torch.optim.AdamW
-        return cls(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        return build_optimizer(self.parameters(), self.hparams)

@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
-from lightning_modules.classifier import OPTIMIZERS, SGD_MOMENTUM, Classifier, Optimizer, build_seeded, check_logits
+from lightning_modules.classifier import OPTIMIZERS, Classifier, Optimizer, build_optimizer, build_seeded, check_logits
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.interface import check_num_classes, tabular_class
 from lightning_modules.population_base import Population, seed_list
@@ -107,8 +107,4 @@ class ModulePopulation(Population, ImageNetworks):
         return losses.sum()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        hp = self.hparams
-        if hp.optimizer == "sgd":
-            return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=SGD_MOMENTUM, weight_decay=hp.weight_decay)
-        cls = torch.optim.Adam if hp.optimizer == "adam" else torch.optim.AdamW
-        return cls(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        return build_optimizer(self.parameters(), self.hparams)

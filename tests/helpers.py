@@ -88,3 +88,24 @@ def naive_single_saliency_sa(population, x, target, n_members: int = 4, k: int =
         logits = population.member(members[0])(xi)
         maps.append(torch.autograd.grad(logits.gather(1, target.view(-1, 1)).sum(), xi)[0].numpy())
     return sum(naive_sign_agreement(maps[0][i], maps[1][i], k) for i in range(len(x))) / len(x)
+
+
+def noisy_member_copies(run: Path, folder: Path, scale: float, k: int = 3) -> Path:
+    """A folder of ``k`` image runs standing in for a seed population: ``seed0`` a copy of ``run``,
+    ``seed1`` ... copies with seeded noise (``scale`` x each weight's std) on every weight but
+    BatchNorm's running statistics."""
+    import shutil
+
+    import torch
+
+    for i in range(k):
+        shutil.copytree(run, folder / f"seed{i}")
+        if i:
+            path = folder / f"seed{i}" / "checkpoints" / "last.ckpt"
+            ckpt = torch.load(path, weights_only=True)
+            g = torch.Generator().manual_seed(i)
+            for name, w in ckpt["state_dict"].items():
+                if w.is_floating_point() and "running" not in name:
+                    w.add_(scale * w.std().nan_to_num() * torch.randn(w.shape, generator=g))
+            torch.save(ckpt, path)
+    return folder

@@ -9,10 +9,8 @@ import csv
 import json
 import math
 import re
-import shutil
 
 import pytest
-import torch
 from scipy.stats import kendalltau
 
 import evaluate
@@ -20,6 +18,7 @@ from datamodules.errors import InputError
 from evaluators.protocols import sanity
 from evaluators.protocols.data_randomisation import DataRandomisationConfig
 from tests.test_sanity_protocol import cnn_run  # noqa: F401  (the tiny small-CNN run fixture)
+from tests.helpers import noisy_member_copies
 
 T_975 = {2: 4.302652729749464}  # Student's t 97.5 % quantile, 2 degrees of freedom (tables)
 SANITY = {"n_inputs": 4, "explainers": {"saliency": {}, "input_x_gradient": {}, "guided_backprop": {}},
@@ -29,18 +28,7 @@ SANITY = {"n_inputs": 4, "explainers": {"saliency": {}, "input_x_gradient": {}, 
 @pytest.fixture(scope="module")
 def members(cnn_run, tmp_path_factory):  # noqa: F811
     """A folder of 3 image runs: the tiny CNN run and two copies with seeded noise on every weight."""
-    folder = tmp_path_factory.mktemp("sanity_members") / "pop"
-    for k in range(3):
-        shutil.copytree(cnn_run, folder / f"seed{k}")
-        if k:
-            path = folder / f"seed{k}" / "checkpoints" / "last.ckpt"
-            ckpt = torch.load(path, weights_only=True)
-            g = torch.Generator().manual_seed(k)
-            for name, w in ckpt["state_dict"].items():
-                if w.is_floating_point() and "running" not in name:
-                    w.add_(0.5 * w.std().nan_to_num() * torch.randn(w.shape, generator=g))
-            torch.save(ckpt, path)
-    return folder
+    return noisy_member_copies(cnn_run, tmp_path_factory.mktemp("sanity_members") / "pop", 0.5)
 
 
 def config(tmp_path, run, **extra) -> str:

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import pytest
-import torch
 from scipy.stats import kendalltau
 
 import evaluate
 from datamodules.errors import InputError
 from evaluators.protocols import aggregation, optimised_aggregation
+from tests.helpers import noisy_member_copies
 
 AGGREGATION = {"n_inputs": 4, "explainers": {"saliency": {}, "gradcam": {}, "input_x_gradient": {}},
                "aggregators": {"mean": {}, "ucb": {}, "pi": {}}, "normalisations": ["z"], "sweeps": {}, "steps": 4,
@@ -28,18 +27,7 @@ T_975 = {2: 4.302652729749464, 7: 2.364624251592785}  # Student's t 97.5 % quant
 @pytest.fixture(scope="module")
 def members(tiny_run, tmp_path_factory):
     """A folder of 3 image runs: the tiny run and two copies with seeded noise on every weight."""
-    folder = tmp_path_factory.mktemp("members") / "pop"
-    for k in range(3):
-        shutil.copytree(tiny_run, folder / f"seed{k}")
-        if k:
-            path = folder / f"seed{k}" / "checkpoints" / "last.ckpt"
-            ckpt = torch.load(path, weights_only=True)
-            g = torch.Generator().manual_seed(k)
-            for name, w in ckpt["state_dict"].items():
-                if w.is_floating_point() and "running" not in name:
-                    w.add_(0.3 * w.std().nan_to_num() * torch.randn(w.shape, generator=g))
-            torch.save(ckpt, path)
-    return folder
+    return noisy_member_copies(tiny_run, tmp_path_factory.mktemp("members") / "pop", 0.3)
 
 
 def config(tmp_path, run, base: dict, name: str) -> str:

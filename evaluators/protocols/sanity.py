@@ -52,7 +52,7 @@ from evaluators.maps.image_explainers import REDUCTIONS
 from evaluators.metrics.similarity import similarity
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
-from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps
+from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
 from evaluators.reports.wandb_log import check_log_to, log_report
 from evaluators.sanity import MODES, model_randomisation, random_logit
 
@@ -303,8 +303,7 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
     figure = summary.pop("_figure")
     pngs = []
     for mode, by_explainer in summary["similarity"].items():
-        stages = [f"{stage}\n{kind}" if kind else stage
-                  for stage, kind in zip(summary["stages"][mode], summary["layer_types"][mode])]
+        stages = stage_labels(summary, mode)
         title = f"{mode} randomisation, {summary['n_inputs']} inputs"
         pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
         if figure is not None:

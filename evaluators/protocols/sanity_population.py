@@ -33,7 +33,7 @@ from datamodules.errors import InputError
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import member_interval
 from evaluators.protocols.members import evaluate_members, robustness
-from evaluators.reports.sanity_figures import plot_similarity_curves
+from evaluators.reports.sanity_figures import plot_similarity_curves, stage_labels
 from evaluators.reports.wandb_log import log_report
 
 KEPT = ("n_inputs", "measures", "stages", "layer_types", "similarity", "random_logit", "seconds")  # in member.json
@@ -185,8 +185,7 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
                 csv.writer(f).writerows([columns, *rows])
     pngs = []
     for mode, by_explainer in summary["similarity"].items():
-        stages = [f"{stage}\n{kind}" if kind else stage
-                  for stage, kind in zip(summary["stages"][mode], summary["layer_types"][mode])]
+        stages = stage_labels(summary, mode)
         title = f"{mode} randomisation, {len(summary['members'])} members (t-interval over members)"
         pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
     text = markdown(summary)

@@ -99,3 +99,9 @@ def plot_similarity_curves(similarity: dict[str, dict[str, list[dict]]], stages:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def stage_labels(summary: dict, mode: str) -> list[str]:
+    """The x-axis labels of ``mode``'s stages: each stage's layer name over its layer type."""
+    return [f"{stage}\n{kind}" if kind else stage
+            for stage, kind in zip(summary["stages"][mode], summary["layer_types"][mode])]

@@ -12,6 +12,7 @@ from datamodules.errors import InputError
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.metrics.similarity import MEASURES
+from lightning_modules.interface import default_targets, model_device
 
 
 def explainer_options(explainers: Sequence[str] | Mapping[str, Mapping]) -> dict[str, dict]:
@@ -53,3 +54,16 @@ def maps_of(model: nn.Module, x: torch.Tensor, target: torch.Tensor, name: str, 
 
 
 __all__ = ["check_measures", "check_reduction", "explainer_options", "maps_of"]
+
+
+def prepared(model: nn.Module, x: torch.Tensor, target, explainers: Sequence[str] | Mapping[str, Mapping],
+             measures: Sequence[str], reduction: str) -> tuple[dict[str, dict], list[str], torch.Tensor, torch.Tensor]:
+    """The checked ``{explainer: options}`` and measures, ``x`` on the model's device and the
+    explained class per input (``default_targets``: the predicted class where ``target`` is None)."""
+    check_reduction(reduction)
+    options = explainer_options(explainers)
+    measures = check_measures(measures)
+    x = x.detach().to(model_device(model, x))
+    with torch.no_grad():
+        target = default_targets(model, x, target)
+    return options, measures, x, target

@@ -25,8 +25,7 @@ from torch import nn
 from evaluators.maps.seeds import check_seed
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.sanity.layers import check_mode, randomised_models
-from evaluators.sanity.maps import check_measures, check_reduction, explainer_options, maps_of
-from lightning_modules.interface import default_targets, model_device
+from evaluators.sanity.maps import maps_of, prepared
 
 
 @dataclass(frozen=True)
@@ -59,12 +58,7 @@ def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor 
     ``same_seed`` as in ``randomised_models``."""
     check_mode(mode)
     check_seed(seed)
-    check_reduction(reduction)
-    options = explainer_options(explainers)
-    measures = check_measures(measures)
-    x = x.detach().to(model_device(model, x))
-    with torch.no_grad():
-        target = default_targets(model, x, target)
+    options, measures, x, target = prepared(model, x, target, explainers, measures, reduction)
     original = {name: maps_of(model, x, target, name, opts, seed, reduction) for name, opts in options.items()}
     kept = {name: [m] for name, m in original.items()}
     layers, scores = [], []

@@ -22,8 +22,7 @@ from torch import nn
 from datamodules.errors import InputError
 from evaluators.maps.seeds import check_seed
 from evaluators.metrics.similarity import similarity
-from evaluators.sanity.maps import check_measures, check_reduction, explainer_options, maps_of
-from lightning_modules.interface import default_targets, model_device
+from evaluators.sanity.maps import maps_of, prepared
 
 
 def other_classes(target: torch.Tensor, num_classes: int, seed: int) -> torch.Tensor:
@@ -40,12 +39,8 @@ def random_logit(model: nn.Module, x: torch.Tensor, target: torch.Tensor | int |
                  seed: int = 0, reduction: str = "sum") -> dict[str, dict[str, torch.Tensor]]:  # fmt: skip
     """``{explainer: {measure: scores (N,) float64}}``: similarity of each input's map of a random
     other class (``other_classes(target, K, seed)``) to its map of ``target``."""
-    check_reduction(reduction)
-    options = explainer_options(explainers)
-    measures = check_measures(measures)
-    x = x.detach().to(model_device(model, x))
+    options, measures, x, target = prepared(model, x, target, explainers, measures, reduction)
     with torch.no_grad():
-        target = default_targets(model, x, target)
         num_classes = model(x[:1]).shape[-1]
     if bool((target < 0).any()) or bool((target >= num_classes).any()):
         raise InputError(f"option target: labels {sorted(set(target.tolist()))}; expected classes 0 … "
