@@ -96,16 +96,11 @@ def test_aggregation_fidelity_on_a_tabular_model():
 def test_aggregation_fidelity_scores_the_maps_sparseness_and_complexity():
     from evaluators.aggregators.pixel_aggregators import aggregate_all
     from evaluators.metrics.complexity import complexity, sparseness
-    from lightning_modules import MLPClassifier
 
     data = FinancialDataModule(dataset="german")
     callback = AggregationFidelity(explainers={"saliency": {}, "input_x_gradient": {}}, n_probe=20,
                                    aggregators={"mean": {}}, metrics=("sparseness", "complexity"))  # fmt: skip
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
-    model = MLPClassifier(in_features=data.num_features, seed=0)
-    trainer.fit(model, datamodule=data)
-    final = callback.history[-1]
+    model, final = fit_one_epoch(callback, data)
     assert not any(k.endswith(("/insertion", "/deletion")) for k in final)
     x = data.test_tensors[0][:20]
     base = {f"base_{name}": explain(model, x, name) for name in ("saliency", "input_x_gradient")}
@@ -113,6 +108,17 @@ def test_aggregation_fidelity_scores_the_maps_sparseness_and_complexity():
     for name, m in maps.items():
         for metric, function in (("sparseness", sparseness), ("complexity", complexity)):
             assert final[f"aggregation/{name}/{metric}"] == pytest.approx(function(m).nanmean().item(), rel=1e-6)
+
+
+def fit_one_epoch(callback, data):
+    """A seed-0 MLPClassifier trained one epoch on ``data`` with ``callback``; the model, the last record."""
+    from lightning_modules import MLPClassifier
+
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
+    model = MLPClassifier(in_features=data.num_features, seed=0)
+    trainer.fit(model, datamodule=data)
+    return model, callback.history[-1]
 
 
 def test_aggregation_fidelity_names_bad_options():
@@ -128,18 +134,13 @@ def test_aggregation_fidelity_scores_optimised_aggregators_by_infidelity_and_fco
     from evaluators.aggregators.optimised_aggregators import optimised_aggregation
     from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
     from evaluators.metrics.infidelity import infidelity, subset_perturbations
-    from lightning_modules import MLPClassifier
 
     data = FinancialDataModule(dataset="german")
     explainers = {"saliency": {}, "input_x_gradient": {}}
     callback = AggregationFidelity(explainers=explainers, n_probe=20, aggregators={"mean": {}},
                                    optimised={"agg_faith": {"n_samples": 8}}, metrics=("infidelity", "fcor"),
                                    n_samples=16)  # fmt: skip
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
-    model = MLPClassifier(in_features=data.num_features, seed=0)
-    trainer.fit(model, datamodule=data)
-    final = callback.history[-1]
+    model, final = fit_one_epoch(callback, data)
     assert not any(k.endswith(("/insertion", "/deletion")) for k in final)
     x = data.test_tensors[0][:20]
     means = data.train_tensors[0].mean(0)
@@ -153,18 +154,13 @@ def test_aggregation_fidelity_scores_optimised_aggregators_by_infidelity_and_fco
 def test_aggregation_fidelity_scores_relative_stability_with_weights_fixed_at_the_probe():
     from evaluators.aggregators.optimised_aggregators import combine, explainer_maps, optimised_aggregation
     from evaluators.metrics.relative_stability import relative_stability
-    from lightning_modules import MLPClassifier
 
     data = FinancialDataModule(dataset="german")
     explainers = {"saliency": {}, "input_x_gradient": {}}
     callback = AggregationFidelity(explainers=explainers, n_probe=20, aggregators={"mean": {}},
                                    optimised={"agg_robust": {"n_samples": 4}, "agg_var": {}},
                                    metrics=("relative_stability",), n_samples=8)  # fmt: skip
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[callback])  # fmt: skip
-    model = MLPClassifier(in_features=data.num_features, seed=0)
-    trainer.fit(model, datamodule=data)
-    final = callback.history[-1]
+    model, final = fit_one_epoch(callback, data)
     assert {f"aggregation/{m}/{s}" for m in ("base_saliency", "mean", "agg_robust", "agg_var")
             for s in ("ris", "rrs", "ros")} <= set(final)  # fmt: skip
     assert not any(k.endswith(("/insertion", "/infidelity")) for k in final)
