@@ -89,7 +89,10 @@ def plot_similarity_curves(similarity: dict[str, dict[str, list[dict]]], stages:
                             color=line.get_color(), alpha=0.2, lw=0)  # fmt: skip
         ax.axhline(0, color="k", lw=0.5)
         ax.set_xticks(xs)
-        ax.set_xticklabels(stages, fontsize=6)
+        if len(stages) > 6:  # many layers (ResNet-8: 16 stages): one rotated line per stage
+            ax.set_xticklabels([s.replace("\n", " ") for s in stages], fontsize=5, rotation=90)
+        else:
+            ax.set_xticklabels(stages, fontsize=6)
         ax.set_title(measure, fontsize=8)
         ax.set_ylabel("similarity to the original map", fontsize=7)
     axes[0, -1].legend(fontsize=6)
