@@ -70,6 +70,25 @@ def test_linear_pair_by_hand(mode):
     assert torch.equal(torch.get_rng_state(), rng)  # and the global random state
 
 
+def test_kept_maps_of_chosen_inputs_and_the_original_against_itself():
+    """keep_maps=<indices> keeps exactly those inputs' maps of every stage (keep_maps=True's rows),
+    and ``itself`` is each original map against itself: 1, NaN for a constant (all-zero) map."""
+    model, seed = linear_pair(), 3
+    x, y = torch.randn(6, 8, dtype=torch.float64), torch.tensor([0, 1, 2, 0, 1, 2])
+    x[4] = 0.0  # Input × Gradient of a zero input: a constant map
+    every = model_randomisation(model, x, y, ["input_x_gradient"], "cascading", ["spearman", "spearman_abs"],
+                                seed=seed, keep_maps=True)  # fmt: skip
+    some = model_randomisation(model, x, y, ["input_x_gradient"], "cascading", ["spearman", "spearman_abs"],
+                               seed=seed, keep_maps=torch.tensor([4, 1]))  # fmt: skip
+    assert some.maps["input_x_gradient"].shape == (3, 2, 8)
+    assert torch.equal(some.maps["input_x_gradient"], every.maps["input_x_gradient"][:, [4, 1]])
+    torch.testing.assert_close(some.scores, every.scores, equal_nan=True, rtol=0, atol=0)
+    expected = torch.ones(1, 2, 6, dtype=torch.float64)
+    expected[..., 4] = float("nan")
+    torch.testing.assert_close(some.itself, expected, equal_nan=True, rtol=0, atol=1e-12)
+    assert model_randomisation(model, x, y, ["saliency"], measures=["spearman"], seed=seed).maps is None
+
+
 def test_mean_over_inputs_skips_nan():
     scores = torch.tensor([[[[0.5, float("nan"), 0.1]], [[float("nan")] * 3]]], dtype=torch.float64)  # (1, 2, 1, 3)
     means, counts = RandomisationScores("cascading", ["fc"], ["a", "b"], ["spearman"], scores).mean()

@@ -49,7 +49,6 @@ from evaluators.inputs.members import load_members, model_options, population_na
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
-from evaluators.metrics.similarity import similarity
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
@@ -154,11 +153,9 @@ def stage_scores(cfg: SanityConfig, model, inputs: Inputs, mode: str, name: str,
     start = time.perf_counter()
     options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
     result = model_randomisation(model, inputs.x, inputs.target, {name: options}, mode, measures, cfg.seed,
-                                 cfg.reduction, keep_maps=True)  # fmt: skip
-    maps = result.maps[name]  # (1 + L, N, ...): the original model's, then after each layer
-    itself = torch.stack([similarity(maps[0], maps[0], m, (f"explainer {name!r}",) * 2) for m in measures])
-    scores = torch.cat([itself[None], result.scores[:, 0]]).cpu()  # (1 + L, M, N)
-    return {"scores": scores, "stages": ["original", *result.layers], "shown": maps[:, shown].cpu(),
+                                 cfg.reduction, keep_maps=shown)  # fmt: skip
+    scores = torch.cat([result.itself[None, 0], result.scores[:, 0]]).cpu()  # (1 + L, M, N)
+    return {"scores": scores, "stages": ["original", *result.layers], "shown": result.maps[name].cpu(),
             "seconds": time.perf_counter() - start}
 
 

@@ -32,8 +32,10 @@ from evaluators.sanity.maps import maps_of, prepared
 class RandomisationScores:
     """``scores[l, e, s, i]`` (float64): similarity by ``measures[s]`` of input i's map by
     ``explainers[e]`` after randomising ``layers[l]`` (cascading: and every layer above it) to
-    its map under the original model. ``maps`` (with ``keep_maps``): ``maps[e][0]`` the original
-    model's maps, ``maps[e][1 + l]`` those after step l."""
+    its map under the original model. ``itself[e, s, i]``: the original map against itself (1,
+    or NaN where the measure is undefined for it: a constant map), the stage before any
+    randomisation. ``maps`` (with ``keep_maps``): ``maps[e][0]`` the original model's maps,
+    ``maps[e][1 + l]`` those after step l, of every input or of the inputs ``keep_maps`` names."""
 
     mode: str
     layers: list[str]
@@ -41,6 +43,7 @@ class RandomisationScores:
     measures: list[str]
     scores: torch.Tensor
     maps: dict[str, torch.Tensor] | None = None
+    itself: torch.Tensor | None = None
 
     def mean(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean over inputs (L, E, S) of the finite scores, and how many were finite."""
@@ -53,14 +56,20 @@ class RandomisationScores:
 def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor | int | None,
                         explainers: Sequence[str] | Mapping[str, Mapping], mode: str = "cascading",
                         measures: Sequence[str] = MEASURES, seed: int = 0, reduction: str = "sum",
-                        keep_maps: bool = False, same_seed: bool = False) -> RandomisationScores:  # fmt: skip
+                        keep_maps: bool | torch.Tensor = False,
+                        same_seed: bool = False) -> RandomisationScores:  # fmt: skip
     """The test of the module docstring; ``explainers`` names (or ``{name: options}``),
-    ``same_seed`` as in ``randomised_models``."""
+    ``same_seed`` as in ``randomised_models``; ``keep_maps``: True keeps every input's maps of
+    every stage, a tensor of input indices only those inputs' (a figure's few: memory for
+    L + 1 stages of a few maps, not of all N)."""
     check_mode(mode)
     check_seed(seed)
     options, measures, x, target = prepared(model, x, target, explainers, measures, reduction)
     original = {name: maps_of(model, x, target, name, opts, seed, reduction) for name, opts in options.items()}
-    kept = {name: [m] for name, m in original.items()}
+    itself = torch.stack([torch.stack([similarity(m, m, measure, (f"explainer {name!r}",) * 2) for measure in measures])
+                          for name, m in original.items()])  # fmt: skip
+    keep = None if isinstance(keep_maps, bool) else torch.as_tensor(keep_maps, dtype=torch.long)
+    kept = {name: [m if keep is None else m[keep.to(m.device)]] for name, m in original.items()}
     layers, scores = [], []
     for layer, randomised in randomised_models(model, mode, seed, same_seed):
         layers.append(layer)
@@ -69,11 +78,11 @@ def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor 
             maps = maps_of(randomised, x, target, name, opts, seed, reduction)
             names = (f"explainer {name!r} after randomising {layer!r}", f"explainer {name!r} of the original model")
             per_explainer.append(torch.stack([similarity(maps, original[name], m, names) for m in measures]))
-            if keep_maps:
-                kept[name].append(maps)
+            if keep is not None or keep_maps:
+                kept[name].append(maps if keep is None else maps[keep.to(maps.device)])
         scores.append(torch.stack(per_explainer))
-    return RandomisationScores(mode, layers, list(options), measures, torch.stack(scores),
-                               {name: torch.stack(m) for name, m in kept.items()} if keep_maps else None)  # fmt: skip
+    kept_maps = {name: torch.stack(m) for name, m in kept.items()} if keep is not None or keep_maps else None
+    return RandomisationScores(mode, layers, list(options), measures, torch.stack(scores), kept_maps, itself)
 
 
 __all__ = ["RandomisationScores", "model_randomisation"]
