@@ -10,10 +10,11 @@ within an example). The top k = ``removed_count(t, n)`` of that order are exactl
 ``remove_top`` replaces for fraction t (ROAR) or keeps (KAR), ties included. Two layouts
 (``store``; their sizes measured in docs/roar.md):
 
-* ``"levels"`` (default): per unit one uint8, the 1-based position j of the smallest of the
+* ``"levels"`` (default): per unit its level, the 1-based position j of the smallest of the
   configured positive ``fractions`` f_1 < … < f_m whose top k_j holds it, m + 1 where none
   does; the mask of f_j is ``level <= j``. Exact for every fraction whose count k is one of
-  k_1 … k_m (or 0), so the fractions are part of the key; 1 byte per unit.
+  k_1 … k_m (or 0), so the fractions are part of the key. Stored as b = ⌈log2(m + 2)⌉ bit
+  planes (:func:`pack_levels`): 3 bits per unit for the paper's five positive fractions.
 * ``"order"``: the first k_m positions of the order itself (uint16 where n <= 65,536, else
   int32), exact for every fraction up to f_m.
 
@@ -45,6 +46,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -86,6 +88,23 @@ def order_levels(order: torch.Tensor, fractions: Sequence[float]) -> torch.Tenso
     levels = torch.empty(order.shape, dtype=torch.uint8)
     levels.scatter_(1, order.cpu(), position_level.expand(order.shape).contiguous())
     return levels
+
+
+def level_bits(fractions: Sequence[float]) -> int:
+    """Bits per unit of the levels 1 … m + 1 of m positive fractions."""
+    return (len(fractions) + 1).bit_length()
+
+
+def pack_levels(levels: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 levels (N, n) as ``bits`` bit planes, each packed 8 units a byte: uint8 (N, bits, ⌈n/8⌉)."""
+    planes = np.stack([(levels.numpy() >> b) & 1 for b in range(bits)], axis=1)
+    return torch.from_numpy(np.packbits(planes, axis=2))
+
+
+def unpack_levels(packed: torch.Tensor, n: int) -> torch.Tensor:
+    """The inverse of :func:`pack_levels`: uint8 (N, n)."""
+    planes = np.unpackbits(packed.numpy(), axis=2, count=n)
+    return torch.from_numpy((planes << np.arange(planes.shape[1], dtype=np.uint8)[:, None]).sum(1, dtype=np.uint8))
 
 
 def _check_fractions(fractions) -> tuple[float, ...]:
@@ -196,7 +215,7 @@ class RankingStore:
             rows = (index // self.shard_size == j).nonzero().squeeze(1)
             stored = self._units_of(j)[unit][index[rows] - j * self.shard_size]
             if self.store == "levels":
-                out[rows] = stored <= level
+                out[rows] = unpack_levels(stored, n) <= level
             else:
                 top = stored[:, :k].to(torch.int64)
                 out[rows] = out[rows].scatter(1, top & 0xFFFF if stored.dtype == torch.int16 else top, True)
@@ -243,7 +262,7 @@ def _shard_payload(model, datamodule, estimator, split, key, start, stop, chunk,
         for unit in units:
             order = removal_order(maps, unit, square, seed, index)
             if store == "levels":
-                parts[unit].append(order_levels(order, fractions))
+                parts[unit].append(pack_levels(order_levels(order, fractions), level_bits(fractions)))
             else:
                 top = order[:, : removed_count(fractions[-1], order.shape[1])]
                 parts[unit].append(top.to(torch.int16 if order.shape[1] <= 2**16 else torch.int32))
