@@ -19,7 +19,7 @@ from datamodules.errors import InputError
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import FRACTIONS, RemoveAndRetrainDataModule, remove_top
 from evaluators.protocols.roar import maps as roar_maps
-from evaluators.protocols.roar.rankings import RankingStore, ranking_pass, removal_order
+from evaluators.protocols.roar.rankings import RankingStore, ranking_pass, removal_order, streamed_fill
 from lightning_modules.image_classifier import create_image_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,12 +72,12 @@ def test_removal_order_is_remove_tops_choice_with_ties(unit, square):
         assert torch.equal(order[:, :k].sort(1).values, replaced.bool().nonzero()[:, 1].view(6, k)), k
 
 
-@pytest.mark.parametrize("estimator", ["saliency", "sobel"])
-def test_folder_pass_modifies_as_the_in_memory_path(tmp_path, estimator):
-    """Files read in chunks and ranked give, for every fraction, both units, ROAR and KAR, the
-    images RemoveAndRetrainDataModule makes from dataset_maps of the same split in memory."""
+@pytest.mark.parametrize("estimator, from_files", [("saliency", True), ("sobel", True), ("sobel", False)])
+def test_folder_pass_modifies_as_the_in_memory_path(tmp_path, estimator, from_files):
+    """Files read in chunks (or the in-memory split) and ranked give, for every fraction, both units,
+    ROAR and KAR, the images RemoveAndRetrainDataModule makes from dataset_maps of the split in memory."""
     root = make_folder(tmp_path / "images")
-    model, files, memory = tiny_model(), folder(root, tmp_path, False), folder(root, tmp_path, True)
+    model, files, memory = tiny_model(), folder(root, tmp_path, not from_files), folder(root, tmp_path, True)
     stores = {store: ranking_pass(model, files, estimator, "test", tmp_path / "rankings", seed=3, chunk=2,
                                   shard_size=4, units=("element", "pixel"), store=store)
               for store in ("levels", "order")}  # fmt: skip
@@ -96,6 +96,7 @@ def test_folder_pass_modifies_as_the_in_memory_path(tmp_path, estimator):
                 for store in stores.values():
                     modified = store.modifier(fraction, roar.fill, unit, keep)(clean, index)
                     assert torch.equal(modified, expected), (store.store, unit, keep, fraction)
+    assert torch.equal(streamed_fill(files, chunk=5), roar.fill)  # the training mean read 5 images at a time
     # the order store is exact beyond the grid (up to its largest fraction); levels refuse it
     roar = RemoveAndRetrainDataModule(memory, maps, maps, 0.25, "pixel", seed=3)
     modify = stores["order"].modifier(0.25, roar.fill, "pixel")
@@ -184,3 +185,22 @@ def test_kill_9_then_resume_ends_identical_without_recomputing(tmp_path):
     assert {n: resumed.root.joinpath(n).stat().st_mtime_ns for n in done} == done
     whole = ranking_pass(model, files, "saliency", "train", tmp_path / "whole", **options)
     assert shard_bytes(resumed) == shard_bytes(whole)  # the same files (a killed write's temporary removed)
+
+
+def test_bad_input_is_one_clear_error(tmp_path):
+    root = make_folder(tmp_path / "images")
+    model, files = tiny_model(), folder(root, tmp_path, False)
+    store = ranking_pass(model, files, "saliency", "test", tmp_path / "r", chunk=2, shard_size=4)
+    images = files.stored_images("test", torch.arange(3))[0]
+    with pytest.raises(InputError, match="unit='pixel'"):
+        store.mask(torch.arange(3), 0.5, "pixel")
+    with pytest.raises(InputError, match="fill"):
+        store.modifier(0.5, [1.5, 2, 3])
+    with pytest.raises(InputError, match="uint8"):
+        store.modifier(0.5, 0)(images.float(), torch.arange(3))
+    with pytest.raises(InputError, match="0 … 11"):
+        store.modifier(0.5, 0)(images, torch.tensor([0, 1, 12]))
+    with pytest.raises(InputError, match="store"):
+        ranking_pass(model, files, "saliency", "test", tmp_path / "r", store="float16")
+    with pytest.raises(InputError, match="no readable manifest.json"):
+        RankingStore(tmp_path)

@@ -242,6 +242,21 @@ class RankingStore:
         return modify
 
 
+def streamed_fill(datamodule, chunk: int = SHARD_SIZE) -> torch.Tensor:
+    """ROAR's fill c (``datamodules.roar.training_fill``: the training split's per-channel mean
+    rounded to uint8) from ``chunk`` images at a time (``stored_images``), by the same exact
+    integer sums as ``channel_stats``, so equal to it for a split in memory too."""
+    count = datamodule.split_sizes["train"] if "train" in datamodule.split_sizes else 0
+    if not count:
+        raise InputError(f"{datamodule.source}: no train/ split; ROAR's fill is the training images' mean")
+    total = torch.zeros(datamodule.image_shape[0], dtype=torch.int64)
+    for a in range(0, count, chunk):
+        total += datamodule.stored_images("train", torch.arange(a, min(a + chunk, count)))[0].to(torch.int64).sum(
+            dim=(0, 2, 3))  # fmt: skip
+    mean = total.double() / (255.0 * (count * datamodule.image_shape[1] * datamodule.image_shape[2]))
+    return (mean * 255.0).round().to(torch.uint8)
+
+
 def pass_key(model: nn.Module, datamodule, estimator: str, split: str, seed: int, chunk: int, shard_size: int,
              units, square: bool, store: str, fractions, options: dict) -> str:  # fmt: skip
     """The key of one ranking pass (see the module's docstring)."""
