@@ -204,3 +204,35 @@ def test_bad_input_is_one_clear_error(tmp_path):
         ranking_pass(model, files, "saliency", "test", tmp_path / "r", store="float16")
     with pytest.raises(InputError, match="no readable manifest.json"):
         RankingStore(tmp_path)
+
+
+def test_evaluate_py_roar_rankings_only_fills_the_shards(tmp_path):
+    """``evaluate.py roar --rankings_only --shard i/k`` on a train.py image run: the two shards'
+    processes fill every ranking shard file of both splits, equal to ranking_pass with the run's
+    model; no cell is trained."""
+    import evaluate
+    import train
+    from evaluators.inputs.runs import load_run
+
+    root = make_folder(tmp_path / "images")
+    train.main(["--data", "ImageFolderDataModule", "--data.root", str(root), "--data.cache_dir", str(tmp_path / "c"),
+                "--data.batch_size", "4", "--model", "lightning_modules.ImageClassifier", "--model.arch", "small_cnn",
+                "--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1",
+                "--trainer.enable_model_summary", "false", "--output_dir", str(tmp_path / "runs"),
+                "--run_name", "r"])  # fmt: skip
+    (run,) = (tmp_path / "runs").glob("*/r")
+    config = tmp_path / "roar.yaml"
+    config.write_text(f"run: {run}\nestimators: {{saliency: {{}}}}\nfractions: [0.0, 0.5]\nunit: pixel\n"
+                      f"data: {{in_memory: false}}\nlog_to: none\ndevice: cpu\noutput_dir: {tmp_path / 'roar'}\n")
+    for i in (1, 0):
+        assert evaluate.main(["roar", "--config", str(config), "--rankings_only", "--shard", f"{i}/2",
+                              "--rankings_shard_size", "4"]) == {}  # fmt: skip
+    (grid,) = (tmp_path / "roar").iterdir()
+    assert not (grid / "cells").exists() and not (grid / "roar.json").exists()
+    folders = sorted((grid / "rankings").iterdir())
+    assert [f.name.split("-")[0] for f in folders] == ["test", "train"]
+    model, data, _ = load_run(run, "last.ckpt", data_options={"in_memory": False})
+    for split, found in zip(("test", "train"), folders):
+        direct = ranking_pass(model, data, "saliency", split, tmp_path / "direct", 0, 4, 4, units=("pixel",),
+                              fractions=(0.0, 0.5))  # fmt: skip
+        assert direct.root.name == found.name and shard_bytes(direct) == shard_bytes(RankingStore(found))
