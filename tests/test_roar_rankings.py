@@ -227,7 +227,9 @@ def test_evaluate_py_roar_rankings_only_fills_the_shards(tmp_path):
     for i in (1, 0):
         assert evaluate.main(["roar", "--config", str(config), "--rankings_only", "--shard", f"{i}/2",
                               "--rankings_shard_size", "4"]) == {}  # fmt: skip
-    (grid,) = (tmp_path / "roar").iterdir()
+        (grid,) = (tmp_path / "roar").iterdir()
+        shards = sorted(p.name for p in (grid / "rankings").glob("*/shard-*.pt"))
+        assert shards == (["shard-000001.pt"] * 2 if i else sorted(f"shard-00000{j}.pt" for j in (0, 1, 2) * 2))
     assert not (grid / "cells").exists() and not (grid / "roar.json").exists()
     folders = sorted((grid / "rankings").iterdir())
     assert [f.name.split("-")[0] for f in folders] == ["test", "train"]
