@@ -12,6 +12,7 @@
     python evaluate.py aggregation --config configs/aggregation/cifar10.yaml  # Mahlau & Nolde's Table 1
     python evaluate.py optimised --config configs/optimised/cifar10.yaml      # Decker et al.'s Tables 5-6
     python evaluate.py roar --config configs/roar/heloc.yaml [--shard i/k]    # Hooker et al.'s ROAR grid
+    python evaluate.py roar --config configs/roar/image_folder.yaml --rankings_only [--shard i/k]  # its map pass
     python evaluate.py sanity --config configs/sanity/fashion_mnist.yaml   # Adebayo et al.'s model randomisation
     python evaluate.py data_randomisation --config configs/data_randomisation/fashion_mnist.yaml  # Adebayo §3.2
     python evaluate.py --portable consistency ...   # the same bits on any x86-64 CPU (portable.py)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import hashlib
 import logging
 from functools import cached_property, partial
 
@@ -177,6 +178,21 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
             raise InputError(f"{self.source}: ROAR modifies images in memory; expected small images "
                              "(in_memory=True) — large images are served from files")  # fmt: skip
         return self.split_images("train" if split == "train" else self.eval_split)
+
+    def stored_images(self, split: str, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions ``index`` of ROAR's ``"train"`` or ``"test"`` split (:meth:`stored_split`'s
+        order) as stored: uint8 images (n, C, H, W) and labels; ``ImageFolderDataModule``
+        decodes large images from their files, the same uint8 as its in-memory path."""
+        images, labels = self.stored_split(split)
+        return images[index], labels[index]
+
+    def stored_fingerprint(self, split: str) -> str:
+        """A SHA-256 identifying ROAR's split as stored (its images and labels)."""
+        digest = hashlib.sha256()
+        for t in self.stored_split(split):
+            digest.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+            digest.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
 
     def as_model_inputs(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stored images as the model sees them: normalised float32, not augmented."""

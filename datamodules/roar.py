@@ -92,6 +92,21 @@ def _check_fraction(fraction) -> float:
     return float(fraction)
 
 
+def ranked_scores(scores: torch.Tensor, unit: str = "element", square: bool = True) -> torch.Tensor:
+    """What :func:`remove_top` ranks: ``scores`` (N, ...) in float64, squared where ``square``,
+    summed over the channels (dim 1) for ``unit="pixel"``, as (N, n units); an ``InputError``
+    on NaN or inf."""
+    ranked = scores.detach().to(torch.float64)
+    if square:
+        ranked = ranked * ranked
+    if unit == "pixel":
+        ranked = ranked.sum(1)
+    ranked = ranked.reshape(len(scores), -1)
+    if not torch.isfinite(ranked).all():
+        raise InputError("scores hold NaN or inf; expected finite importance scores")
+    return ranked
+
+
 def remove_top(x: torch.Tensor, scores: torch.Tensor, fraction: float, fill, unit: str = "element",
                square: bool = True, keep: bool = False, seed: int = 0,
                index: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
@@ -118,14 +133,7 @@ def remove_top(x: torch.Tensor, scores: torch.Tensor, fraction: float, fill, uni
     if fill.dim() > 1 or (fill.dim() == 1 and len(fill) != x.shape[1]):
         raise InputError(f"option fill of shape {tuple(fill.shape)}; expected a number or one value per "
                          f"{'channel' if x.dim() == 4 else 'feature'} ({x.shape[1]},)")  # fmt: skip
-    ranked = scores.detach().to(x.device, torch.float64)
-    if square:
-        ranked = ranked * ranked
-    if unit == "pixel":
-        ranked = ranked.sum(1)
-    ranked = ranked.reshape(n_examples, -1)
-    if not torch.isfinite(ranked).all():
-        raise InputError("scores hold NaN or inf; expected finite importance scores")
+    ranked = ranked_scores(scores.to(x.device), unit, square)
     n, k = ranked.shape[1], removed_count(fraction, ranked.shape[1])
     chosen = torch.zeros_like(ranked, dtype=torch.bool)
     if k > 0:

@@ -63,7 +63,12 @@ PROTOCOLS = {
     "roar": Protocol("remove and retrain: accuracy of models retrained without each estimator's top pixels "
                      "(Hooker et al.)", RoarConfig, evaluate_roar, write_roar_report, "roar.json", False, True, "run",
                      {"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
-                                    "(SLURM arrays); the last shard writes the report")},
+                                    "(SLURM arrays); the last shard writes the report"),
+                      "rankings_only": dict(action="store_true", help="image data: only the sharded, resumable map "
+                                            "pass storing each image's ranking (evaluators/protocols/roar/"
+                                            "rankings.py), shard files i, i+k, ... with --shard; no cell is trained"),
+                      "rankings_shard_size": dict(type=int, default=256, metavar="N",
+                                                  help="images per ranking shard file (--rankings_only)")},
                      grid_report_dir),
     "sanity": Protocol("model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
                        SanityConfig, evaluate_sanity, write_sanity_report, "sanity.json", False, True, "run"),

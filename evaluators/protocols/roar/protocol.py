@@ -19,14 +19,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.inputs.config import resolve_device
 from evaluators.protocols.roar.grid import RoarGrid, fresh_models, run_grid, stacked_retraining
+from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, ranking_pass
 from evaluators.protocols.roar.report import collect, markdown_table
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
@@ -84,12 +87,34 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
     return run_dir
 
 
-def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None = None) -> dict | None:
-    """Run the cells of ``shard`` not yet done; the report once every cell is (None before)."""
+def ranking_passes(model, data, cfg: RoarConfig, cache_dir: Path, shard: tuple[int, int] | None,
+                   shard_size: int) -> None:  # fmt: skip
+    """``--rankings_only``: every estimator's ranking pass (``rankings.ranking_pass``) over the
+    train and test splits the image data has, for the grid's unit, ``square``, fractions and seed,
+    in chunks of gcd(32, ``shard_size``) images."""
+    if not callable(getattr(data, "stored_images", None)):
+        raise InputError(f"--rankings_only: datamodule {type(data).__name__}; expected image data (stored_images)")
+    present = data.split_sizes
+    for name, options in cfg.estimators.items():
+        for split in [s for s in ("train", "test") if (s if s == "train" else data.eval_split) in present]:
+            store = ranking_pass(model, data, name, split, cache_dir, seed=cfg.seed, shard=shard,
+                                 chunk=math.gcd(PASS_CHUNK, shard_size), shard_size=shard_size, units=(cfg.unit,),
+                                 square=cfg.square, fractions=cfg.fractions, **(options or {}))  # fmt: skip
+            print(f"{name} {split}: {len(store.computed)} shard file(s) computed, {len(store.missing())} of "
+                  f"{store.n_shards} missing, in {store.root}")  # fmt: skip
+
+
+def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None = None, rankings_only: bool = False,
+                  rankings_shard_size: int = SHARD_SIZE) -> dict | None:  # fmt: skip
+    """Run the cells of ``shard`` not yet done; the report once every cell is (None before).
+    ``rankings_only``: :func:`ranking_passes` into ``cache_dir`` (default ``<grid>/rankings``), None."""
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options=cfg.data, data_location=cfg.data_dir,
                               kind=cfg.kind, where=f"option run={cfg.run!r}", model_class=cfg.model_class,
                               model_args=cfg.model_args, data_config=cfg.data_config)
     model = model.to(resolve_device(cfg.device))
+    if rankings_only:
+        ranking_passes(model, data, cfg, Path(cfg.cache_dir or run_dir / "rankings"), shard, rankings_shard_size)
+        return None
     if not stacked_retraining(model):
         fresh_models(model, [])  # a model that cannot be retrained from a seed is named before any map is made
     config = Path(cfg.run) / "config.yaml"  # a run folder's (a model file has none)
