@@ -173,7 +173,8 @@ def base_maps(cfg: AggregationConfig, model, chunk: Chunk) -> dict[str, torch.Te
                        **explainer_options(options or {}, inputs)}  # an explainer's own seed wins  # fmt: skip
             m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
-            check_finite(m, f"explainer {name!r}", "map")
+            where = "" if chunk.index is None else f" (the chunk of inputs {chunk.start} … {chunk.stop - 1})"
+            check_finite(m, f"explainer {name!r}{where}", "map")
             return {"maps": m.cpu()}
 
         print(f"  base maps: {name}", flush=True)
