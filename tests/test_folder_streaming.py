@@ -21,16 +21,18 @@ from torch import nn
 
 import evaluate
 from datamodules.errors import InputError
+from evaluators.inputs.chunks import streamed_references
+from evaluators.inputs.runs import load_run, reference_inputs
 from evaluators.metrics.insertion_deletion import insertion_deletion_curves
 from evaluators.metrics.road import road_curves
 from evaluators.protocols import aggregation
 from tests.test_images_data import make_folder
 
 AGGREGATION = {
-    "explainers": {"saliency": {}, "smoothgrad": {"nt_samples": 3},
-                   "integrated_gradients": {"n_steps": 3, "baselines": "blur"}},
+    "explainers": {"saliency": {}, "smoothgrad": {"nt_samples": 3}, "gradient_shap": {"n_samples": 2,
+                   "baselines": "training"}, "integrated_gradients": {"n_steps": 3, "baselines": "blur"}},
     "aggregators": {"mean": {}, "ucb": {}}, "normalisations": ["z", "linear"], "sweeps": {}, "steps": 5,
-    "n_baselines": 4, "n_grid": 3,
+    "n_baselines": 4, "n_grid": 3, "baseline_stats": "training",
 }  # fmt: skip
 OPTIMISED = {
     "explainers": {"saliency": {}, "smoothgrad": {"nt_samples": 3}, "input_x_gradient": {}},
@@ -184,7 +186,7 @@ def test_a_killed_run_resumes_to_an_uninterrupted_runs_report(folder, aggregatio
     assert not (run_dir / "aggregation.json").exists()
     finished = {p.name for p in run_dir.glob("inputs/chunk-*") if (p / "scores" / last_row).is_file()}
     assert finished == {"chunk-00000"}
-    left = 7 - len(list(run_dir.glob("inputs/chunk-00001/scores/*.pt")))  # 7 rows; any done before the kill stay
+    left = 8 - len(list(run_dir.glob("inputs/chunk-00001/scores/*.pt")))  # 8 rows; any done before the kill stay
     calls, score_row = [], aggregation.score_row
     monkeypatch.setattr(aggregation, "score_row", lambda cfg, model, chunk, maps: calls.append(chunk.start) or
                         score_row(cfg, model, chunk, maps))  # fmt: skip
@@ -194,6 +196,18 @@ def test_a_killed_run_resumes_to_an_uninterrupted_runs_report(folder, aggregatio
     assert resumed["rows"] == fresh["rows"] and resumed["curves"] == fresh["curves"]
     got, expected = per_input_aucs(run_dir), per_input_aucs(fresh_dir)
     assert all(torch.equal(got[key], expected[key]) for key in expected)
+
+
+def test_streamed_references_equal_the_in_memory_ones(folder):
+    """The training images and statistics the chunks share, read a batch at a time from the
+    files, equal ``reference_inputs``' from memory (the statistics to float32 rounding)."""
+    data_of = {m: load_run(folder / "net.pt", model_class="tests.test_folder_streaming.tiny_cnn",
+                           data_config=str(folder / f"data-{m}.yaml"))[1] for m in (True, False)}  # fmt: skip
+    sample, (mean, std), _ = reference_inputs(data_of[True], 4, 0, torch.device("cpu"), {})
+    got, (got_mean, got_std), tabular = streamed_references(data_of[False], 4, torch.device("cpu"), {}, batch=2)
+    assert not tabular and torch.equal(got, sample) and len(got) == 4
+    torch.testing.assert_close(got_mean, mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got_std, std, rtol=1e-6, atol=1e-6)
 
 
 def test_a_resume_with_another_chunk_size_is_refused(folder, tmp_path):

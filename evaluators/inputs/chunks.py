@@ -35,7 +35,8 @@ import torch
 
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
-from evaluators.inputs.runs import Inputs, load_inputs, reference_inputs, test_reader
+from evaluators.inputs.counts import counted
+from evaluators.inputs.runs import Inputs, load_inputs, read_items, reference_inputs, test_reader
 from evaluators.maps.image_explainers import predicted_class
 
 CHUNKING = "chunking.json"
@@ -87,7 +88,9 @@ class InputSource:
             self.n, self.tabular = len(self.head.x), self.head.tabular
             return
         self.n, self._read = test_reader(data, n_inputs, defaults)
-        sample, stats, self.tabular = reference_inputs(data, n_baselines, seed, device, defaults)
+        read_whole = not hasattr(data, "normalization")  # a table's references: its training rows, in memory
+        sample, stats, self.tabular = (reference_inputs(data, n_baselines, seed, device, defaults) if read_whole
+                                       else streamed_references(data, n_baselines, device, defaults))  # fmt: skip
         x = self.read([0])
         self.head = Inputs(x, predicted_class(model, x, max_batch), sample, stats, self.tabular)
 
@@ -120,6 +123,34 @@ class InputSource:
             stop = min(start + self.chunk_size, self.n)
             yield Chunk(start, stop, self.n, run_dir / "inputs" / f"chunk-{j:05d}",
                         lambda start=start, stop=stop: self._load(start, stop))  # fmt: skip
+
+
+def streamed_references(data, n_baselines: int, device: torch.device, defaults: dict,
+                        batch: int = 64) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], bool]:  # fmt: skip
+    """``reference_inputs`` of an image datamodule, its 1,000 images read ``batch`` at a time:
+    the same training images; the per-channel mean and standard deviation summed in float64
+    (equal to the in-memory float32 statistics to rounding), so memory holds one batch."""
+    has_train = "train" in data.split_sizes
+    if has_train:
+        data.setup("fit")
+    name = "train" if has_train else data.eval_split
+    size = data.split_sizes[name]
+    picks = list(range(0, size, max(1, size // max(n_baselines, 1000))))[: max(n_baselines, 1000)]  # probe's
+    n_baselines = counted("n_baselines", n_baselines, len(picks), "training split" if has_train else "test split",
+                          "images", defaults.get("n_baselines"))  # fmt: skip
+    spread = torch.linspace(0, len(picks) - 1, n_baselines).long().tolist()  # across the classes
+    dataset, kept = data.eval_dataloader(name).dataset, {}
+    total = squares = 0
+    for start in range(0, len(picks), batch):
+        images = read_items(dataset, picks[start:start + batch])
+        wide = images.double()
+        total, squares = total + wide.sum((0, 2, 3)), squares + (wide * wide).sum((0, 2, 3))
+        kept.update({i: images[i - start] for i in spread if start <= i < start + len(images)})
+    count = len(picks) * images.shape[2] * images.shape[3]
+    mean = total / count
+    std = (squares / count - mean * mean).clamp_min(0).sqrt()
+    sample = torch.stack([kept[i] for i in spread])
+    return sample.to(device), (mean.float().to(device), std.float().to(device)), False
 
 
 def concatenated(parts: list):

@@ -200,13 +200,14 @@ def test_reader(data, n_inputs: int, defaults: dict) -> tuple[int, Callable[[lis
     spread = list(range(0, data.split_sizes[name], max(1, data.split_sizes[name] // n_inputs)))[:n_inputs]  # probe's
     counted("n_inputs", n_inputs, len(spread), "test split", "images", defaults.get("n_inputs"))
 
-    def read(positions) -> torch.Tensor:
-        chosen = [spread[i] for i in positions]
-        if hasattr(dataset, "__getitems__"):
-            return dataset.__getitems__(chosen)[0]
-        return torch.stack([dataset[i][0] for i in chosen])
+    return len(spread), lambda positions: read_items(dataset, [spread[i] for i in positions])
 
-    return len(spread), read
+
+def read_items(dataset, indices: list[int]) -> torch.Tensor:
+    """The images at ``indices`` of an image datamodule's dataset (in memory: one batch; from files: one by one)."""
+    if hasattr(dataset, "__getitems__"):
+        return dataset.__getitems__(indices)[0]
+    return torch.stack([dataset[i][0] for i in indices])
 
 
 def blurred(x: torch.Tensor) -> torch.Tensor:
