@@ -126,7 +126,7 @@ class InputSource:
 
 
 def streamed_references(data, n_baselines: int, device: torch.device, defaults: dict,
-                        batch: int = 64) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], bool]:  # fmt: skip
+                        batch: int = 16) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], bool]:  # fmt: skip
     """``reference_inputs`` of an image datamodule, its 1,000 images read ``batch`` at a time:
     the same training images; the per-channel mean and standard deviation summed in float64
     (equal to the in-memory float32 statistics to rounding), so memory holds one batch."""
