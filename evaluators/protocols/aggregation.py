@@ -169,8 +169,8 @@ def base_maps(cfg: AggregationConfig, model, chunk: Chunk) -> dict[str, torch.Te
     for k, (name, options) in enumerate(cfg.explainers.items()):
         def compute(name=name, options=options, k=k) -> dict:
             inputs = chunk.inputs
-            options = {"seed": cfg.seed + k, "index": chunk.index,
-                       **explainer_options(options or {}, inputs)}  # an explainer's own seed wins  # fmt: skip
+            options = {"seed": cfg.seed + k, "index": chunk.index,  # an explainer's own seed wins
+                       **explainer_options(options or {}, inputs)}  # fmt: skip
             m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
             where = "" if chunk.index is None else f" (the chunk of inputs {chunk.start} … {chunk.stop - 1})"
