@@ -152,14 +152,15 @@ def robust_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None,
     ``maps`` (N, k, *S), E_s the maps (same ``map_options``) at x + ε_s, ε_s ~ U[−radius,
     radius] from the ``"fitting"`` stream; explained max(1, ⌊max_batch / m⌋) inputs per call,
     the explainers drawing from (``derived_seed(seed, 1)``, i·m + s) for sample s of the input
-    with index i (``map_options["index"]``, default 0 … N − 1)."""
+    with index i (``map_options["index"]``, consecutive, default 0 … N − 1), its noise from index i."""
     n_samples = check_count("n_samples", n_samples)
     per_call = max(1, resolve_max_batch(map_options.get("max_batch"), x) // n_samples)
     index = torch.tensor(input_index(map_options.pop("index", None), len(x)))
     gammas = []
     for start in range(0, len(x), per_call):
         inputs = slice(start, min(start + per_call, len(x)))
-        noisy = uniform_noise(x[inputs], n_samples, radius, seed, "fitting", offset=start).flatten(0, 1)
+        noisy = uniform_noise(x[inputs], n_samples, radius, seed, "fitting", offset=int(index[start]))
+        noisy = noisy.flatten(0, 1)
         rows_target = None if target is None else target[inputs].repeat_interleave(n_samples)
         rows_index = (index[inputs, None] * n_samples + torch.arange(n_samples)).flatten()
         perturbed = explainer_maps(model, noisy, rows_target, explainers, **map_options,
@@ -173,12 +174,12 @@ def robust_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None,
 def faith_gamma(model: nn.Module, x: torch.Tensor, target: torch.Tensor | None, maps: torch.Tensor,
                 n_samples: int = M_AGG, share: float = SHARE, baseline: torch.Tensor | None = None,
                 blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS,
-                seed: int = 0, max_batch: int | None = None) -> torch.Tensor:  # fmt: skip
+                seed: int = 0, max_batch: int | None = None, offset: int = 0) -> torch.Tensor:  # fmt: skip
     """(N, k, k) float64 Γ_faith = (1/m) GᵀG, G_{s,i} = β_i I_sᵀφ_i − Δ_s (the module's
     docstring), of inputs x with maps ``maps`` (N, k, *S), on m subset perturbations from
     the ``"fitting"`` stream (options as ``subset_perturbations``)."""
     samples = subset_perturbations(model, x, target, n_samples, share, baseline, blur_sigma, n_segments, compactness,
-                                   seed, "fitting", max_batch)  # fmt: skip
+                                   seed, "fitting", max_batch, offset=offset)  # fmt: skip
     sums = samples.attribution_sums(maps.movedim(1, -1).double())  # (N, m, k)
     deltas = samples.deltas.double()
     columns = least_squares_scale(sums, deltas)[:, None] * sums - deltas[..., None]

@@ -153,17 +153,28 @@ def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_bat
     if not hasattr(data, "normalization"):  # rows: a tabular datamodule
         data.setup("test")
         x_test, _ = data.test_tensors
-        x_train, _ = data.train_tensors
         n_inputs = counted("n_inputs", n_inputs, len(x_test), "test split", "rows", defaults.get("n_inputs"))
+        x = x_test[: n_inputs].to(device)
+    else:
+        data.setup("test")
+        x, _ = data.probe(n_inputs, "test")
+        counted("n_inputs", n_inputs, len(x), "test split", "images", defaults.get("n_inputs"))
+        x = x.to(device)
+    return Inputs(x, predicted_class(model, x, max_batch), *reference_inputs(data, n_baselines, seed, device,
+                                                                             defaults))  # fmt: skip
+
+
+def reference_inputs(data, n_baselines: int, seed: int, device: torch.device,
+                     defaults: dict) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], bool]:  # fmt: skip
+    """``load_inputs``' training inputs, training-set statistics and whether the data is a table."""
+    if not hasattr(data, "normalization"):
+        data.setup("test")
+        x_train, _ = data.train_tensors
         n_baselines = counted("n_baselines", n_baselines, len(x_train), "training split", "rows",
                               defaults.get("n_baselines"))  # fmt: skip
         sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(seed))]
-        x = x_test[: n_inputs].to(device)
-        return Inputs(x, predicted_class(model, x, max_batch), sample[: n_baselines].to(device),
-                      (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
-    data.setup("test")
-    x, _ = data.probe(n_inputs, "test")
-    counted("n_inputs", n_inputs, len(x), "test split", "images", defaults.get("n_inputs"))
+        return (sample[: n_baselines].to(device),
+                (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
     has_train = "train" in data.split_sizes
     if has_train:
         data.setup("fit")
@@ -171,10 +182,32 @@ def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_bat
     n_baselines = counted("n_baselines", n_baselines, len(sample), "training split" if has_train else "test split",
                           "images", defaults.get("n_baselines"))  # fmt: skip
     mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
-    x = x.to(device)
     spread = torch.linspace(0, len(sample) - 1, n_baselines).long()  # across the classes
-    return Inputs(x, predicted_class(model, x, max_batch), sample[spread].to(device),
-                  (mean.to(device), std.to(device)), False)  # fmt: skip
+    return sample[spread].to(device), (mean.to(device), std.to(device)), False
+
+
+def test_reader(data, n_inputs: int, defaults: dict) -> tuple[int, Callable[[list[int]], torch.Tensor]]:
+    """The number of ``load_inputs``' test inputs and a reader of the ones at given positions
+    among them (CPU tensors), for inputs read a chunk at a time: images from the split's
+    dataset, one at a time for an image folder served from files (``_file_dataset``)."""
+    data.setup("test")
+    if not hasattr(data, "normalization"):
+        x_test, _ = data.test_tensors
+        n = counted("n_inputs", n_inputs, len(x_test), "test split", "rows", defaults.get("n_inputs"))
+        return n, lambda positions: x_test[list(positions)]
+    name = data.eval_split
+    dataset = data.eval_dataloader(name).dataset
+    spread = list(range(0, data.split_sizes[name], max(1, data.split_sizes[name] // n_inputs)))[:n_inputs]  # probe's
+    counted("n_inputs", n_inputs, len(spread), "test split", "images", defaults.get("n_inputs"))
+
+    return len(spread), lambda positions: read_items(dataset, [spread[i] for i in positions])
+
+
+def read_items(dataset, indices: list[int]) -> torch.Tensor:
+    """The images at ``indices`` of an image datamodule's dataset (in memory: one batch; from files: one by one)."""
+    if hasattr(dataset, "__getitems__"):
+        return dataset.__getitems__(indices)[0]
+    return torch.stack([dataset[i][0] for i in indices])
 
 
 def blurred(x: torch.Tensor) -> torch.Tensor:

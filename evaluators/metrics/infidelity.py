@@ -79,7 +79,7 @@ def subset_perturbations(
     model: nn.Module, x: torch.Tensor, target=None, n_samples: int = M_EVAL, share: float = SHARE,
     baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
     compactness: float = COMPACTNESS, seed: int = 0, stream: str = "evaluation", max_batch: int | None = None,
-    units: str = "superpixels",
+    units: str = "superpixels", offset: int = 0,
 ) -> SubsetSamples:
     """Decker et al.'s infidelity perturbations of x and the model's response (see the
     module's docstring and ``evaluators.metrics.perturbations``).
@@ -93,7 +93,8 @@ def subset_perturbations(
         baseline: the replacement values, a tensor of x's shape or one input's; None: each
             image blurred with ``blur_sigma`` (tabular rows need a tensor: feature means).
         n_segments, compactness: SLIC's options (images).
-        seed, stream: the draws (``perturbations.sample_generator``).
+        seed, stream: the draws (``perturbations.sample_generator``); ``offset``: the index of x's
+            first input (its draws those of index offset + i), so a split drawn in parts draws as at once.
         max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
         units: the groups of an image's pixels that samples remove (``UNITS``): ``"superpixels"``
             (Decker et al.) or ``"pixels"`` (each pixel its own group); tabular rows: features.
@@ -111,7 +112,7 @@ def subset_perturbations(
                 groups = feature_groups(x)
             else:
                 groups = superpixels(x, n_segments, compactness) if units == "superpixels" else pixel_groups(x)
-            chosen = subset_choices(groups, n_samples, share, seed, stream)
+            chosen = subset_choices(groups, n_samples, share, seed, stream, offset)
             n_samples = chosen.shape[1]
             clean = explained_scores(model, x, target)
             outputs = []

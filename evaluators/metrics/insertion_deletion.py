@@ -47,6 +47,12 @@ when every step moves as many units).
   The random draws come from one CPU generator seeded with ``seed``, in this order: the N
   tie-breaking permutations, then the normal baseline's noise (x's shape and dtype), so a
   call's result does not depend on the device or on ``max_batch``.
+* **Parts of a larger call.** ``offset`` and ``total``: x holds inputs ``offset`` …
+  ``offset + N − 1`` of ``total`` inputs; the generator skips the draws the other inputs
+  would take (``skip_permutations``, ``skip_normal``), so the parts of a split scored one by
+  one give the whole call's curves (``evaluators.inputs.chunks``). The normal noise is drawn
+  16 values at a time (torch's ``normal_``): a part must start, and end unless it ends the
+  split, at a multiple of 16 values (any chunk of images with H·W a multiple of 16).
 * **Batching.** The N (S + 1) perturbed inputs are built chunk by chunk and scored in
   forward passes of at most ``max_batch`` rows (default: ``resolve_max_batch``), mixing images and steps,
   without gradients, in eval mode (the model's previous mode is restored), on the model's
@@ -137,6 +143,38 @@ def unit_ranks(maps: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return ranks.scatter_(1, order, torch.arange(n, device=maps.device).expand(n_rows, n))
 
 
+def check_part(offset, total, n: int) -> int:
+    """``total`` (None: ``offset + n``) once ``offset`` and ``total`` place n inputs within it."""
+    total = offset + n if total is None else total
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (offset, total)) or not (
+            0 <= offset and offset + n <= total):  # fmt: skip
+        raise InputError(f"options offset={offset!r}, total={total!r}; expected integers with 0 <= offset and "
+                         f"offset + {n} inputs <= total")  # fmt: skip
+    return total
+
+
+def skip_permutations(generator: torch.Generator, count: int, n: int) -> None:
+    """Advance ``generator`` past ``count`` tie-breaking permutations of n units (``unit_ranks``)."""
+    for _ in range(count):
+        torch.randperm(n, generator=generator)
+
+
+def skip_normal(generator: torch.Generator, count: int, shape: tuple, dtype: torch.dtype, stop: int,
+                total: int) -> None:  # fmt: skip
+    """Advance ``generator`` past the normal noise of ``count`` inputs of ``shape`` (one
+    ``torch.randn`` over all ``total`` inputs), for a part ending at input ``stop``; in pieces
+    of 16 · k inputs, a bounded memory."""
+    per_input = math.prod(shape)
+    if (count * per_input) % 16 or (stop < total and (stop * per_input) % 16):
+        raise InputError(f"a part of inputs {count} … {stop - 1} of {total} with {per_input} values each: the "
+                         "normal baseline's noise cannot be replayed; expected parts that start and end at a "
+                         "multiple of 16 values (a chunk size that is a multiple of 16)")  # fmt: skip
+    piece = 16 * max(1, 2**22 // (16 * per_input))
+    while count > 0:
+        torch.randn((min(piece, count), *shape), generator=generator, dtype=dtype)
+        count -= piece
+
+
 def _check_inputs(model: nn.Module, x, maps, mode: str, steps) -> tuple[bool, int, int]:
     """Whether the inputs are tabular, the number of units n and the steps S."""
     if mode not in MODES:
@@ -184,6 +222,7 @@ def _channels_last(x: torch.Tensor) -> bool:
 def insertion_deletion_curves(
     model: nn.Module, x: torch.Tensor, maps: torch.Tensor, mode: str, target=None, steps: int | None = None,
     baseline: str | torch.Tensor = "normal", stats=None, seed: int = 0, max_batch: int | None = None,
+    offset: int = 0, total: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Insertion or deletion curves (see the module's docstring): fractions (S+1,) of the
     units moved, and curves (N, S+1) of the target's probability after each step, both in
@@ -200,15 +239,21 @@ def insertion_deletion_curves(
         stats: (mean, std) per channel (per feature) for the ``"normal"`` baseline.
         seed: seeds the tie-breaking permutations and the normal baseline's noise.
         max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
+        offset, total: x is inputs offset … of a call over ``total`` (None: N) inputs.
     """
     tabular, n, steps = _check_inputs(model, x, maps, mode, steps)
+    total = check_part(offset, total, len(x))
     with eval_mode(model):
         with torch.no_grad():
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
             max_batch = resolve_max_batch(max_batch, x)
             generator = torch.Generator().manual_seed(seed)
+            skip_permutations(generator, offset, n)
             ranks = unit_ranks(maps.reshape(len(x), n), generator)
+            if isinstance(baseline, str) and baseline == "normal" and total > len(x):
+                skip_permutations(generator, total - offset - len(x), n)
+                skip_normal(generator, offset, x.shape[1:], x.dtype, offset + len(x), total)
             base = _baseline(x, baseline, stats, tabular, generator)
             target = resolve_targets(model, x, target, max_batch)
             start, end = (base, x) if mode == "insertion" else (x, base)

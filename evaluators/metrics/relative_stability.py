@@ -156,7 +156,7 @@ def relative_stability(
     model: nn.Module, x: torch.Tensor, maps: torch.Tensor, explain_fn: Callable, target=None,
     n_samples: int = M_EVAL, radius: float = RADIUS, p: float = 2.0, eps_min: float = EPS_MIN,
     change: str = "elementwise", layer: str | None = None, ros_output: str = "logit", perturbed=None,
-    seed: int = 0, max_batch: int | None = None,
+    seed: int = 0, max_batch: int | None = None, offset: int = 0,
 ) -> dict[str, torch.Tensor]:
     """RIS, RRS and ROS per input (see the module's docstring): {"ris", "rrs", "ros"}: (N,)
     in the maps' dtype, NaN where every sample flipped the prediction, and "kept": (N,)
@@ -176,7 +176,8 @@ def relative_stability(
         layer: None (L = the model's output) or the name of the module whose input is L.
         ros_output: h for ROS, ``"logit"`` or ``"probability"``.
         perturbed: None (drawn) or x' (N, n, ...), n perturbed inputs per input.
-        seed: seeds the noise (``perturbations.uniform_noise``, stream "evaluation").
+        seed: seeds the noise (``perturbations.uniform_noise``, stream "evaluation"); ``offset``: the
+            index of x's first input (its noise that of index offset + i), so a split in parts draws as at once.
         max_batch: rows per forward pass and per ``explain_fn`` call (at least one input's n samples;
             None: ``resolve_max_batch``).
     """
@@ -205,7 +206,7 @@ def relative_stability(
         for start in range(0, len(x), per_call):
             inputs = torch.arange(start, min(start + per_call, len(x)), device=device)
             if perturbed is None:
-                x_new = uniform_noise(x[inputs], n_samples, radius, seed, "evaluation", offset=start)
+                x_new = uniform_noise(x[inputs], n_samples, radius, seed, "evaluation", offset=offset + start)
             else:
                 x_new = perturbed[start:start + len(inputs)].to(device, x.dtype)
             x_new = x_new.flatten(0, 1)

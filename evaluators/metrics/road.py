@@ -37,7 +37,9 @@ feature takes the training set's mean (``feature_means``) plus the same noise.
 * **Randomness**: one CPU ``torch.Generator`` seeded with ``seed`` draws, in this order,
   the N tie-breaking permutations, then each row's noise (``torch.randn`` of one input's
   shape in x's dtype, rows in the order input-major, percentage-minor), so a call's
-  result does not depend on the device or on ``max_batch``.
+  result does not depend on the device or on ``max_batch``. ``offset`` and ``total``: x holds
+  inputs ``offset`` … of ``total``, the generator skipping the other inputs' draws
+  (as ``insertion_deletion``'s), so a split scored in parts gives the whole call's curves.
 * **Batching**: the N P imputed inputs are built, solved and scored in chunks of at most
   ``max_batch`` rows, without gradients, in eval mode (restored afterwards), on the
   model's device. The solve holds about six float64 copies of a chunk.
@@ -64,7 +66,7 @@ from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs
-from evaluators.metrics.insertion_deletion import unit_ranks
+from evaluators.metrics.insertion_deletion import check_part, skip_permutations, unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS,
     check_inputs_and_maps,
@@ -178,6 +180,7 @@ def road_curves(
     model: nn.Module, x: torch.Tensor, maps: torch.Tensor, order: str = "morf",
     percentages: Sequence[float] = PERCENTAGES, target=None, output: str = "probability", difference: bool = False,
     noise: float = NOISE, feature_means: torch.Tensor | None = None, seed: int = 0, max_batch: int | None = None,
+    offset: int = 0, total: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MoRF or LeRF curves (see the module's docstring): the percentages (P,) and the
     output on each input after each removal, curves (N, P), in the outputs' dtype (float
@@ -196,8 +199,10 @@ def road_curves(
         feature_means: tabular rows only, (d,): the training set's feature means.
         seed: seeds the tie-breaking order and the noise.
         max_batch: the most rows one solve and one forward pass see (None: ``resolve_max_batch``).
+        offset, total: x is inputs offset … of a call over ``total`` (None: N) inputs.
     """
     tabular, unit_shape = check_inputs_and_maps(model, x, maps)
+    total = check_part(offset, total, len(x))
     _check_options(order, output, noise)
     percentages = _check_percentages(percentages)
     n = math.prod(unit_shape)
@@ -209,7 +214,11 @@ def road_curves(
             means = _feature_means(x, feature_means, tabular)
             generator = torch.Generator().manual_seed(seed)
             flat = maps.reshape(len(x), n)
+            skip_permutations(generator, offset, n)
             ranks = unit_ranks(flat if order == "morf" else -flat, generator)
+            skip_permutations(generator, total - offset - len(x), n)
+            for _ in range(offset * len(percentages)):  # the noise of the inputs before x
+                torch.randn(x.shape[1:], generator=generator, dtype=x.dtype)
             target = resolve_targets(model, x, target, max_batch)
             counts = torch.tensor([math.floor(n * p / 100) for p in percentages], device=device)
             steps = len(percentages)

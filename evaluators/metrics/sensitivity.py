@@ -77,7 +77,7 @@ def map_distances(noisy_maps: torch.Tensor, maps: torch.Tensor, relative: bool =
 
 def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, target=None, n_samples: int = M_EVAL,
                   radius: float = RADIUS, relative: bool = True, seed: int = 0, stream: str = "evaluation",
-                  max_batch: int | None = None) -> torch.Tensor:  # fmt: skip
+                  max_batch: int | None = None, offset: int = 0) -> torch.Tensor:  # fmt: skip
     """(N, n) distances d_s between each input's map and the maps at its n noisy copies (see
     the module's docstring), on the maps' device, in their dtype.
 
@@ -85,7 +85,8 @@ def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, tar
         explain_fn: (x_rows, target_rows) -> maps of those rows.
         x: the inputs (N, ...); maps: e(x), (N, ...).
         target: what ``maps`` explain, passed on expanded to the rows.
-        n_samples, radius: the noise; seed, stream: its draws (``perturbations``).
+        n_samples, radius: the noise; seed, stream: its draws (``perturbations``); ``offset``: the
+            index of x's first input (its noise that of index offset + i).
         relative: divide by ‖e(x)‖ (1 where it is 0).
         max_batch: rows per ``explain_fn`` call (at least one input's n samples; None:
             ``resolve_max_batch``).
@@ -96,7 +97,8 @@ def sensitivities(explain_fn: Callable, x: torch.Tensor, maps: torch.Tensor, tar
     distances = []
     for start in range(0, len(x), per_call):
         inputs = slice(start, min(start + per_call, len(x)))
-        noisy = uniform_noise(x[inputs].detach(), n_samples, radius, seed, stream, offset=start).flatten(0, 1)
+        noisy = uniform_noise(x[inputs].detach(), n_samples, radius, seed, stream, offset=offset + start)
+        noisy = noisy.flatten(0, 1)
         explained = explain_fn(noisy, _rows_target(target, inputs, n_samples))
         if not isinstance(explained, torch.Tensor) or explained.shape[1:] != maps.shape[1:]:
             raise InputError(f"explain_fn returned maps of shape {tuple(getattr(explained, 'shape', ()))}; expected "

@@ -24,7 +24,10 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 
 Everything lands in the report folder: ``maps/`` (base maps per explainer) and
 ``scores/`` (per-input AUCs and mean curves per row) as they are computed, so an
-interrupted run continues with ``--resume`` where it stopped; at the end
+interrupted run continues with ``--resume`` where it stopped; with ``chunk_size`` the
+inputs are read, explained and scored that many at a time, each chunk's ``maps/`` and
+``scores/`` in ``inputs/chunk-<j>/`` (``evaluators.inputs.chunks``: a split that does not fit in
+memory, e.g. an image folder served from files, streams through); at the end
 ``aggregation.json``, ``aggregation.csv``, ``table.md`` (beside the paper's Table 1),
 ``sweeps.png``, ``normalisations.png``, ``grid.png``, logged to W&B (offline by default).
 """
@@ -42,6 +45,7 @@ import torch
 import yaml
 
 from datamodules.errors import InputError
+from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.finite import check_finite
@@ -54,7 +58,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import aggregator_names
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
-from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
+from evaluators.inputs.runs import cached, explainer_options, load_run
 from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 
@@ -118,12 +122,14 @@ class AggregationConfig:
     baseline_stats: str = "image"  # the normal baseline's mean and std per channel: the image's or the training set's
     seed: int = 0
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
+    chunk_size: int | None = None  # inputs read and scored at a time (evaluators.inputs.chunks); None: all at once
     n_grid: int = 6
     log_to: str = "wandb_offline"
     output_dir: str = "runs/aggregation"
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
+        check_chunk_size(self.chunk_size)
         for name, value, allowed in (("reduction", self.reduction, REDUCTIONS),
                                      ("normalisation", self.normalisation, NORMALISATIONS),
                                      ("baseline_stats", self.baseline_stats, ("image", "training"))):  # fmt: skip
@@ -152,26 +158,27 @@ class AggregationConfig:
         return Path(self.run).resolve().parent.name if population is None else population_name(population)
 
 
-def base_maps(cfg: AggregationConfig, model, inputs: Inputs, run_dir: Path) -> dict[str, torch.Tensor]:
-    """Each explainer's maps (N, H, W) or (N, d), cached per explainer under ``maps/``; the
-    k-th explainer draws from seed ``seed + k`` (``evaluators.maps.explain``), so a resumed
-    run's maps are an uninterrupted run's; maps with NaN or ±inf are refused (the error
-    names the explainer) before caching."""
-    names = explainer_names(model, inputs.x)
-    unknown = sorted(set(cfg.explainers) - set(names))
-    if unknown:
-        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {names}")
+def base_maps(cfg: AggregationConfig, model, chunk: Chunk) -> dict[str, torch.Tensor]:
+    """Each explainer's maps (n, H, W) or (n, d) of a chunk's n inputs, cached per explainer
+    under the chunk's ``maps/``; the k-th explainer draws from seed ``seed + k`` and the
+    inputs' indices (``evaluators.maps.explain``), so a resumed or chunked run's maps are an
+    uninterrupted run's; maps with NaN or ±inf are refused (the error names the explainer)
+    before caching."""
+    device = next(model.parameters()).device
     maps = {}
     for k, (name, options) in enumerate(cfg.explainers.items()):
         def compute(name=name, options=options, k=k) -> dict:
-            options = {"seed": cfg.seed + k, **explainer_options(options or {}, inputs)}  # an explainer's own seed wins
+            inputs = chunk.inputs
+            options = {"seed": cfg.seed + k, "index": chunk.index,  # an explainer's own seed wins
+                       **explainer_options(options or {}, inputs)}  # fmt: skip
             m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
             m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
-            check_finite(m, f"explainer {name!r}", "map")
+            where = "" if chunk.index is None else f" (the chunk of inputs {chunk.start} … {chunk.stop - 1})"
+            check_finite(m, f"explainer {name!r}{where}", "map")
             return {"maps": m.cpu()}
 
         print(f"  base maps: {name}", flush=True)
-        maps[name] = cached(run_dir / "maps" / f"{name}.pt", compute)["maps"].to(inputs.x.device)
+        maps[name] = cached(chunk.folder / "maps" / f"{name}.pt", compute)["maps"].to(device)
     return maps
 
 
@@ -196,19 +203,33 @@ def report_rows(cfg: AggregationConfig, maps: dict[str, torch.Tensor], map_dims:
     return rows
 
 
-def score_row(cfg: AggregationConfig, model, inputs: Inputs, maps: torch.Tensor) -> dict:
-    """Per-input insertion and deletion AUCs of one row's maps, and the mean curves."""
-    result = {}
+def score_row(cfg: AggregationConfig, model, chunk: Chunk, maps: torch.Tensor) -> dict:
+    """Per-input insertion and deletion AUCs of one row's maps of a chunk's inputs, and the mean curves."""
+    result, inputs = {}, chunk.inputs
     for mode in MODES:
         fractions, curves = METRICS[mode].function(
             model, inputs.x, maps, **METRICS[mode].fixed, target=inputs.target, steps=cfg.steps, baseline=cfg.baseline,
             stats=None if cfg.baseline_stats == "image" and not inputs.tabular else inputs.stats, seed=cfg.seed,
-            max_batch=cfg.max_batch,
+            max_batch=cfg.max_batch, **chunk.part,
         )  # fmt: skip
         result[mode] = auc(curves, fractions).cpu()
         result[f"{mode}_curve"] = curves.mean(0).cpu()
         result["fractions"] = fractions.cpu()
     return result
+
+
+def merged_scores(parts: list[dict], sizes: list[int]) -> dict:
+    """Per row: the chunks' per-input AUCs in order and their mean curves averaged (weighted by size)."""
+    if len(parts) == 1:
+        return parts[0]
+    merged = {}
+    for row, first in parts[0].items():
+        merged[row] = {"fractions": first["fractions"]}
+        for mode in MODES:
+            merged[row][mode] = torch.cat([p[row][mode] for p in parts])
+            total = sum(p[row][f"{mode}_curve"].double() * n for p, n in zip(parts, sizes))
+            merged[row][f"{mode}_curve"] = (total / sum(sizes)).to(first[f"{mode}_curve"].dtype)
+    return merged
 
 
 def interval(values: torch.Tensor) -> dict[str, float]:
@@ -289,28 +310,44 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
 def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
     """The report of one model (on its device, in eval mode) trained on ``data``, its caches in ``run_dir``."""
     device = next(model.parameters()).device
-    inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
-                         {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
-    n_grid = counted("n_grid", cfg.n_grid, len(inputs.x), "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
-    shown = torch.linspace(0, len(inputs.x) - 1, n_grid).long()  # across the classes
-    map_dims = 1 if inputs.tabular else 2
-    maps = base_maps(cfg, model, inputs, run_dir)
-    rows = report_rows(cfg, maps, map_dims)
-    scores, examples = {}, {}
-    for k, (row, compute) in enumerate(rows.items()):
-        print(f"  [{k + 1}/{len(rows)}] {row}", flush=True)
-        row_maps = compute()
-        if row.startswith(("base/", "agg/")):
-            examples[row] = row_maps[shown].cpu()
-        file = run_dir / "scores" / (row.replace("/", "__") + ".pt")
-        scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, inputs, m))
+    source = InputSource(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
+                         {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")},
+                         cfg.chunk_size)  # fmt: skip
+    names = explainer_names(model, source.head.x)
+    unknown = sorted(set(cfg.explainers) - set(names))
+    if unknown:
+        raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {names}")
+    n_grid = counted("n_grid", cfg.n_grid, source.n, "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
+    shown = torch.linspace(0, source.n - 1, n_grid).long()  # across the classes
+    map_dims = 1 if source.tabular else 2
+    parts, sizes, blanks, examples = [], [], [], {}
+    for chunk in source.chunks(run_dir):
+        if cfg.chunk_size is not None:
+            print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
+        maps = base_maps(cfg, model, chunk)
+        rows = report_rows(cfg, maps, map_dims)
+        here = shown[(shown >= chunk.start) & (shown < chunk.stop)] - chunk.start
+        scores = {}
+        for k, (row, compute) in enumerate(rows.items()):
+            print(f"  [{k + 1}/{len(rows)}] {row}", flush=True)
+            row_maps = compute()
+            if row.startswith(("base/", "agg/")):
+                examples.setdefault(row, []).append(row_maps[here].cpu())
+            file = chunk.folder / "scores" / (row.replace("/", "__") + ".pt")
+            scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, chunk, m))
+        parts.append(scores)
+        sizes.append(chunk.stop - chunk.start)
+        blanks.append(count_blank_maps(maps))
+    scores = merged_scores(parts, sizes)
     table = summarise(scores)
-    summary = {"config": asdict(cfg), "n_inputs": len(inputs.x), "rows": table, "findings": findings(scores, table),
-               "blank_maps": count_blank_maps(maps),
+    blank_maps = {name: {kind: sum(b[name][kind] for b in blanks) for kind in counts}
+                  for name, counts in blanks[0].items()}  # fmt: skip
+    summary = {"config": asdict(cfg), "n_inputs": source.n, "rows": table, "findings": findings(scores, table),
+               "blank_maps": blank_maps,
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
-    summary["_grid"] = {"x": inputs.x[shown].cpu(), "maps": examples, "tabular": inputs.tabular,
-                        "normalization": getattr(data, "normalization", None)}  # fmt: skip
+    summary["_grid"] = {"x": source.read(shown.tolist()).cpu(), "maps": {r: torch.cat(m) for r, m in examples.items()},
+                        "tabular": source.tabular, "normalization": getattr(data, "normalization", None)}  # fmt: skip
     return summary
 
 

@@ -34,7 +34,10 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 ``scores.pt``: infidelity, FCOR, sensitivities; ``road.pt``; ``stability.pt``: RIS, RRS,
 ROS), so an interrupted run continues with ``--resume``, and a report folder made before a
 group of columns existed gains only that group (copy its cache files and ``config.yaml``
-into a new folder and resume it). The explainers' random draws (SmoothGrad's noise …)
+into a new folder and resume it). With ``chunk_size`` the inputs are read, explained and
+scored that many at a time, each chunk's cache files in ``inputs/chunk-<j>/``
+(``evaluators.inputs.chunks``: a split that does not fit in memory streams through; the
+report from every chunk's per-input scores). The explainers' random draws (SmoothGrad's noise …)
 come from ``seed`` for the inputs' maps, ``derived_seed(seed, 1)`` for the fitting copies
 and ``derived_seed(seed, 2)`` for the evaluation copies, with each row's index
 (``evaluators.maps.explain``): a resumed run gives an uninterrupted run's numbers, and image
@@ -52,6 +55,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
@@ -69,7 +73,7 @@ from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.metrics.registry import METRICS as REGISTRY
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
-from evaluators.inputs.runs import cached, explainer_options, load_inputs, load_run
+from evaluators.inputs.runs import cached, explainer_options, load_run
 from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 
@@ -133,11 +137,13 @@ class OptimisedAggregationConfig:
     map_metrics: list[str] = field(default_factory=list)  # registry metrics of the maps alone: extra columns
     seed: int = 0
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
+    chunk_size: int | None = None  # inputs read and scored at a time (evaluators.inputs.chunks); None: all at once
     log_to: str = "wandb_offline"
     output_dir: str = "runs/optimised"
 
     def __post_init__(self) -> None:
         resolve_device(self.device)
+        check_chunk_size(self.chunk_size)
         unknown = sorted(set(self.aggregators) - set(aggregator_names("optimised")))
         if unknown:
             raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
@@ -164,12 +170,13 @@ class OptimisedAggregationConfig:
 
 
 def fit_weights(cfg: OptimisedAggregationConfig, model, x, target, explainers, maps, baseline,
-                map_options: dict) -> dict:  # fmt: skip
-    """Γ_robust and Γ_faith (fitting samples) and each aggregator's weights (N, k); ``maps``
-    and the noisy copies' maps made with ``map_options`` (``explainer_maps``' options)."""
-    robust = robust_gamma(model, x, target, explainers, maps, cfg.m_agg, cfg.radius, cfg.seed, **map_options)
+                map_options: dict, chunk: Chunk) -> dict:  # fmt: skip
+    """Γ_robust and Γ_faith (fitting samples) and each aggregator's weights (N, k) of a chunk's
+    inputs x; ``maps`` and the noisy copies' maps made with ``map_options`` (``explainer_maps``' options)."""
+    robust = robust_gamma(model, x, target, explainers, maps, cfg.m_agg, cfg.radius, cfg.seed, **map_options,
+                          index=chunk.index)  # fmt: skip
     faith = faith_gamma(model, x, target, maps, cfg.m_agg, cfg.share, baseline, seed=cfg.seed,
-                        max_batch=map_options["max_batch"])  # fmt: skip
+                        max_batch=map_options["max_batch"], offset=chunk.start)  # fmt: skip
     k = maps.shape[1]
     weights = {"agg_mean": torch.full((len(x), k), 1 / k, dtype=torch.float64)}
     gammas = {"agg_robust": robust, "agg_faith": faith,
@@ -221,34 +228,68 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
     if cfg.stability_layer is not None and cfg.stability_layer not in modules:
         raise InputError(f"option stability_layer={cfg.stability_layer!r}; expected None (the logits) or a module "
                          f"name of the model, e.g. one of {modules[-3:]}")  # fmt: skip
-    inputs = load_inputs(model, data, cfg.n_inputs, BASELINES, cfg.seed, cfg.max_batch, device,
-                         {"n_inputs": default_of(cfg, "n_inputs"), "n_baselines": BASELINES})  # fmt: skip
-    max_batch = resolve_max_batch(cfg.max_batch, inputs.x)
-    map_options = {"absolute": cfg.absolute, "max_batch": max_batch}
-    x, target, map_dims = inputs.x, inputs.target, 1 if inputs.tabular else 2
-    explainers = {name: explainer_options(options or {}, inputs) for name, options in cfg.explainers.items()}
-    names = list(explainers)
-    baseline = inputs.stats[0] if inputs.tabular else None  # tabular: feature means; images: a blurred copy
+    source = InputSource(model, data, cfg.n_inputs, BASELINES, cfg.seed, cfg.max_batch, device,
+                         {"n_inputs": default_of(cfg, "n_inputs"), "n_baselines": BASELINES},
+                         cfg.chunk_size)  # fmt: skip
+    map_options = {"absolute": cfg.absolute, "max_batch": resolve_max_batch(cfg.max_batch, source.head.x)}
+    parts = []
+    for chunk in source.chunks(run_dir):
+        if cfg.chunk_size is not None:
+            print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
+        parts.append(chunk_results(cfg, model, chunk, map_options, 1 if source.tabular else 2))
+    per_input, weights = concatenated([p[0] for p in parts]), concatenated([p[1] for p in parts])
+    names = list(cfg.explainers)
+    blanks = {name: {kind: sum(p[2][name][kind] for p in parts) for kind in counts}
+              for name, counts in parts[0][2].items()}  # fmt: skip
+    table = {row: {m: mean_and_error(v[m]) for m in columns(asdict(cfg))} for row, v in per_input.items()}
+    weights = {a: w.tolist() for a, w in weights.items() if a in cfg.aggregators}
+    return {"config": asdict(cfg), "dataset": data.name, "n_inputs": source.n, "explainers": names, "rows": table,
+            "weights": weights, "blank_maps": blanks, "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
+
+
+def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_options: dict,
+                  map_dims: int) -> tuple[dict, dict, dict]:  # fmt: skip
+    """A chunk's per-input scores (row -> metric -> (n,)), weights (aggregator -> (n, k)) and
+    blank-map counts, from its cache files (``maps.pt``, ``weights.pt``, ``scores.pt``,
+    ``road.pt``, ``stability.pt`` in ``chunk.folder``), computed where missing."""
+    device = next(model.parameters()).device
+    max_batch, names = map_options["max_batch"], list(cfg.explainers)
+
+    def inputs() -> tuple:
+        """x, target, the explainers' options and the subset baseline (tabular: feature means; images:
+        a blurred copy), read on first use."""
+        got = chunk.inputs
+        explainers = {name: explainer_options(options or {}, got) for name, options in cfg.explainers.items()}
+        return got.x, got.target, explainers, got.stats[0] if got.tabular else None
 
     def copies_seed(part: slice, m: int) -> dict:
         """The explainers' draws for the m noisy copies of each input of ``part`` (copy s of input i
-        is row i·m + s): from (``derived_seed(seed, 2)``, the row), whatever the chunking."""
-        return {"seed": derived_seed(cfg.seed, 2), "index": torch.arange(part.start * m, part.stop * m)}
+        is row i·m + s, i the index among all inputs): from (``derived_seed(seed, 2)``, the row),
+        whatever the chunking."""
+        return {"seed": derived_seed(cfg.seed, 2),
+                "index": torch.arange((chunk.start + part.start) * m, (chunk.start + part.stop) * m)}  # fmt: skip
 
     def clean_maps() -> dict:
-        return {"maps": explainer_maps(model, x, target, explainers, seed=cfg.seed, **map_options).cpu()}
+        x, target, explainers, _ = inputs()
+        return {"maps": explainer_maps(model, x, target, explainers, seed=cfg.seed, index=chunk.index,
+                                       **map_options).cpu()}  # fmt: skip
 
     print("  explainer maps", flush=True)
-    stack = cached(run_dir / "maps.pt", clean_maps)["maps"].to(device)
+    stack = cached(chunk.folder / "maps.pt", clean_maps)["maps"].to(device)
     print("  Γ_robust, Γ_faith and weights (fitting samples)", flush=True)
-    fitted = cached(run_dir / "weights.pt",
-                    lambda: fit_weights(cfg, model, x, target, explainers, stack, baseline, map_options))
+
+    def fitted_weights() -> dict:
+        x, target, explainers, baseline = inputs()
+        return fit_weights(cfg, model, x, target, explainers, stack, baseline, map_options, chunk)
+
+    fitted = cached(chunk.folder / "weights.pt", fitted_weights)
     rows = row_maps(stack, fitted["weights"], names, cfg.aggregators, map_dims)
 
     def scores() -> dict:
+        x, target, explainers, baseline = inputs()
         print("  infidelity and faithfulness correlation (evaluation samples)", flush=True)
         samples = subset_perturbations(model, x, target, cfg.m_eval, cfg.share, baseline, seed=cfg.seed,
-                                       max_batch=max_batch)  # fmt: skip
+                                       max_batch=max_batch, offset=chunk.start)  # fmt: skip
         out = {row: {name: REGISTRY[name].function(m, samples).cpu() for name in ("infidelity", "fcor")}
                for row, m in rows.items()}  # fmt: skip
         print("  sensitivity (evaluation samples)", flush=True)
@@ -256,7 +297,8 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
         per_call = max(1, max_batch // cfg.m_sens)
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
-            noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation", offset=start).flatten(0, 1)
+            noisy = uniform_noise(x[part], cfg.m_sens, cfg.radius, cfg.seed, "evaluation",
+                                  offset=chunk.start + start).flatten(0, 1)  # fmt: skip
             noisy_target = target[part].repeat_interleave(cfg.m_sens)
             noisy_stack = explainer_maps(model, noisy, noisy_target, explainers, **map_options,
                                          **copies_seed(part, cfg.m_sens))  # fmt: skip
@@ -270,6 +312,7 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
         return out
 
     def road() -> dict:
+        x, target, _, baseline = inputs()
         print("  ROAD (MoRF, LeRF)", flush=True)
         out = {}
         for row, m in rows.items():
@@ -278,18 +321,20 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
                 spec = REGISTRY[name]
                 _, curves = spec.function(model, x, m, **spec.fixed, percentages=ROAD_PERCENTAGES, target=target,
                                           difference=True, feature_means=baseline, seed=cfg.seed,
-                                          max_batch=max_batch)  # fmt: skip
+                                          max_batch=max_batch, **chunk.part)  # fmt: skip
                 out[row][name] = curves.mean(1).cpu()
         return out
 
     def stability() -> dict:
+        x, target, explainers, _ = inputs()
         print("  relative stability (RIS, RRS, ROS)", flush=True)
         n = cfg.stability_samples
         parts = {row: {name: [] for name in STABILITIES} for row in rows}
         per_call = max(1, max_batch // n)
         for start in range(0, len(x), per_call):
             part = slice(start, min(start + per_call, len(x)))
-            perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation", offset=start)
+            perturbed = uniform_noise(x[part], n, cfg.stability_radius, cfg.seed, "evaluation",
+                                      offset=chunk.start + start)  # fmt: skip
             part_target = target[part]
             noisy_stack = explainer_maps(model, perturbed.flatten(0, 1), part_target.repeat_interleave(n),
                                          explainers, **map_options,
@@ -306,18 +351,15 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
             print(f"    {part.stop}/{len(x)} inputs", flush=True)
         return {row: {name: torch.cat(v) for name, v in values.items()} for row, values in parts.items()}
 
-    per_input = cached(run_dir / "scores.pt", scores)
-    for extra in (cached(run_dir / "road.pt", road), cached(run_dir / "stability.pt", stability)):
+    per_input = cached(chunk.folder / "scores.pt", scores)
+    for extra in (cached(chunk.folder / "road.pt", road), cached(chunk.folder / "stability.pt", stability)):
         for row, values in extra.items():
             per_input[row].update(values)
     for name in cfg.map_metrics:  # the maps alone: cheap, so not cached
         for row, m in rows.items():
             per_input[row][name] = REGISTRY[name].function(m).cpu()
-    table = {row: {m: mean_and_error(v[m]) for m in columns(asdict(cfg))} for row, v in per_input.items()}
-    weights = {a: w.tolist() for a, w in fitted["weights"].items() if a in cfg.aggregators}
     blanks = count_blank_maps({name: stack[:, i] for i, name in enumerate(names)})
-    return {"config": asdict(cfg), "dataset": data.name, "n_inputs": len(x), "explainers": names, "rows": table,
-            "weights": weights, "blank_maps": blanks, "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
+    return per_input, fitted["weights"], blanks
 
 
 def columns(config: dict) -> tuple[str, ...]:
