@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import hashlib
 import logging
 from functools import cached_property, partial
 
@@ -177,6 +178,30 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
             raise InputError(f"{self.source}: ROAR modifies images in memory; expected small images "
                              "(in_memory=True) — large images are served from files")  # fmt: skip
         return self.split_images("train" if split == "train" else self.eval_split)
+
+    def stored_size(self, split: str) -> int:
+        """Images in ROAR's ``"train"`` or ``"test"`` split (as :meth:`stored_split` serves it)."""
+        return self.split_sizes["train" if split == "train" else self.eval_split]
+
+    def stored_chunk(self, split: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``start`` … ``stop - 1`` of ROAR's split as stored (uint8) and their labels: a
+        slice of :meth:`stored_split` in memory, else those files alone decoded
+        (``ImageFolderDataModule``), so a split of any size is read a chunk at a time."""
+        if self.in_memory:
+            images, labels = self.stored_split(split)
+            return images[start:stop], labels[start:stop]
+        return self._file_chunk("train" if split == "train" else self.eval_split, start, stop)
+
+    def _file_chunk(self, split: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError(f"{type(self).__name__} keeps its images in memory")
+
+    def stored_fingerprint(self, split: str) -> str:
+        """A SHA-256 (hex) of ROAR's split as stored: its uint8 images and labels (in memory)."""
+        digest = hashlib.sha256()
+        for tensor in self.stored_split(split):
+            digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+            digest.update(tensor.contiguous().numpy().tobytes())
+        return digest.hexdigest()
 
     def as_model_inputs(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stored images as the model sees them: normalised float32, not augmented."""

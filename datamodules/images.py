@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import abc
 import gzip
+import hashlib
 import importlib.util
 import json
 import logging
@@ -223,7 +224,25 @@ class ImageFolderDataModule(ImageDataModule):
         return f"{split}-{_fingerprint([p for p, _ in self._layout['samples'][split]], self.data_root, extra)}"
 
     def _decode(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        samples = self._layout["samples"][split]
+        return self._decode_samples(self._layout["samples"][split])
+
+    def _file_chunk(self, split: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Served images ``start`` … ``stop - 1`` of ``split`` (after option ``subset``), decoded from
+        their files, and their served labels."""
+        samples, chosen = self._layout["samples"][split], self.subset_indices(split)
+        samples = samples if chosen is None else [samples[i] for i in chosen.tolist()]
+        labels = self.served_labels(split, torch.tensor([label for _, label in samples], dtype=torch.int64))
+        return self._decode_samples(samples[start:stop])[0], labels[start:stop]
+
+    def stored_fingerprint(self, split: str) -> str:
+        """The files' names, sizes and modification times with the geometry (the decoded
+        tensors' cache key) and the options choosing the served images and labels."""
+        name = "train" if split == "train" else self.eval_split
+        chosen = self.subset_indices(name)
+        extra = f"{self._key(name)}|{self.permute_labels}|{None if chosen is None else chosen.tolist()}"
+        return hashlib.sha256(extra.encode()).hexdigest()
+
+    def _decode_samples(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
         channels, height, width = self.image_shape
         geometry = _geometry(self.image_size, self.crop_fraction)
         out = np.empty((len(samples), height, width, channels), dtype=np.uint8)
