@@ -148,24 +148,18 @@ def test_bad_modification_and_unfinished_folder_are_clear_errors(folder, tmp_pat
         roar_datamodule(_data(folder, tmp_path / "cache", False), {"train": lambda x, i: x, "test": lambda x, i: x})
 
 
-def _recipe(folder: Path, tmp_path: Path, port: int) -> dict:
-    """docs/roar_torchrun.sh's one cell: two writers, then two gloo DDP processes (2 epochs)."""
-    result = tmp_path / f"cell-{port}.json"
-    env = {**os.environ, "NPROC": "2", "MASTER_PORT": str(port), "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
-    subprocess.run(["bash", "docs/roar_torchrun.sh", "cell", str(folder), str(tmp_path / "shards"), "--cache_dir",
-                    str(tmp_path / "cache"), "--arch", "small_cnn", "--batch_size", "4", "--shard_images", "5",
-                    "--accelerator", "cpu", "--max_epochs", "2", "--random_crop_padding", "1", "--horizontal_flip",
-                    "--result", str(result)],
-                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
-    return json.loads(result.read_text())
+OPTIONS = ["--arch", "small_cnn", "--batch_size", "4", "--shard_images", "5", "--accelerator", "cpu", "--max_epochs",
+           "2", "--random_crop_padding", "1", "--horizontal_flip"]  # fmt: skip
 
 
-def test_torchrun_recipe_trains_one_cell_on_two_gloo_processes(folder, tmp_path):
-    """Each epoch the two ranks train on disjoint halves of the 12 training images that together
-    cover them, in a different order per epoch; the cell's accuracy is over the 12 test images
-    (about 20 s: two writer processes, then two training processes)."""
-    record = _recipe(folder, tmp_path, 29517)
+def _env(port: int) -> dict:
+    return {**os.environ, "NPROC": "2", "MASTER_PORT": str(port), "PYTHON": str(ROOT / ".venv" / "bin" / "python"),
+            "OMP_NUM_THREADS": "1"}  # fmt: skip
+
+
+def _check_ranks(record: dict) -> None:
+    """Each epoch the two ranks trained on disjoint halves of the 12 training images that together
+    cover them, in another order in the second epoch; the accuracy is over the 12 test images."""
     assert record["world_size"] == 2 and record["test_images"] == 12
     ranks = record["seen"]
     assert len(ranks) == 2 and all(len(epochs) == 2 for epochs in ranks)
@@ -175,10 +169,35 @@ def test_torchrun_recipe_trains_one_cell_on_two_gloo_processes(folder, tmp_path)
     assert ranks[0][0] != ranks[0][1]
 
 
+def test_two_gloo_processes_train_one_cell_from_the_shards(folder, tmp_path):
+    """tools/roar_shards.py fit under torchrun --nproc_per_node=2 (Lightning DDP, gloo) on shards
+    written here: each rank reads its own half of every epoch (about 20 s)."""
+    args = ["--root", str(folder), "--out", str(tmp_path / "shards"), "--cache_dir", str(tmp_path / "cache")]
+    from tools.roar_shards import main
+
+    main(["write", *args, *OPTIONS])
+    assert len(list((tmp_path / "shards").glob("*/00002.json"))) == 2  # 12 images a split, 5 a shard
+    command = [str(ROOT / ".venv" / "bin" / "python"), "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--master_port=29516", "tools/roar_shards.py", "fit", *args, *OPTIONS, "--devices", "2", "--strategy",
+               "ddp", "--result", str(tmp_path / "cell.json")]  # fmt: skip
+    subprocess.run(command, cwd=ROOT, env=_env(29516), check=True, capture_output=True, timeout=300)
+    _check_ranks(json.loads((tmp_path / "cell.json").read_text()))
+
+
+def _recipe(folder: Path, tmp_path: Path, port: int) -> dict:
+    """docs/roar_torchrun.sh's one cell: two writers, then two gloo DDP processes (2 epochs)."""
+    result = tmp_path / f"cell-{port}.json"
+    subprocess.run(["bash", "docs/roar_torchrun.sh", "cell", str(folder), str(tmp_path / "shards"), "--cache_dir",
+                    str(tmp_path / "cache"), *OPTIONS, "--result", str(result)],
+                   cwd=ROOT, env=_env(port), check=True, capture_output=True, timeout=600)  # fmt: skip
+    return json.loads(result.read_text())
+
+
 @pytest.mark.slow
 def test_torchrun_recipe_is_deterministic(folder, tmp_path):
-    """The same cell run twice (the shards written by the first run, read by the second) trains
-    the same weights on the same images per rank."""
+    """docs/roar_torchrun.sh with NPROC=2 on the CPU, twice (the second run finds the shards
+    written): the same images per rank and epoch, the same trained weights and accuracy (about
+    a minute: two writer processes and two training processes, twice)."""
     first = _recipe(folder, tmp_path, 29518)
-    second = _recipe(folder, tmp_path, 29519)
-    assert first == second
+    _check_ranks(first)
+    assert _recipe(folder, tmp_path, 29519) == first
