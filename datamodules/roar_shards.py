@@ -39,7 +39,7 @@ from datamodules.roar import ModifiedDataModule, _check_datamodule
 
 FORMAT = 1
 SHARD_IMAGES = 1024  # images per shard (150 MB at 3 × 224 × 224)
-CHUNK = 128  # images read, modified and written at a time
+CHUNK_ELEMENTS = 2**22  # input values read, modified and written at a time (27 images at 3 × 224 × 224)
 
 
 def split_key(datamodule, split: str, name: str, shard_images: int) -> str:
@@ -56,23 +56,25 @@ def _shard_path(folder: Path, shard: int, suffix: str) -> Path:
 
 def write_modified_split(datamodule, split: str, modify: Callable, out_dir, name: str,
                          shard: tuple[int, int] | None = None, shard_images: int = SHARD_IMAGES,
-                         chunk: int = CHUNK) -> Path:  # fmt: skip
+                         chunk: int | None = None) -> Path:  # fmt: skip
     """Write ROAR's ``split`` (``"train"``/``"test"``) of ``datamodule`` with ``modify(x, index)``
     applied (uint8 images (n, C, H, W) and their int64 indices in the split -> uint8 images of the
     same shape) as shards of ``shard_images`` images under ``out_dir``; returns the split's folder.
 
     ``name``: what ``modify`` does, in words that change whenever its output would (part of the
-    folder's key). Images are read with ``datamodule.stored_chunk`` ``chunk`` at a time, so at
-    most one chunk is in memory. ``shard=(i, k)``: this process writes shards i, i+k, …; k
-    processes with the same arguments write the whole split. Shards already finished are
-    skipped, so a rerun after a crash writes only the rest and ends with the same bytes."""
+    folder's key). Images are read with ``datamodule.stored_chunk`` ``chunk`` at a time (default:
+    as many as hold :data:`CHUNK_ELEMENTS` values), so at most one chunk is in memory.
+    ``shard=(i, k)``: this process writes shards i, i+k, …; k processes with the same arguments
+    write the whole split. Shards already finished are skipped, so a rerun after a crash writes
+    only the rest and ends with the same bytes."""
     _check_datamodule(datamodule)
     if not callable(getattr(datamodule, "stored_chunk", None)):
         raise InputError(f"datamodule {type(datamodule).__name__}; expected an image datamodule (stored_chunk)")
+    count, shape = datamodule.stored_size(split), tuple(datamodule.image_shape)
+    chunk = chunk or max(1, CHUNK_ELEMENTS // int(np.prod(shape)))
     for option, value in (("shard_images", shard_images), ("chunk", chunk)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"option {option}={value!r}; expected a positive integer")
-    count, shape = datamodule.stored_size(split), tuple(datamodule.image_shape)
     shards = -(-count // shard_images)
     index, step = shard or (0, 1)
     if not (isinstance(index, int) and isinstance(step, int) and 0 <= index < step):
@@ -178,7 +180,7 @@ class ShardedDataModule(ModifiedDataModule):
     split's modification in words (the folders' keys)."""
 
     def __init__(self, datamodule, modify: dict, name: dict, out_dir, shard_images: int = SHARD_IMAGES,
-                 chunk: int = CHUNK) -> None:  # fmt: skip
+                 chunk: int | None = None) -> None:  # fmt: skip
         super().__init__(datamodule, modify)
         if not isinstance(name, dict) or sorted(name) != ["test", "train"]:
             raise InputError(f"option name={name!r}; expected {{'train': ..., 'test': ...}} naming each modification")

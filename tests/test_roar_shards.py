@@ -148,6 +148,20 @@ def test_bad_modification_and_unfinished_folder_are_clear_errors(folder, tmp_pat
         roar_datamodule(_data(folder, tmp_path / "cache", False), {"train": lambda x, i: x, "test": lambda x, i: x})
 
 
+def test_the_tools_fill_is_the_in_memory_training_mean(folder, tmp_path):
+    """tools/roar_shards.py's fill, from the normalisation's statistics of the whole split or
+    summed a chunk at a time over a subset, is training_fill of the split held in memory."""
+    from tools.roar_shards import stored_fill
+
+    for subset in (None, {"train": 7}):
+        memory = ImageFolderDataModule(root=str(folder), cache_dir=str(tmp_path / "cache"), subset=subset)
+        files = ImageFolderDataModule(root=str(folder), cache_dir=str(tmp_path / "cache"), subset=subset,
+                                      in_memory=False)  # fmt: skip
+        assert torch.equal(stored_fill(files, chunk=3), training_fill(memory))
+    whole = ImageFolderDataModule(root=str(folder), cache_dir=str(tmp_path / "cache"))
+    assert not torch.equal(training_fill(memory), training_fill(whole))  # the subset's mean is another
+
+
 OPTIONS = ["--arch", "small_cnn", "--batch_size", "4", "--shard_images", "5", "--accelerator", "cpu", "--max_epochs",
            "2", "--random_crop_padding", "1", "--horizontal_flip"]  # fmt: skip
 

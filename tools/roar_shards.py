@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -35,23 +36,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
-from datamodules.roar_shards import CHUNK, SHARD_IMAGES, ShardedDataModule  # noqa: E402
+from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule  # noqa: E402
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS  # noqa: E402
 from evaluators.protocols.roar.grid import parse_shard  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier  # noqa: E402
 
 
-def stored_fill(datamodule, chunk: int = CHUNK) -> torch.Tensor:
+def stored_fill(datamodule, chunk: int = 256) -> torch.Tensor:
     """The per-channel mean of the stored training split (else the evaluation split) rounded to
-    uint8, from exact integer sums a chunk at a time (``ImageDataModule.stored_fill`` of the
-    whole split, without holding it)."""
+    uint8 (``ImageDataModule.stored_fill`` of the whole split, without holding it): the
+    normalisation's cached mean where it is that split's, else exact integer sums a chunk at a time."""
     split = "train" if "train" in datamodule.split_sizes else "test"
+    if datamodule.mean_option is None and datamodule.stats_split not in datamodule.subset:
+        # the normalisation's mean is this split's, by the same exact sums, computed once and cached
+        return (torch.tensor(datamodule.normalization[0], dtype=torch.float64) * 255.0).round().to(torch.uint8)
     total, count = 0, 0
     for start in range(0, datamodule.stored_size(split), chunk):
         x, _ = datamodule.stored_chunk(split, start, start + chunk)
         total = total + x.to(torch.int64).sum(dim=(0, 2, 3))
         count += x[:, 0].numel()
-    return (total.double() / count).round().to(torch.uint8)
+    return (total.double() / (255.0 * count) * 255.0).round().to(torch.uint8)  # channel_stats' formula
 
 
 def control_modify(datamodule, estimator: str, fraction: float, fill, keep: bool, seed: int, x, index):
@@ -68,8 +72,8 @@ def sharded_cell(args) -> ShardedDataModule:
                                  batch_size=args.batch_size, random_crop_padding=args.random_crop_padding,
                                  horizontal_flip=args.horizontal_flip, cache_dir=args.cache_dir)  # fmt: skip
     data.prepare_data()
-    modify = partial(control_modify, data, args.estimator, args.fraction, stored_fill(data, args.chunk), args.keep,
-                     args.seed)  # fmt: skip
+    fill = stored_fill(data, args.chunk or 256)
+    modify = partial(control_modify, data, args.estimator, args.fraction, fill, args.keep, args.seed)
     name = f"{args.estimator}|t={args.fraction}|keep={args.keep}|seed={args.seed}|element|square"
     return ShardedDataModule(data, {"train": modify, "test": modify}, {"train": name, "test": name}, args.out,
                              shard_images=args.shard_images, chunk=args.chunk)  # fmt: skip
@@ -126,7 +130,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--shard", default=None, help="write: i/k, shards i, i+k, ... of each split")
     parser.add_argument("--splits", nargs="+", default=["train", "test"], help="write: the splits")
     parser.add_argument("--shard_images", type=int, default=SHARD_IMAGES)
-    parser.add_argument("--chunk", type=int, default=CHUNK)
+    parser.add_argument("--chunk", type=int, default=None, help="images modified at a time (default: 2^22 values)")
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--random_crop_padding", type=int, default=0)
     parser.add_argument("--horizontal_flip", action="store_true")
@@ -144,7 +148,10 @@ def main(argv: list[str]) -> None:
     if args.command == "write":
         shard = parse_shard(args.shard) if args.shard else None
         for split in args.splits:
-            print(data.write(split, shard))
+            start = time.perf_counter()
+            folder = data.write(split, shard)
+            print(json.dumps({"split": split, "folder": str(folder), "seconds": round(time.perf_counter() - start, 2),
+                              "images": data.stored_size(split)}))  # fmt: skip
     else:
         fit(args, data)
 
