@@ -179,28 +179,19 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
                              "(in_memory=True) — large images are served from files")  # fmt: skip
         return self.split_images("train" if split == "train" else self.eval_split)
 
-    def stored_size(self, split: str) -> int:
-        """Images in ROAR's ``"train"`` or ``"test"`` split (as :meth:`stored_split` serves it)."""
-        return self.split_sizes["train" if split == "train" else self.eval_split]
-
-    def stored_chunk(self, split: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images ``start`` … ``stop - 1`` of ROAR's split as stored (uint8) and their labels: a
-        slice of :meth:`stored_split` in memory, else those files alone decoded
-        (``ImageFolderDataModule``), so a split of any size is read a chunk at a time."""
-        if self.in_memory:
-            images, labels = self.stored_split(split)
-            return images[start:stop], labels[start:stop]
-        return self._file_chunk("train" if split == "train" else self.eval_split, start, stop)
-
-    def _file_chunk(self, split: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} keeps its images in memory")
+    def stored_images(self, split: str, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions ``index`` of ROAR's ``"train"`` or ``"test"`` split (:meth:`stored_split`'s
+        order) as stored: uint8 images (n, C, H, W) and labels; ``ImageFolderDataModule``
+        decodes large images from their files, the same uint8 as its in-memory path."""
+        images, labels = self.stored_split(split)
+        return images[index], labels[index]
 
     def stored_fingerprint(self, split: str) -> str:
-        """A SHA-256 (hex) of ROAR's split as stored: its uint8 images and labels (in memory)."""
+        """A SHA-256 identifying ROAR's split as stored (its images and labels)."""
         digest = hashlib.sha256()
-        for tensor in self.stored_split(split):
-            digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
-            digest.update(tensor.contiguous().numpy().tobytes())
+        for t in self.stored_split(split):
+            digest.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+            digest.update(t.contiguous().view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
     def as_model_inputs(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

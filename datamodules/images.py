@@ -226,23 +226,8 @@ class ImageFolderDataModule(ImageDataModule):
     def _decode(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         return self._decode_samples(self._layout["samples"][split])
 
-    def _file_chunk(self, split: str, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Served images ``start`` … ``stop - 1`` of ``split`` (after option ``subset``), decoded from
-        their files, and their served labels."""
-        samples, chosen = self._layout["samples"][split], self.subset_indices(split)
-        samples = samples if chosen is None else [samples[i] for i in chosen.tolist()]
-        labels = self.served_labels(split, torch.tensor([label for _, label in samples], dtype=torch.int64))
-        return self._decode_samples(samples[start:stop])[0], labels[start:stop]
-
-    def stored_fingerprint(self, split: str) -> str:
-        """The files' names, sizes and modification times with the geometry (the decoded
-        tensors' cache key) and the options choosing the served images and labels."""
-        name = "train" if split == "train" else self.eval_split
-        chosen = self.subset_indices(name)
-        extra = f"{self._key(name)}|{self.permute_labels}|{None if chosen is None else chosen.tolist()}"
-        return hashlib.sha256(extra.encode()).hexdigest()
-
-    def _decode_samples(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
+    def _decode_samples(self, samples: list[tuple[Path, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(path, label) pairs decoded to uint8 (N, C, H, W) in the served geometry, and their labels."""
         channels, height, width = self.image_shape
         geometry = _geometry(self.image_size, self.crop_fraction)
         out = np.empty((len(samples), height, width, channels), dtype=np.uint8)
@@ -315,6 +300,28 @@ class ImageFolderDataModule(ImageDataModule):
         var = squares.double() / (255.0**2 * count) - mean * mean
         return mean.tolist(), var.clamp_min(0).sqrt().tolist()
 
+    def _served_samples(self, split: str) -> list[tuple[Path, int]]:
+        """A split's (path, label) pairs as served: option ``subset``'s choice, the served labels."""
+        samples, chosen = self._layout["samples"][split], self.subset_indices(split)
+        samples = samples if chosen is None else [samples[i] for i in chosen.tolist()]
+        labels = self.served_labels(split, torch.tensor([label for _, label in samples], dtype=torch.int64))
+        return [(path, label) for (path, _), label in zip(samples, labels.tolist())]
+
+    def stored_images(self, split: str, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.in_memory:
+            return super().stored_images(split, index)
+        samples = self._served_samples("train" if split == "train" else self.eval_split)
+        return self._decode_samples([samples[i] for i in torch.as_tensor(index).tolist()])
+
+    def stored_fingerprint(self, split: str) -> str:
+        """From the files' names, sizes and modification times (as the decoded-tensor cache's
+        key), the geometry and the served choice and labels, without decoding (large images)."""
+        if self.in_memory:
+            return super().stored_fingerprint(split)
+        name = "train" if split == "train" else self.eval_split
+        served = [(str(p.relative_to(self.data_root)), label) for p, label in self._served_samples(name)]
+        return hashlib.sha256(json.dumps([self._key(name), served]).encode()).hexdigest()
+
     def _loader(self, split: str | None, train: bool):
         if split is None or self.in_memory:
             return super()._loader(split, train)
@@ -340,11 +347,7 @@ class ImageFolderDataModule(ImageDataModule):
         if train and self.horizontal_flip:
             steps.append(transforms.RandomHorizontalFlip())
         steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]
-        samples, chosen = self._layout["samples"][split], self.subset_indices(split)
-        samples = samples if chosen is None else [samples[i] for i in chosen.tolist()]
-        labels = self.served_labels(split, torch.tensor([label for _, label in samples], dtype=torch.int64))
-        samples = [(path, label) for (path, _), label in zip(samples, labels.tolist())]
-        return ImageFileDataset(samples, self._layout["mode"], transforms.Compose(steps))
+        return ImageFileDataset(self._served_samples(split), self._layout["mode"], transforms.Compose(steps))
 
 
 # --- built-in small sets -------------------------------------------------------------

@@ -9,7 +9,9 @@ modified test set. KAR (``keep=True``) replaces all but the top t instead.
 :func:`remove_top` is the pure per-example core; :class:`RemoveAndRetrainDataModule`
 wraps one of the project's image datamodules (in-memory ones: ``FashionMNISTDataModule``,
 ``MNIST5kDataModule``, small-image ``ImageFolderDataModule``) or a tabular datamodule and
-serves the modified splits to ``pl.Trainer.fit``/``test``.
+serves the modified splits to ``pl.Trainer.fit``/``test``; its base :class:`ModifiedDataModule`
+serves splits modified by any per-block function, and ``datamodules.roar_shards`` writes them
+once as shards on disk for image sets that do not fit in memory.
 
 Defaults and choices:
 

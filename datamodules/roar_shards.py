@@ -42,6 +42,11 @@ SHARD_IMAGES = 1024  # images per shard (150 MB at 3 × 224 × 224)
 CHUNK_ELEMENTS = 2**22  # input values read, modified and written at a time (27 images at 3 × 224 × 224)
 
 
+def stored_size(datamodule, split: str) -> int:
+    """Images in ROAR's ``"train"`` or ``"test"`` split (the evaluation split: ``test/``, else ``val/``)."""
+    return datamodule.split_sizes["train" if split == "train" else datamodule.eval_split]
+
+
 def split_key(datamodule, split: str, name: str, shard_images: int) -> str:
     """16 hex digits of a SHA-256 of the stored split (``stored_fingerprint``), the modification's
     ``name`` (what the caller's ``modify`` does: estimator, fraction, ranking file …), the format
@@ -62,15 +67,15 @@ def write_modified_split(datamodule, split: str, modify: Callable, out_dir, name
     same shape) as shards of ``shard_images`` images under ``out_dir``; returns the split's folder.
 
     ``name``: what ``modify`` does, in words that change whenever its output would (part of the
-    folder's key). Images are read with ``datamodule.stored_chunk`` ``chunk`` at a time (default:
+    folder's key). Images are read with ``datamodule.stored_images`` ``chunk`` at a time (default:
     as many as hold :data:`CHUNK_ELEMENTS` values), so at most one chunk is in memory.
     ``shard=(i, k)``: this process writes shards i, i+k, …; k processes with the same arguments
     write the whole split. Shards already finished are skipped, so a rerun after a crash writes
     only the rest and ends with the same bytes."""
     _check_datamodule(datamodule)
-    if not callable(getattr(datamodule, "stored_chunk", None)):
-        raise InputError(f"datamodule {type(datamodule).__name__}; expected an image datamodule (stored_chunk)")
-    count, shape = datamodule.stored_size(split), tuple(datamodule.image_shape)
+    if not callable(getattr(datamodule, "stored_images", None)):
+        raise InputError(f"datamodule {type(datamodule).__name__}; expected an image datamodule (stored_images)")
+    count, shape = stored_size(datamodule, split), tuple(datamodule.image_shape)
     chunk = chunk or max(1, CHUNK_ELEMENTS // int(np.prod(shape)))
     for option, value in (("shard_images", shard_images), ("chunk", chunk)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -104,7 +109,7 @@ def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tupl
     try:
         for a in range(start, stop, chunk):
             b = min(a + chunk, stop)
-            x, y = datamodule.stored_chunk(split, a, b)
+            x, y = datamodule.stored_images(split, torch.arange(a, b))
             modified = modify(x, torch.arange(a, b))
             if not isinstance(modified, torch.Tensor) or modified.dtype != torch.uint8 or modified.shape != x.shape:
                 got = f"{getattr(modified, 'dtype', type(modified).__name__)} {tuple(getattr(modified, 'shape', ()))}"

@@ -19,7 +19,7 @@ from PIL import Image
 from datamodules.errors import InputError
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import ModifiedDataModule, RemoveAndRetrainDataModule, remove_top, training_fill
-from datamodules.roar_shards import ShardedDataModule, ShardImages, roar_datamodule, write_modified_split
+from datamodules.roar_shards import ShardedDataModule, ShardImages, roar_datamodule, stored_size, write_modified_split
 from tests.test_images_data import make_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ def _data(root: Path, cache: Path, in_memory: bool) -> ImageFolderDataModule:
 def _removal(data, fraction=0.5):
     """Random maps of both splits and the ``modify`` functions removing their top ``fraction``."""
     generator = torch.Generator().manual_seed(0)
-    maps = {s: torch.rand(data.stored_size(s), *data.image_shape, generator=generator) for s in ("train", "test")}
+    maps = {s: torch.rand(stored_size(data, s), *data.image_shape, generator=generator) for s in ("train", "test")}
     fill = training_fill(data)
 
     def modify(split):

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
-from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule  # noqa: E402
+from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule, stored_size  # noqa: E402
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS  # noqa: E402
 from evaluators.protocols.roar.grid import parse_shard  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier  # noqa: E402
@@ -51,8 +51,9 @@ def stored_fill(datamodule, chunk: int = 256) -> torch.Tensor:
         # the normalisation's mean is this split's, by the same exact sums, computed once and cached
         return (torch.tensor(datamodule.normalization[0], dtype=torch.float64) * 255.0).round().to(torch.uint8)
     total, count = 0, 0
-    for start in range(0, datamodule.stored_size(split), chunk):
-        x, _ = datamodule.stored_chunk(split, start, start + chunk)
+    size = stored_size(datamodule, split)
+    for start in range(0, size, chunk):
+        x, _ = datamodule.stored_images(split, torch.arange(start, min(start + chunk, size)))
         total = total + x.to(torch.int64).sum(dim=(0, 2, 3))
         count += x[:, 0].numel()
     return (total.double() / (255.0 * count) * 255.0).round().to(torch.uint8)  # channel_stats' formula
@@ -151,7 +152,7 @@ def main(argv: list[str]) -> None:
             start = time.perf_counter()
             folder = data.write(split, shard)
             print(json.dumps({"split": split, "folder": str(folder), "seconds": round(time.perf_counter() - start, 2),
-                              "images": data.stored_size(split)}))  # fmt: skip
+                              "images": stored_size(data.datamodule, split)}))  # fmt: skip
     else:
         fit(args, data)
 
