@@ -12,7 +12,9 @@ written is ever reused for other data or overwritten) holding
   memory-mapped), then ``<s>.json``, its first and last image and labels. A shard is finished
   when its ``.json`` exists; both are written under a temporary name and moved into place
   (``os.replace``), the ``.json`` last, so a writer killed at any moment leaves finished shards
-  and at most temporary files, which the next run of that shard removes and writes again.
+  and at most temporary files, which the next run of that shard on the same machine removes
+  (once their process is gone) before writing the shard again. Writers on several machines
+  sharing the folder may write the same shard at once: the same bytes, moved into place once.
 
 Serving: :class:`ShardImages` indexes the written images like a uint8 tensor, so the wrapped
 datamodule's ``tensor_loader`` serves them exactly as it serves the in-memory modified tensors
@@ -26,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -98,12 +101,28 @@ def write_modified_split(datamodule, split: str, modify: Callable, out_dir, name
     return folder
 
 
+def _dead_writer(tmp: Path) -> bool:
+    """Whether temporary file ``tmp`` (``.<name>.tmp-[<host>-]<pid>``) is a dead process's of this host."""
+    owner = tmp.name.rsplit(".tmp-", 1)[1]
+    host, _, pid = owner.rpartition("-")
+    if (host and host != socket.gethostname()) or not pid.isdigit():
+        return False  # another machine's writer (on a shared file system) may still be at work
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tuple[int, int], shape, chunk) -> None:
-    for stale in folder.glob(f".{shard:05d}.*.tmp-*"):  # a killed writer's; shard i is only ever this process's
-        stale.unlink()
+    for stale in folder.glob(f".{shard:05d}.*.tmp-*"):  # a killed writer's, left by kill -9 or a crash
+        if _dead_writer(stale):
+            stale.unlink(missing_ok=True)
     start, stop = span
     images = _shard_path(folder, shard, ".npy")
-    tmp = images.with_name(f".{images.name}.tmp-{os.getpid()}")
+    tmp = images.with_name(f".{images.name}.tmp-{socket.gethostname()}-{os.getpid()}")
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(stop - start, *shape))
     labels = []
     try:
@@ -119,11 +138,13 @@ def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tupl
             labels += y.tolist()
         out.flush()
         del out
-        os.replace(tmp, images)
+        if not _shard_path(folder, shard, ".json").is_file():  # not finished meanwhile by another machine
+            os.replace(tmp, images)
     finally:
         tmp.unlink(missing_ok=True)
     record = {"shard": shard, "start": start, "stop": stop, "labels": labels}
-    atomic_write(_shard_path(folder, shard, ".json"), lambda t: t.write_text(json.dumps(record)))
+    if not _shard_path(folder, shard, ".json").is_file():
+        atomic_write(_shard_path(folder, shard, ".json"), lambda t: t.write_text(json.dumps(record)))
 
 
 class ShardImages:
