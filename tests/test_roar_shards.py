@@ -188,7 +188,7 @@ def _check_ranks(record: dict) -> None:
 
 def test_two_gloo_processes_train_one_cell_from_the_shards(folder, tmp_path):
     """tools/roar_shards.py fit under torchrun --nproc_per_node=2 (Lightning DDP, gloo) on shards
-    written here: each rank reads its own half of every epoch (39-61 s at load 4-5)."""
+    written here: each rank reads its own half of every epoch (26 s at load 1)."""
     args = ["--root", str(folder), "--out", str(tmp_path / "shards"), "--cache_dir", str(tmp_path / "cache")]
     from tools.roar_shards import main
 
