@@ -13,8 +13,9 @@
 #     NNODES=2 NODE_RANK=0 MASTER_ADDR=host0 NPROC=4 bash docs/roar_torchrun.sh cell <data> <shards> ...
 #
 # grid: a ROAR grid config (evaluate.py roar) split over NNODES machines, node r running cells
-#   r, r + NNODES, ... (--shard r/NNODES), each cell's fits data-parallel over the node's NPROC GPUs
-#   (the config's trainer needs devices: NPROC and strategy: ddp); whoever finishes last writes the report:
+#   r, r + NNODES, ... (--shard r/NNODES) as its own process group, each cell's fits data-parallel
+#   over the node's NPROC GPUs (the config's trainer needs devices: NPROC and strategy: ddp; MASTER_ADDR
+#   is not used); the node that finds every cell done writes the report:
 #
 #     NNODES=4 NODE_RANK=<r> NPROC=8 bash docs/roar_torchrun.sh grid configs/roar/cifar10.yaml
 #
@@ -48,8 +49,10 @@ case "$MODE" in
       --num_nodes "$NNODES" --strategy ddp "$@"
     ;;
   grid)
+    # each node is its own process group (--standalone): its NPROC ranks train its cells together
     CONFIG=${1:?grid: expected <config.yaml>}
-    "${RUN[@]}" evaluate.py roar --config "$CONFIG" --shard "$NODE_RANK/$NNODES"
+    "$PY" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" evaluate.py roar --config "$CONFIG" \
+      --shard "$NODE_RANK/$NNODES"
     ;;
   *)
     echo "error: mode $MODE; expected cell or grid" >&2
