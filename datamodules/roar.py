@@ -9,7 +9,9 @@ modified test set. KAR (``keep=True``) replaces all but the top t instead.
 :func:`remove_top` is the pure per-example core; :class:`RemoveAndRetrainDataModule`
 wraps one of the project's image datamodules (in-memory ones: ``FashionMNISTDataModule``,
 ``MNIST5kDataModule``, small-image ``ImageFolderDataModule``) or a tabular datamodule and
-serves the modified splits to ``pl.Trainer.fit``/``test``.
+serves the modified splits to ``pl.Trainer.fit``/``test``; its base :class:`ModifiedDataModule`
+serves splits modified by any per-block function, and ``datamodules.roar_shards`` writes them
+once as shards on disk for image sets that do not fit in memory.
 
 Defaults and choices:
 
@@ -42,7 +44,7 @@ Defaults and choices:
 from __future__ import annotations
 
 import math
-from functools import cached_property
+from functools import cached_property, partial
 
 import pytorch_lightning as pl
 import torch
@@ -181,43 +183,35 @@ def training_fill(datamodule) -> torch.Tensor:
     return datamodule.stored_fill(_raw_split(datamodule, "train")[0])
 
 
-class RemoveAndRetrainDataModule(pl.LightningDataModule):
-    """``datamodule``'s train and test splits with every example's top ``fraction`` of units by
-    the estimator's scores replaced by the training mean (:func:`remove_top`; ``keep=True``:
-    KAR), served as ``datamodule`` serves them.
+class ModifiedDataModule(pl.LightningDataModule):
+    """``datamodule``'s train and test splits, each as stored (uint8 images or rows) with
+    ``modify[split](x, index)`` applied, served as ``datamodule`` serves them.
 
-    ``train_scores`` and ``test_scores``: maps shaped like the splits' model inputs, in
-    dataset order (``evaluators.protocols.roar.maps.dataset_maps``); ``"test"`` is the image
-    datamodule's evaluation split (``test/``, else ``val/``). Drop-in for
-    ``pl.Trainer.fit``/``test``/``predict``: training batches in the wrapped datamodule's
-    seeded order, with its augmentation applied to the modified images; no validation split
-    is served (ROAR trains on train and reports on test). Any other public attribute
-    (``num_classes``, ``in_channels``, ``num_features``, ``batch_size`` …) is the wrapped
-    datamodule's; tabular ``train_tensors``/``test_tensors`` are the modified ones, so a
+    ``modify``: ``"train"`` and ``"test"`` -> a function of a block of stored examples ``x``
+    and their indices in the split (int64 ``index``) returning the modified block (same shape
+    and dtype); it is called on blocks of :data:`BLOCK` examples, so it must give an example the
+    same result in any block. ``"test"`` is the image datamodule's evaluation split (``test/``,
+    else ``val/``). Drop-in for ``pl.Trainer.fit``/``test``/``predict``: training batches in the
+    wrapped datamodule's seeded order, with its augmentation applied to the modified images; no
+    validation split is served (ROAR trains on train and reports on test). Any other public
+    attribute (``num_classes``, ``in_channels``, ``num_features``, ``batch_size`` …) is the
+    wrapped datamodule's; tabular ``train_tensors``/``test_tensors`` are the modified ones, so a
     ``PopulationMLP`` trains on them. :meth:`modified_split` gives (x, y) in the model's input
     space for stacked training and for the no-retrain variant.
     """
 
-    def __init__(self, datamodule, train_scores: torch.Tensor, test_scores: torch.Tensor, fraction: float,
-                 unit: str = "element", square: bool = True, keep: bool = False, seed: int = 0) -> None:  # fmt: skip
+    def __init__(self, datamodule, modify: dict) -> None:
         super().__init__()
         _check_datamodule(datamodule)
-        self.datamodule = datamodule
-        self.scores = {"train": train_scores, "test": test_scores}
-        self.fraction = _check_fraction(fraction)
-        if unit not in UNITS:
-            raise InputError(f"option unit={unit!r}; expected one of {list(UNITS)}")
-        self.unit, self.square, self.keep, self.seed = unit, square, keep, seed
+        if not isinstance(modify, dict) or sorted(modify) != ["test", "train"] \
+                or not all(map(callable, modify.values())):  # fmt: skip
+            raise InputError(f"option modify={modify!r}; expected {{'train': f, 'test': g}}, functions of (x, index)")
+        self.datamodule, self.modify = datamodule, modify
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name == "datamodule":
             raise AttributeError(name)
         return getattr(self.datamodule, name)
-
-    @cached_property
-    def fill(self) -> torch.Tensor:
-        """c in the stored space (:func:`training_fill`)."""
-        return training_fill(self.datamodule)
 
     @cached_property
     def _modified(self) -> dict:
@@ -227,18 +221,14 @@ class RemoveAndRetrainDataModule(pl.LightningDataModule):
         """The modified split as stored (uint8 images or rows) and its labels, computed once."""
         if split not in self._modified:
             x, y = _raw_split(self.datamodule, split)
-            scores = self.scores[split]
-            if not isinstance(scores, torch.Tensor) or len(scores) != len(x) or scores[0].numel() != x[0].numel():
-                raise InputError(f"{split} scores of shape {tuple(getattr(scores, 'shape', ()))}; expected one map "
-                                 f"per {split} example shaped like it ({len(x)}, {', '.join(map(str, x.shape[1:]))})")
-            scores = scores.reshape(x.shape).cpu()
-            removed = torch.cat([
-                remove_top(x[s], scores[s], self.fraction, self.fill, self.unit, self.square, self.keep, self.seed,
-                           torch.arange(s.start, s.stop))
-                for s in (slice(a, min(a + BLOCK, len(x))) for a in range(0, len(x), BLOCK))
-            ])  # fmt: skip
-            self._modified[split] = removed, y
+            self._check_split(split, x)
+            blocks = (slice(a, min(a + BLOCK, len(x))) for a in range(0, len(x), BLOCK))
+            self._modified[split] = torch.cat([self.modify[split](x[s], torch.arange(s.start, s.stop))
+                                               for s in blocks]), y  # fmt: skip
         return self._modified[split]
+
+    def _check_split(self, split: str, x: torch.Tensor) -> None:
+        """Subclasses check their inputs for the stored split ``x`` here."""
 
     def modified_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y) of the modified ``"train"`` or ``"test"`` split in the model's input space."""
@@ -266,3 +256,39 @@ class RemoveAndRetrainDataModule(pl.LightningDataModule):
 
     def predict_dataloader(self):
         return self.test_dataloader()
+
+
+class RemoveAndRetrainDataModule(ModifiedDataModule):
+    """``datamodule``'s train and test splits with every example's top ``fraction`` of units by
+    the estimator's scores replaced by the training mean (:func:`remove_top`; ``keep=True``:
+    KAR), served as ``datamodule`` serves them (:class:`ModifiedDataModule`).
+
+    ``train_scores`` and ``test_scores``: maps shaped like the splits' model inputs, in
+    dataset order (``evaluators.protocols.roar.maps.dataset_maps``). For image sets that do
+    not fit in memory, ``datamodules.roar_shards.roar_datamodule`` writes the modified splits
+    as shards once and serves them from disk.
+    """
+
+    def __init__(self, datamodule, train_scores: torch.Tensor, test_scores: torch.Tensor, fraction: float,
+                 unit: str = "element", square: bool = True, keep: bool = False, seed: int = 0) -> None:  # fmt: skip
+        super().__init__(datamodule, {"train": partial(self._remove, "train"), "test": partial(self._remove, "test")})
+        self.scores = {"train": train_scores, "test": test_scores}
+        self.fraction = _check_fraction(fraction)
+        if unit not in UNITS:
+            raise InputError(f"option unit={unit!r}; expected one of {list(UNITS)}")
+        self.unit, self.square, self.keep, self.seed = unit, square, keep, seed
+
+    @cached_property
+    def fill(self) -> torch.Tensor:
+        """c in the stored space (:func:`training_fill`)."""
+        return training_fill(self.datamodule)
+
+    def _check_split(self, split: str, x: torch.Tensor) -> None:
+        scores = self.scores[split]
+        if not isinstance(scores, torch.Tensor) or len(scores) != len(x) or scores[0].numel() != x[0].numel():
+            raise InputError(f"{split} scores of shape {tuple(getattr(scores, 'shape', ()))}; expected one map "
+                             f"per {split} example shaped like it ({len(x)}, {', '.join(map(str, x.shape[1:]))})")
+
+    def _remove(self, split: str, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        scores = self.scores[split][index].reshape(x.shape).cpu()
+        return remove_top(x, scores, self.fraction, self.fill, self.unit, self.square, self.keep, self.seed, index)
