@@ -20,6 +20,14 @@ a ``pl.Trainer`` built from the grid's ``trainer`` options (``devices``/``strate
 DDP over several GPUs for images; populations train on one device, their hand-written
 stacked backward bypasses DDP's gradient hooks).
 
+Image data served from files (an ``ImageFolderDataModule`` whose ``in_memory`` is false: images
+larger than 64 pixels a side, ImageNet) never sits in memory: each estimator's maps are reduced
+to rankings in a sharded, resumable pass (``evaluators.protocols.roar.rankings``; ``evaluate.py
+roar --rankings_only --shard i/k`` runs it alone), each cell's modified splits are written once
+as shards and served from them (``datamodules.roar_shards``), and accuracies are counted batch by
+batch from the test loader; the cells' numbers equal the in-memory path's on data small enough
+for both (``tests/test_roar_streamed_grid.py``).
+
 Every finished cell is written atomically to ``<out>/cells/<estimator>-t<pct>.json``; a run
 skips the cells already there, so a grid killed at any moment loses at most the cells in
 flight (an image cell; a tabular population's cells). ``shard=(i, k)`` runs cells i, i+k,
@@ -32,6 +40,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +51,12 @@ import torch
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
+from datamodules.roar_shards import ShardedDataModule
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import rows_within
 from evaluators.protocols.roar.maps import dataset_maps
+from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, RankingStore, ranking_pass, streamed_fill
 from lightning_modules.interface import class_probabilities
 from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP
@@ -161,6 +172,22 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return (correct.double() / len(y)).cpu()
 
 
+def loader_accuracy(model: torch.nn.Module, loader) -> torch.Tensor:
+    """:func:`accuracy` over the batches of ``loader`` (a split served from shards), on the model's device."""
+    device = next(model.parameters()).device
+    correct, count = 0, 0
+    with torch.no_grad():
+        for xs, ys in loader:
+            correct = correct + (class_probabilities(model, xs.to(device)).argmax(-1) == ys.to(device)).sum(-1)
+            count += len(ys)
+    return (correct.double() / count).cpu()
+
+
+def streams(clean, data) -> bool:
+    """Whether a grid's cells read ``data`` from shards on disk: image data served from files."""
+    return not stacked_retraining(clean) and getattr(data, "in_memory", True) is False
+
+
 def stacked_retraining(clean) -> bool:
     """Whether ``clean``'s retrainings train as one stacked population (its class's ``RETRAINS_STACKED``)."""
     return getattr(clean, "RETRAINS_STACKED", False)
@@ -218,14 +245,20 @@ def cell_record(cell: Cell, seeds: list[int], acc: torch.Tensor, no_retrain: tor
 
 
 def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell], cache_dir: Path,
-              default_epochs: int | None, root: Path) -> tuple[list[dict], int]:  # fmt: skip
+              default_epochs: int | None, root: Path,
+              stream_dirs: tuple[Path, Path] | None = None) -> tuple[list[dict], int]:  # fmt: skip
     """Cells' modified data, their K retrained models' and the clean model's accuracy on the
     modified test sets: tabular cells as one population, an image cell (one at a time) as K
-    fits. Returns the cells' records and the global rank of this process."""
+    fits; ``stream_dirs`` (rankings, shards): an image cell read from shards (:func:`streamed_data`).
+    Returns the cells' records and the global rank of this process."""
     start = time.perf_counter()
     seeds = [grid.seed + k for k in range(grid.retrainings)]
-    modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
-    tests = [m.modified_split("test") for m in modified]
+    if stream_dirs is not None:  # image data from files: one cell, its splits written as shards
+        modified = [streamed_data(clean, data, grid, cells[0], *stream_dirs)]
+        tests = [None]
+    else:
+        modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
+        tests = [m.modified_split("test") for m in modified]
     if stacked_retraining(clean):
         trainer = make_trainer(grid, default_epochs, root)
         population = fresh_population(clean, seeds, len(cells))
@@ -239,26 +272,62 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
         for model in fresh_models(clean, seeds):
             trainer = make_trainer(grid, default_epochs, root)
             trainer.fit(model, datamodule=modified[0])
-            acc.append(accuracy(model.to(clean.device).eval(), *tests[0]))
+            acc.append(cell_accuracy(model.to(clean.device).eval(), modified[0], tests[0]))
         acc = torch.stack(acc)[None]
     seconds = (time.perf_counter() - start) / len(cells)
-    return [cell_record(cell, seeds, a, accuracy(clean, *test), seconds)
-            for cell, a, test in zip(cells, acc, tests)], trainer.global_rank  # fmt: skip
+    return [cell_record(cell, seeds, a, cell_accuracy(clean, m, test), seconds)
+            for cell, a, m, test in zip(cells, acc, modified, tests)], trainer.global_rank  # fmt: skip
+
+
+def cell_accuracy(model: torch.nn.Module, modified, test: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """``model``'s accuracy on the cell's modified test split: ``test`` (x, y) in memory, or, where
+    None, the batches of ``modified``'s test loader (shards)."""
+    return accuracy(model, *test) if test is not None else loader_accuracy(model, modified.test_dataloader())
 
 
 def modified_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell,
                   cache_dir: Path) -> RemoveAndRetrainDataModule:  # fmt: skip
     """The cell's datamodule: the clean data with the top ``cell.fraction`` of the estimator's
     (cached) maps removed, train and test; the clean data itself for the t = 0 cell."""
-    if cell.estimator == CLEAN:
-        estimator, options = "random", {}  # any ranking: nothing is removed at t = 0
-    else:
-        estimator = cell.estimator
-        options = estimator_options(estimator, grid.estimators[estimator], data, grid.seed)
+    estimator, options = cell_estimator(cell, grid, data)
     maps = {split: dataset_maps(clean, data, estimator, split, cache_dir, seed=grid.seed, **options)
             for split in ("train", "test")}  # fmt: skip
     return RemoveAndRetrainDataModule(data, maps["train"], maps["test"], cell.fraction, unit=grid.unit,
                                       square=grid.square, keep=grid.keep, seed=grid.seed)  # fmt: skip
+
+
+def cell_estimator(cell: Cell, grid: RoarGrid, data) -> tuple[str, dict]:
+    """The estimator whose ranking the cell removes by, and its options (:func:`estimator_options`)."""
+    if cell.estimator == CLEAN:
+        return "random", {}  # any ranking: nothing is removed at t = 0
+    return cell.estimator, estimator_options(cell.estimator, grid.estimators[cell.estimator], data, grid.seed)
+
+
+def ranking_store(clean: pl.LightningModule, data, grid: RoarGrid, estimator: str, options: dict, split: str,
+                  rankings_dir: Path, shard: tuple[int, int] | None = None,
+                  shard_size: int = SHARD_SIZE) -> RankingStore:  # fmt: skip
+    """The estimator's rankings of ``split`` for the grid's unit, ``square``, fractions and seed
+    (``rankings.ranking_pass``, chunks of gcd(32, ``shard_size``) images), its shard files of
+    ``shard`` computed where missing: the same files whether ``--rankings_only`` or a cell made them."""
+    return ranking_pass(clean, data, estimator, split, rankings_dir, seed=grid.seed, shard=shard,
+                        chunk=math.gcd(PASS_CHUNK, shard_size), shard_size=shard_size, units=(grid.unit,),
+                        square=grid.square, fractions=grid.fractions, **options)  # fmt: skip
+
+
+def streamed_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell, rankings_dir: Path,
+                  shards_dir: Path) -> ShardedDataModule:  # fmt: skip
+    """The cell's datamodule for image data served from files: both splits' rankings
+    (:func:`ranking_store`), the training mean as fill (``streamed_fill``) and the splits with the
+    top ``cell.fraction`` replaced, written as shards under ``shards_dir`` in ``prepare_data``."""
+    estimator, options = cell_estimator(cell, grid, data)
+    fill = streamed_fill(data)
+    modify, name = {}, {}
+    for split in ("train", "test"):
+        store = ranking_store(clean, data, grid, estimator, options, split, rankings_dir)
+        modify[split] = store.modifier(cell.fraction, fill, grid.unit, grid.keep)
+        name[split] = (f"rankings {store.root.name}, fraction {cell.fraction}, unit {grid.unit}, keep {grid.keep}, "
+                       f"fill {fill.tolist()}")  # fmt: skip
+    return ShardedDataModule(data, modify, name, shards_dir)
 
 
 N_BASELINES = 100  # the default of an estimator's n_baselines
@@ -286,8 +355,12 @@ def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cac
              shard: tuple[int, int] | None = None, default_epochs: int | None = None) -> list[Cell]:  # fmt: skip
     """Run the cells of ``shard`` not yet in ``out_dir/cells`` (image cells one after another,
     tabular ones in populations of ``cells_per_population`` cells), each written atomically
-    when finished (by the global rank 0 only under DDP). Returns the grid's cells still
-    missing (other shards', or none)."""
+    when finished (by the global rank 0 only under DDP). Maps are cached in ``cache_dir``
+    (default ``out_dir/maps``); for image data served from files, rankings in ``cache_dir``
+    (default ``out_dir/rankings``) and the modified splits' shards in ``<cache_dir or out_dir>/shards``.
+    Returns the grid's cells still missing (other shards', or none)."""
+    streamed = streams(clean, data)
+    stream_dirs = (cache_dir or out_dir / "rankings", (cache_dir or out_dir) / "shards") if streamed else None
     cache_dir = cache_dir or out_dir / "maps"
     stacked = stacked_retraining(clean)
     if stacked and (str(grid.trainer.get("devices", 1)) != "1" or "ddp" in str(grid.trainer.get("strategy"))):
@@ -298,7 +371,8 @@ def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cac
     pending = [c for c in shard_cells(cells, shard) if not cell_path(out_dir, c).is_file()]
     size = (grid.cells_per_population or max(1, len(pending))) if stacked else 1
     for group in [pending[i : i + size] for i in range(0, len(pending), size)]:
-        records, rank = run_cells(clean, data, grid, group, cache_dir, default_epochs, out_dir / "trainer")
+        records, rank = run_cells(clean, data, grid, group, cache_dir, default_epochs, out_dir / "trainer",
+                                  stream_dirs)  # fmt: skip
         for cell, record in zip(group, records):
             if rank == 0:
                 path = cell_path(out_dir, cell)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +27,9 @@ import yaml
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.inputs.config import resolve_device
-from evaluators.protocols.roar.grid import RoarGrid, fresh_models, run_grid, stacked_retraining
-from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, ranking_pass
+from evaluators.protocols.roar.grid import (RoarGrid, estimator_options, fresh_models, ranking_store, run_grid,
+                                            stacked_retraining)
+from evaluators.protocols.roar.rankings import SHARD_SIZE
 from evaluators.protocols.roar.report import collect, markdown_table
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
@@ -97,9 +97,8 @@ def ranking_passes(model, data, cfg: RoarConfig, cache_dir: Path, shard: tuple[i
     present = data.split_sizes
     for name, options in cfg.estimators.items():
         for split in [s for s in ("train", "test") if (s if s == "train" else data.eval_split) in present]:
-            store = ranking_pass(model, data, name, split, cache_dir, seed=cfg.seed, shard=shard,
-                                 chunk=math.gcd(PASS_CHUNK, shard_size), shard_size=shard_size, units=(cfg.unit,),
-                                 square=cfg.square, fractions=cfg.fractions, **(options or {}))  # fmt: skip
+            store = ranking_store(model, data, cfg, name, estimator_options(name, options or {}, data, cfg.seed),
+                                  split, cache_dir, shard, shard_size)  # fmt: skip
             print(f"{name} {split}: {len(store.computed)} shard file(s) computed, {len(store.missing())} of "
                   f"{store.n_shards} missing, in {store.root}")  # fmt: skip
 

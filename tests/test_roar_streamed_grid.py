@@ -1,0 +1,56 @@
+"""ROAR grid cells on image data served from files (``in_memory: false``): rankings, shards and
+accuracies counted from the shards' test loader give the same cell records as the in-memory
+path; the rankings ``--rankings_only`` computed are the ones the cells read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import evaluate
+import train
+from tests.test_images_data import make_folder
+
+RECORD = ("estimator", "fraction", "seeds", "retrain_acc", "no_retrain_acc")
+
+
+def _grid(tmp_path: Path, run: Path, name: str, in_memory: bool) -> Path:
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(f"run: {run}\nestimators: {{saliency: {{}}, random: {{}}}}\nfractions: [0.0, 0.5]\n"
+                      f"retrainings: 1\ntrainer: {{max_epochs: 2}}\ndata: {{in_memory: {str(in_memory).lower()}}}\n"
+                      f"log_to: none\ndevice: cpu\noutput_dir: {tmp_path / name}\n")  # fmt: skip
+    return config
+
+
+def _records(grid: Path) -> dict:
+    return {p.stem: {k: json.loads(p.read_text())[k] for k in RECORD} for p in sorted((grid / "cells").glob("*.json"))}
+
+
+def test_folder_grid_from_shards_equals_the_in_memory_grid(tmp_path):
+    root = tmp_path / "images"
+    make_folder(root, n=4, size=8)  # 12 train and 12 test images of 3 classes
+    train.main(["--data", "ImageFolderDataModule", "--data.root", str(root), "--data.cache_dir", str(tmp_path / "c"),
+                "--data.batch_size", "4", "--model", "lightning_modules.ImageClassifier", "--model.arch", "small_cnn",
+                "--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2",
+                "--trainer.enable_model_summary", "false", "--output_dir", str(tmp_path / "runs"),
+                "--run_name", "r"])  # fmt: skip
+    (run,) = (tmp_path / "runs").glob("*/r")
+    files = _grid(tmp_path, run, "files", in_memory=False)
+    assert evaluate.main(["roar", "--config", str(files), "--rankings_only"]) == {}
+    (grid,) = (tmp_path / "files").iterdir()
+    ranked = {p: p.stat().st_mtime_ns for p in (grid / "rankings").glob("*/shard-*.pt")}
+    assert len(ranked) == 4  # saliency and random, train and test: one shard file each
+
+    evaluate.main(["roar", "--config", str(files)])
+    assert {p: p.stat().st_mtime_ns for p in (grid / "rankings").glob("*/shard-*.pt")} == ranked  # read, not redone
+    assert not (grid / "maps").exists()  # no float maps of the splits were made
+    written = sorted(p.parent.name.split("-")[0] for p in (grid / "shards").glob("*/manifest.json"))
+    assert written == ["test"] * 3 + ["train"] * 3  # three cells, each split written once as shards
+
+    memory = _grid(tmp_path, run, "memory", in_memory=True)
+    evaluate.main(["roar", "--config", str(memory)])
+    (reference,) = (tmp_path / "memory").iterdir()
+    assert not (reference / "shards").exists()
+    got, expected = _records(grid), _records(reference)
+    assert sorted(got) == ["clean-t00", "random-t50", "saliency-t50"]
+    assert got == expected
