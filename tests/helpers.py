@@ -109,3 +109,17 @@ def noisy_member_copies(run: Path, folder: Path, scale: float, k: int = 3) -> Pa
                     w.add_(scale * w.std().nan_to_num() * torch.randn(w.shape, generator=g))
             torch.save(ckpt, path)
     return folder
+
+
+def tiny_image_run(root: Path, tmp_path: Path, epochs: int = 1) -> Path:
+    """A ``train.py`` run (in process) of the ``small_cnn`` ImageClassifier on the image folder
+    ``root`` (batches of 4, ``epochs`` epochs, no logger), under ``tmp_path/runs``; its folder."""
+    import train
+
+    train.main(["--data", "ImageFolderDataModule", "--data.root", str(root), "--data.cache_dir", str(tmp_path / "c"),
+                "--data.batch_size", "4", "--model", "lightning_modules.ImageClassifier", "--model.arch", "small_cnn",
+                "--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", str(epochs),
+                "--trainer.enable_model_summary", "false", "--output_dir", str(tmp_path / "runs"),
+                "--run_name", "r"])  # fmt: skip
+    (run,) = (tmp_path / "runs").glob("*/r")
+    return run

@@ -211,16 +211,10 @@ def test_evaluate_py_roar_rankings_only_fills_the_shards(tmp_path):
     processes fill every ranking shard file of both splits, equal to ranking_pass with the run's
     model; no cell is trained."""
     import evaluate
-    import train
     from evaluators.inputs.runs import load_run
+    from tests.helpers import tiny_image_run
 
-    root = make_folder(tmp_path / "images")
-    train.main(["--data", "ImageFolderDataModule", "--data.root", str(root), "--data.cache_dir", str(tmp_path / "c"),
-                "--data.batch_size", "4", "--model", "lightning_modules.ImageClassifier", "--model.arch", "small_cnn",
-                "--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1",
-                "--trainer.enable_model_summary", "false", "--output_dir", str(tmp_path / "runs"),
-                "--run_name", "r"])  # fmt: skip
-    (run,) = (tmp_path / "runs").glob("*/r")
+    run = tiny_image_run(make_folder(tmp_path / "images"), tmp_path)
     config = tmp_path / "roar.yaml"
     config.write_text(f"run: {run}\nestimators: {{saliency: {{}}}}\nfractions: [0.0, 0.5]\nunit: pixel\n"
                       f"data: {{in_memory: false}}\nlog_to: none\ndevice: cpu\noutput_dir: {tmp_path / 'roar'}\n")

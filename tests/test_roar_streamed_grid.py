@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import evaluate
-import train
+from tests.helpers import tiny_image_run
 from tests.test_images_data import make_folder
 
 RECORD = ("estimator", "fraction", "seeds", "retrain_acc", "no_retrain_acc")
@@ -29,12 +29,7 @@ def _records(grid: Path) -> dict:
 def test_folder_grid_from_shards_equals_the_in_memory_grid(tmp_path):
     root = tmp_path / "images"
     make_folder(root, n=4, size=8)  # 12 train and 12 test images of 3 classes
-    train.main(["--data", "ImageFolderDataModule", "--data.root", str(root), "--data.cache_dir", str(tmp_path / "c"),
-                "--data.batch_size", "4", "--model", "lightning_modules.ImageClassifier", "--model.arch", "small_cnn",
-                "--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2",
-                "--trainer.enable_model_summary", "false", "--output_dir", str(tmp_path / "runs"),
-                "--run_name", "r"])  # fmt: skip
-    (run,) = (tmp_path / "runs").glob("*/r")
+    run = tiny_image_run(root, tmp_path, epochs=2)
     files = _grid(tmp_path, run, "files", in_memory=False)
     assert evaluate.main(["roar", "--config", str(files), "--rankings_only"]) == {}
     (grid,) = (tmp_path / "files").iterdir()
