@@ -49,3 +49,29 @@ def test_folder_grid_from_shards_equals_the_in_memory_grid(tmp_path):
     got, expected = _records(grid), _records(reference)
     assert sorted(got) == ["clean-t00", "random-t50", "saliency-t50"]
     assert got == expected
+
+
+def test_the_t0_cell_needs_no_ranking(tmp_path):
+    """The shared t = 0 cell from shards: ROAR serves the images unchanged and KAR the training
+    mean everywhere, as remove_top does in memory, without a ranking pass."""
+    import torch
+
+    from datamodules.images import ImageFolderDataModule
+    from datamodules.roar import RemoveAndRetrainDataModule
+    from evaluators.protocols.roar.grid import CLEAN, Cell, RoarGrid, streamed_data
+
+    root = tmp_path / "images"
+    make_folder(root, n=2, size=8)
+    for keep in (False, True):
+        files = ImageFolderDataModule(root=str(root), cache_dir=str(tmp_path / "c"), in_memory=False)
+        memory = ImageFolderDataModule(root=str(root), cache_dir=str(tmp_path / "c"), in_memory=True)
+        grid = RoarGrid(estimators={"saliency": {}}, keep=keep)
+        streamed = streamed_data(None, files, grid, Cell(CLEAN, 0.0), tmp_path / "rankings", tmp_path / "shards")
+        streamed.prepare_data()
+        maps = {s: torch.rand(6, 3, 8, 8) for s in ("train", "test")}
+        reference = RemoveAndRetrainDataModule(memory, maps["train"], maps["test"], 0.0, keep=keep)
+        for split in ("train", "test"):
+            images, labels = streamed.stored_split(split)
+            expected, expected_labels = reference.stored_split(split)
+            assert torch.equal(images[torch.arange(len(images))], expected) and torch.equal(labels, expected_labels)
+        assert not (tmp_path / "rankings").exists()

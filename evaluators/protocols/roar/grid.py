@@ -43,6 +43,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -319,15 +320,28 @@ def streamed_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell, r
     """The cell's datamodule for image data served from files: both splits' rankings
     (:func:`ranking_store`), the training mean as fill (``streamed_fill``) and the splits with the
     top ``cell.fraction`` replaced, written as shards under ``shards_dir`` in ``prepare_data``."""
-    estimator, options = cell_estimator(cell, grid, data)
     fill = streamed_fill(data)
     modify, name = {}, {}
+    if cell.fraction == 0.0:  # t = 0 needs no ranking: ROAR replaces nothing, KAR everything
+        for split in ("train", "test"):
+            modify[split] = partial(_nothing_kept, fill) if grid.keep else _unchanged
+            name[split] = f"fraction 0, keep {grid.keep}, fill {fill.tolist()}"
+        return ShardedDataModule(data, modify, name, shards_dir)
+    estimator, options = cell_estimator(cell, grid, data)
     for split in ("train", "test"):
         store = ranking_store(clean, data, grid, estimator, options, split, rankings_dir)
         modify[split] = store.modifier(cell.fraction, fill, grid.unit, grid.keep)
         name[split] = (f"rankings {store.root.name}, fraction {cell.fraction}, unit {grid.unit}, keep {grid.keep}, "
                        f"fill {fill.tolist()}")  # fmt: skip
     return ShardedDataModule(data, modify, name, shards_dir)
+
+
+def _unchanged(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _nothing_kept(fill: torch.Tensor, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return fill.to(x.device, x.dtype).view(-1, 1, 1).expand_as(x).clone()
 
 
 N_BASELINES = 100  # the default of an estimator's n_baselines
