@@ -152,15 +152,15 @@ def test_bad_modification_and_unfinished_folder_are_clear_errors(folder, tmp_pat
 
 
 def test_the_tools_fill_is_the_in_memory_training_mean(folder, tmp_path):
-    """tools/roar_shards.py's fill, from the normalisation's statistics of the whole split or
-    summed a chunk at a time over a subset, is training_fill of the split held in memory."""
-    from tools.roar_shards import stored_fill
+    """ROAR's streamed fill (the tools' and the grid's), from the normalisation's statistics of the
+    whole split or summed a chunk at a time over a subset, is training_fill of the split held in memory."""
+    from evaluators.protocols.roar.rankings import streamed_fill
 
     for subset in (None, {"train": 7}):
         memory = ImageFolderDataModule(root=str(folder), cache_dir=str(tmp_path / "cache"), subset=subset)
         files = ImageFolderDataModule(root=str(folder), cache_dir=str(tmp_path / "cache"), subset=subset,
                                       in_memory=False)  # fmt: skip
-        assert torch.equal(stored_fill(files, chunk=3), training_fill(memory))
+        assert torch.equal(streamed_fill(files, chunk=3), training_fill(memory))
     whole = ImageFolderDataModule(root=str(folder), cache_dir=str(tmp_path / "cache"))
     assert not torch.equal(training_fill(memory), training_fill(whole))  # the subset's mean is another
 

@@ -39,24 +39,8 @@ from datamodules.roar import remove_top  # noqa: E402
 from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule, stored_size  # noqa: E402
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS  # noqa: E402
 from evaluators.protocols.roar.grid import parse_shard  # noqa: E402
+from evaluators.protocols.roar.rankings import streamed_fill  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier  # noqa: E402
-
-
-def stored_fill(datamodule, chunk: int = 256) -> torch.Tensor:
-    """The per-channel mean of the stored training split (else the evaluation split) rounded to
-    uint8 (``ImageDataModule.stored_fill`` of the whole split, without holding it): the
-    normalisation's cached mean where it is that split's, else exact integer sums a chunk at a time."""
-    split = "train" if "train" in datamodule.split_sizes else "test"
-    if datamodule.mean_option is None and datamodule.stats_split not in datamodule.subset:
-        # the normalisation's mean is this split's, by the same exact sums, computed once and cached
-        return (torch.tensor(datamodule.normalization[0], dtype=torch.float64) * 255.0).round().to(torch.uint8)
-    total, count = 0, 0
-    size = stored_size(datamodule, split)
-    for start in range(0, size, chunk):
-        x, _ = datamodule.stored_images(split, torch.arange(start, min(start + chunk, size)))
-        total = total + x.to(torch.int64).sum(dim=(0, 2, 3))
-        count += x[:, 0].numel()
-    return (total.double() / (255.0 * count) * 255.0).round().to(torch.uint8)  # channel_stats' formula
 
 
 def control_modify(datamodule, estimator: str, fraction: float, fill, keep: bool, seed: int, x, index):
@@ -73,7 +57,7 @@ def sharded_cell(args) -> ShardedDataModule:
                                  batch_size=args.batch_size, random_crop_padding=args.random_crop_padding,
                                  horizontal_flip=args.horizontal_flip, cache_dir=args.cache_dir)  # fmt: skip
     data.prepare_data()
-    fill = stored_fill(data, args.chunk or 256)
+    fill = streamed_fill(data, args.chunk or 256, "train" if "train" in data.split_sizes else "test")
     modify = partial(control_modify, data, args.estimator, args.fraction, fill, args.keep, args.seed)
     name = f"{args.estimator}|t={args.fraction}|keep={args.keep}|seed={args.seed}|element|square"
     return ShardedDataModule(data, {"train": modify, "test": modify}, {"train": name, "test": name}, args.out,

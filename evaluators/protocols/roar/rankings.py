@@ -242,16 +242,22 @@ class RankingStore:
         return modify
 
 
-def streamed_fill(datamodule, chunk: int = SHARD_SIZE) -> torch.Tensor:
+def streamed_fill(datamodule, chunk: int = SHARD_SIZE, split: str = "train") -> torch.Tensor:
     """ROAR's fill c (``datamodules.roar.training_fill``: the training split's per-channel mean
-    rounded to uint8) from ``chunk`` images at a time (``stored_images``), by the same exact
-    integer sums as ``channel_stats``, so equal to it for a split in memory too."""
-    count = datamodule.split_sizes["train"] if "train" in datamodule.split_sizes else 0
+    rounded to uint8) without holding the split: the normalisation's mean where it is that of the
+    whole split (computed once by the same exact integer sums and cached), else the sums of
+    ``chunk`` images at a time (``stored_images``), as ``channel_stats`` sums them, so equal to it
+    for a split in memory too. ``split="test"``: the evaluation split's mean instead, for a folder
+    without ``train/`` (the measurement tools)."""
+    stored = "train" if split == "train" else datamodule.eval_split
+    count = datamodule.split_sizes.get(stored, 0)
     if not count:
-        raise InputError(f"{datamodule.source}: no train/ split; ROAR's fill is the training images' mean")
+        raise InputError(f"{datamodule.source}: no {stored}/ split; ROAR's fill is the training images' mean")
+    if datamodule.mean_option is None and datamodule.stats_split == stored and stored not in datamodule.subset:
+        return (torch.tensor(datamodule.normalization[0], dtype=torch.float64) * 255.0).round().to(torch.uint8)
     total = torch.zeros(datamodule.image_shape[0], dtype=torch.int64)
     for a in range(0, count, chunk):
-        total += datamodule.stored_images("train", torch.arange(a, min(a + chunk, count)))[0].to(torch.int64).sum(
+        total += datamodule.stored_images(split, torch.arange(a, min(a + chunk, count)))[0].to(torch.int64).sum(
             dim=(0, 2, 3))  # fmt: skip
     mean = total.double() / (255.0 * (count * datamodule.image_shape[1] * datamodule.image_shape[2]))
     return (mean * 255.0).round().to(torch.uint8)
