@@ -177,7 +177,12 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         if not self.in_memory:
             raise InputError(f"{self.source}: ROAR modifies images in memory; expected small images "
                              "(in_memory=True) — large images are served from files")  # fmt: skip
-        return self.split_images("train" if split == "train" else self.eval_split)
+        return self.split_images(self.stored_split_name(split))
+
+    def stored_split_name(self, split: str) -> str:
+        """The split behind ROAR's ``"train"`` or ``"test"``: ``train``, or the evaluation split
+        (:attr:`eval_split`: ``test``, else ``val``)."""
+        return "train" if split == "train" else self.eval_split
 
     def stored_images(self, split: str, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions ``index`` of ROAR's ``"train"`` or ``"test"`` split (:meth:`stored_split`'s

@@ -310,7 +310,7 @@ class ImageFolderDataModule(ImageDataModule):
     def stored_images(self, split: str, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.in_memory:
             return super().stored_images(split, index)
-        samples = self._served_samples("train" if split == "train" else self.eval_split)
+        samples = self._served_samples(self.stored_split_name(split))
         return self._decode_samples([samples[i] for i in torch.as_tensor(index).tolist()])
 
     def stored_fingerprint(self, split: str) -> str:
@@ -318,7 +318,7 @@ class ImageFolderDataModule(ImageDataModule):
         key), the geometry and the served choice and labels, without decoding (large images)."""
         if self.in_memory:
             return super().stored_fingerprint(split)
-        name = "train" if split == "train" else self.eval_split
+        name = self.stored_split_name(split)
         served = [(str(p.relative_to(self.data_root)), label) for p, label in self._served_samples(name)]
         return hashlib.sha256(json.dumps([self._key(name), served]).encode()).hexdigest()
 

@@ -47,7 +47,13 @@ CHUNK_ELEMENTS = 2**22  # input values read, modified and written at a time (27 
 
 def stored_size(datamodule, split: str) -> int:
     """Images in ROAR's ``"train"`` or ``"test"`` split (the evaluation split: ``test/``, else ``val/``)."""
-    return datamodule.split_sizes["train" if split == "train" else datamodule.eval_split]
+    return datamodule.split_sizes[datamodule.stored_split_name(split)]
+
+
+def served_from_files(datamodule) -> bool:
+    """Whether ``datamodule`` serves its images from files (an image folder's ``in_memory`` false):
+    ROAR then writes its modified splits as shards instead of holding them."""
+    return getattr(datamodule, "in_memory", True) is False
 
 
 def split_key(datamodule, split: str, name: str, shard_images: int) -> str:
@@ -241,7 +247,7 @@ def roar_datamodule(datamodule, modify: dict, name: dict | None = None, out_dir=
     ``out_dir`` (``name``: each split's modification in words; ``shard_options``:
     ``shard_images``, ``chunk``)."""
     if in_memory is None:
-        in_memory = getattr(datamodule, "in_memory", True)
+        in_memory = not served_from_files(datamodule)
     if in_memory:
         return ModifiedDataModule(datamodule, modify)
     if name is None or out_dir is None:

@@ -52,7 +52,7 @@ import torch
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
-from datamodules.roar_shards import ShardedDataModule
+from datamodules.roar_shards import ShardedDataModule, served_from_files
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import rows_within
@@ -163,18 +163,13 @@ def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
     in batches on the model's device: ``batch`` rows, by default 4,096 holding at most 2^22
     input pixels (4,096 images up to 32 × 32, 83 at 224 × 224)."""
-    device = next(model.parameters()).device
     batch = batch or rows_within(x, 4096, 2**22)
-    correct = 0
-    with torch.no_grad():
-        for xs, ys in zip(x.split(batch), y.split(batch)):
-            scores = class_probabilities(model, xs.to(device))
-            correct = correct + (scores.argmax(-1) == ys.to(device)).sum(-1)
-    return (correct.double() / len(y)).cpu()
+    return loader_accuracy(model, zip(x.split(batch), y.split(batch)))
 
 
 def loader_accuracy(model: torch.nn.Module, loader) -> torch.Tensor:
-    """:func:`accuracy` over the batches of ``loader`` (a split served from shards), on the model's device."""
+    """:func:`accuracy` over the (x, y) batches of ``loader`` (e.g. a split served from shards),
+    on the model's device."""
     device = next(model.parameters()).device
     correct, count = 0, 0
     with torch.no_grad():
@@ -186,7 +181,7 @@ def loader_accuracy(model: torch.nn.Module, loader) -> torch.Tensor:
 
 def streams(clean, data) -> bool:
     """Whether a grid's cells read ``data`` from shards on disk: image data served from files."""
-    return not stacked_retraining(clean) and getattr(data, "in_memory", True) is False
+    return not stacked_retraining(clean) and served_from_files(data)
 
 
 def stacked_retraining(clean) -> bool:

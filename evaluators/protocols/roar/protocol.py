@@ -96,7 +96,7 @@ def ranking_passes(model, data, cfg: RoarConfig, cache_dir: Path, shard: tuple[i
         raise InputError(f"--rankings_only: datamodule {type(data).__name__}; expected image data (stored_images)")
     present = data.split_sizes
     for name, options in cfg.estimators.items():
-        for split in [s for s in ("train", "test") if (s if s == "train" else data.eval_split) in present]:
+        for split in [s for s in ("train", "test") if data.stored_split_name(s) in present]:
             store = ranking_store(model, data, cfg, name, estimator_options(name, options or {}, data, cfg.seed),
                                   split, cache_dir, shard, shard_size)  # fmt: skip
             print(f"{name} {split}: {len(store.computed)} shard file(s) computed, {len(store.missing())} of "

@@ -53,6 +53,7 @@ from torch import nn
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from datamodules.roar import FRACTIONS, TIE_STREAM, UNITS, ranked_scores, removed_count, uniform_hash
+from datamodules.roar_shards import stored_size
 from evaluators.protocols.roar.estimators import estimator_maps
 from evaluators.protocols.roar.maps import _canonical, model_digest
 
@@ -249,7 +250,7 @@ def streamed_fill(datamodule, chunk: int = SHARD_SIZE, split: str = "train") -> 
     ``chunk`` images at a time (``stored_images``), as ``channel_stats`` sums them, so equal to it
     for a split in memory too. ``split="test"``: the evaluation split's mean instead, for a folder
     without ``train/`` (the measurement tools)."""
-    stored = "train" if split == "train" else datamodule.eval_split
+    stored = datamodule.stored_split_name(split)
     count = datamodule.split_sizes.get(stored, 0)
     if not count:
         raise InputError(f"{datamodule.source}: no {stored}/ split; ROAR's fill is the training images' mean")
@@ -303,7 +304,7 @@ def ranking_pass(model: nn.Module, datamodule, estimator: str, split: str, cache
     if not callable(getattr(datamodule, "stored_images", None)):
         raise InputError(f"datamodule {type(datamodule).__name__}; expected an image datamodule (stored_images)")
     datamodule.prepare_data()
-    count = datamodule.split_sizes["train" if split == "train" else datamodule.eval_split]
+    count = stored_size(datamodule, split)
     key = pass_key(model, datamodule, estimator, split, seed, chunk, shard_size, units, square, store, fractions,
                    options)  # fmt: skip
     root = Path(cache_dir).expanduser() / f"{split}-{estimator.replace(':', '-')}-{key[:16]}.rankings"
