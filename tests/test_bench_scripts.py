@@ -31,7 +31,7 @@ SHRUNK = {
     "insertion_deletion": {"N_IMAGES": 3, "STEPS": 4, "REFERENCE_RUN": ROOT / "no-such-run"},
     "optimised_aggregation": {"N_BATCHED": 2, "M_AGG": 6, "N_BATCHED_224": 2, "M_ROBUST_224": 6, "STEPS_224": 2,
                               "SIZE_224": 32, "REFERENCE_RUN": ROOT / "no-such-run", "DATA_DIR": ROOT / "no-such-data"},
-    "population": {"K": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
+    "population": {"K": 3, "K_NAIVE": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
     "sanity_checks": {"N_IMAGES": 2, "IG_STEPS": 2, "DATA_DIR": ROOT / "no-such-data"},
     "roar": {"TABULAR": RoarGrid(estimators={"saliency": {}}, fractions=[0.0, 0.5], retrainings=2, trainer=ROAR_STEPS),
@@ -284,6 +284,7 @@ def test_population_check(monkeypatch):
     from datamodules import FinancialDataModule
 
     monkeypatch.setattr(bench, "K", 4)
+    monkeypatch.setattr(bench, "K_NAIVE", 4)
     data = FinancialDataModule(dataset="german", batch_size=32)
     x_test, y_test = data.test_tensors
     _, acc_a = bench.one_by_one_lightning("german", 32, 4e-3, 1, x_test, y_test, data.num_features)
