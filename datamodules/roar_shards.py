@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import atomic_write, dead_writer, temporary_name
 from datamodules.roar import ModifiedDataModule, _check_datamodule
 
 FORMAT = 1
@@ -107,28 +106,13 @@ def write_modified_split(datamodule, split: str, modify: Callable, out_dir, name
     return folder
 
 
-def _dead_writer(tmp: Path) -> bool:
-    """Whether temporary file ``tmp`` (``.<name>.tmp-[<host>-]<pid>``) is a dead process's of this host."""
-    owner = tmp.name.rsplit(".tmp-", 1)[1]
-    host, _, pid = owner.rpartition("-")
-    if (host and host != socket.gethostname()) or not pid.isdigit():
-        return False  # another machine's writer (on a shared file system) may still be at work
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
 def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tuple[int, int], shape, chunk) -> None:
     for stale in folder.glob(f".{shard:05d}.*.tmp-*"):  # a killed writer's, left by kill -9 or a crash
-        if _dead_writer(stale):
+        if dead_writer(stale):
             stale.unlink(missing_ok=True)
     start, stop = span
     images = _shard_path(folder, shard, ".npy")
-    tmp = images.with_name(f".{images.name}.tmp-{socket.gethostname()}-{os.getpid()}")
+    tmp = temporary_name(images)
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(stop - start, *shape))
     labels = []
     try:

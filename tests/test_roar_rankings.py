@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,9 @@ from PIL import Image
 from datamodules.errors import InputError
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import FRACTIONS, RemoveAndRetrainDataModule, remove_top
+from evaluators.protocols.roar import grid as grid_module
 from evaluators.protocols.roar import maps as roar_maps
+from evaluators.protocols.roar.grid import RoarGrid
 from evaluators.protocols.roar.rankings import RankingStore, ranking_pass, removal_order, streamed_fill
 from lightning_modules.image_classifier import create_image_model
 
@@ -119,6 +122,42 @@ def test_sharded_passes_equal_one_pass_and_read_nothing_missing(tmp_path):
     one = ranking_pass(model, files, "smoothgrad", "train", tmp_path / "one", **options)
     assert one.root.name == half.root.name and shard_bytes(one) == shard_bytes(half)
     assert len(shard_bytes(one)) == 7  # the manifest and 6 shards of 2 images
+
+
+def test_launched_ranks_split_the_pass_and_keep_live_writers_files(tmp_path, monkeypatch):
+    """A process of a launched group (RANK/WORLD_SIZE, as torchrun sets them) computes its own
+    shards first, then those still missing from the last down, not the whole pass again; the
+    files equal one process's. The end-of-pass clean-up removes a dead writer's temporary file
+    and keeps a live process's and another machine's (a rank writing the same shard)."""
+    root = make_folder(tmp_path / "images")
+    model, files = tiny_model(), folder(root, tmp_path, False)
+    calls = []
+
+    def spy(*args, **kwargs):
+        store = ranking_pass(*args, **kwargs)
+        calls.append((kwargs["shard"], kwargs["descending"], store.computed))
+        return store
+
+    monkeypatch.setattr(grid_module, "ranking_pass", spy)
+    grid = RoarGrid(estimators={"saliency": {}}, fractions=[0.5], retrainings=1, unit="pixel")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ranked = grid_module.ranking_store(model, files, grid, "saliency", {}, "train", tmp_path / "two", shard_size=2)
+    assert calls == [((1, 2), False, [1, 3, 5]), (None, True, [4, 2, 0])]
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    calls.clear()
+    alone = grid_module.ranking_store(model, files, grid, "saliency", {}, "train", tmp_path / "one", shard_size=2)
+    assert calls == [(None, False, [0, 1, 2, 3, 4, 5])] and shard_bytes(alone) == shard_bytes(ranked)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    names = {"live": f".shard-000000.pt.tmp-{host}-{os.getpid()}", "dead": f".shard-000000.pt.tmp-{host}-{dead.pid}",
+             "elsewhere": ".shard-000000.pt.tmp-another-machine-1"}  # fmt: skip
+    for name in names.values():
+        (ranked.root / name).write_bytes(b"")
+    grid_module.ranking_store(model, files, grid, "saliency", {}, "train", tmp_path / "two", shard_size=2)
+    assert sorted(p.name for p in ranked.root.glob(".*.tmp-*")) == sorted([names["live"], names["elsewhere"]])
 
 
 def test_changed_model_or_folder_misses_and_bad_shards_are_redone(tmp_path):

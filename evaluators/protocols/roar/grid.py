@@ -41,6 +41,7 @@ import difflib
 import inspect
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -304,10 +305,30 @@ def ranking_store(clean: pl.LightningModule, data, grid: RoarGrid, estimator: st
                   shard_size: int = SHARD_SIZE) -> RankingStore:  # fmt: skip
     """The estimator's rankings of ``split`` for the grid's unit, ``square``, fractions and seed
     (``rankings.ranking_pass``, chunks of gcd(32, ``shard_size``) images), its shard files of
-    ``shard`` computed where missing: the same files whether ``--rankings_only`` or a cell made them."""
-    return ranking_pass(clean, data, estimator, split, rankings_dir, seed=grid.seed, shard=shard,
-                        chunk=math.gcd(PASS_CHUNK, shard_size), shard_size=shard_size, units=(grid.unit,),
-                        square=grid.square, fractions=grid.fractions, **options)  # fmt: skip
+    ``shard`` computed where missing: the same files whether ``--rankings_only`` or a cell made them.
+    Under a launcher of several processes (torchrun, srun) and ``shard=None``, each process first
+    computes its own part (i, k) = (rank, world size), then the parts still missing, last first, so
+    that it helps a slower rank from the other end instead of repeating the whole pass."""
+    def run(part: tuple[int, int] | None, descending: bool = False) -> RankingStore:
+        return ranking_pass(clean, data, estimator, split, rankings_dir, seed=grid.seed, shard=part,
+                            chunk=math.gcd(PASS_CHUNK, shard_size), shard_size=shard_size, units=(grid.unit,),
+                            square=grid.square, fractions=grid.fractions, descending=descending,
+                            **options)  # fmt: skip
+
+    rank, world = launched_rank()
+    if shard is not None or world == 1:
+        return run(shard)
+    run((rank, world))
+    return run(None, descending=True)
+
+
+def launched_rank() -> tuple[int, int]:
+    """(rank, world size) of this process as torchrun (``RANK``, ``WORLD_SIZE``) or SLURM's srun
+    (``SLURM_PROCID``, ``SLURM_NTASKS``) set them before the process group exists; (0, 1) alone."""
+    for rank, world in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if os.environ.get(rank, "").isdigit() and os.environ.get(world, "").isdigit():
+            return int(os.environ[rank]), max(int(os.environ[world]), 1)
+    return 0, 1
 
 
 def streamed_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell, rankings_dir: Path,

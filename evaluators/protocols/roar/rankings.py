@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import atomic_write, dead_writer
 from datamodules.roar import FRACTIONS, TIE_STREAM, UNITS, ranked_scores, removed_count, uniform_hash
 from datamodules.roar_shards import stored_size
 from evaluators.protocols.roar.estimators import estimator_maps
@@ -294,10 +294,12 @@ def _shard_payload(model, datamodule, estimator, split, key, start, stop, chunk,
 def ranking_pass(model: nn.Module, datamodule, estimator: str, split: str, cache_dir: str | Path, seed: int = 0,
                  chunk: int = PASS_CHUNK, shard_size: int = SHARD_SIZE, shard: tuple[int, int] | None = None,
                  units: Sequence[str] = ("element",), square: bool = True, store: str = "levels",
-                 fractions: Sequence[float] = FRACTIONS, **options) -> RankingStore:  # fmt: skip
+                 fractions: Sequence[float] = FRACTIONS, descending: bool = False,
+                 **options) -> RankingStore:  # fmt: skip
     """Compute the missing shard files of ``shard=(i, k)`` (None: all) of ``estimator``'s
     rankings of ``split`` (``"train"`` or ``"test"``) of image ``datamodule`` for ``units``,
-    and return the store (see the module's docstring). ``options`` go to ``estimator_maps``."""
+    and return the store (see the module's docstring). ``options`` go to ``estimator_maps``.
+    ``descending``: the last missing shard first (a process helping others that go up)."""
     shard = _check_options(split, tuple(units), store, chunk, shard_size, shard)
     fractions = _check_fractions(list(fractions))
     fractions = fractions if store == "levels" else fractions[-1:]
@@ -321,7 +323,7 @@ def ranking_pass(model: nn.Module, datamodule, estimator: str, split: str, cache
     if not path.is_file() or path.read_text() != text:
         atomic_write(path, lambda tmp: tmp.write_text(text))
     rankings = RankingStore(root)
-    todo = rankings.missing(shard)
+    todo = rankings.missing(shard)[::-1 if descending else 1]
     log.info("%s rankings of %s: %d of %d shard files to compute in %s", estimator, split, len(todo),
              len(range(shard[0], rankings.n_shards, shard[1])), root)  # fmt: skip
     for j in todo:
@@ -330,8 +332,9 @@ def ranking_pass(model: nn.Module, datamodule, estimator: str, split: str, cache
                                  store, fractions, options)  # fmt: skip
         data = _tensor_bytes(payload)
         atomic_write(rankings.shard_path(j), lambda tmp: tmp.write_bytes(data))
-    if not rankings.missing():  # every shard done: no temporary file of a killed pass is in flight any more
+    if not rankings.missing():  # every shard done: a dead pass's temporary files are left over
         for stale in root.glob(".shard-*.pt.tmp-*"):
-            stale.unlink(missing_ok=True)
+            if dead_writer(stale):  # not a live process's (another DDP rank may still write a copy)
+                stale.unlink(missing_ok=True)
     rankings.computed = todo
     return rankings
