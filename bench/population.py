@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
             "c_effective_gflops": flops / t_c / 1e9, "c_fraction_of_peak": flops / t_c / 1e9 / peak,
             "peak_rss_mib": {"a": mem_a, "b": mem_b, "c": mem_c},
             **checked,
-            "mean_test_acc": {"a": sum(acc_a) / K_NAIVE, "b": sum(acc_b) / K_NAIVE, "c": sum(acc_c) / K},
+            "mean_test_acc": {"a": statistics.fmean(acc_a), "b": statistics.fmean(acc_b), "c": statistics.fmean(acc_c)},
         }  # fmt: skip
         res["ratio_c_a"] = res["c_member_epochs_per_s"] / res["a_member_epochs_per_s"]
         res["ratio_c_b"] = res["c_member_epochs_per_s"] / res["b_member_epochs_per_s"]

@@ -140,12 +140,11 @@ def test_launched_ranks_split_the_pass_and_keep_live_writers_files(tmp_path, mon
 
     monkeypatch.setattr(grid_module, "ranking_pass", spy)
     grid = RoarGrid(estimators={"saliency": {}}, fractions=[0.5], retrainings=1, unit="pixel")
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name, value in {"TORCHELASTIC_RUN_ID": "test", "RANK": "1", "WORLD_SIZE": "2"}.items():  # as torchrun sets
+        monkeypatch.setenv(name, value)
     ranked = grid_module.ranking_store(model, files, grid, "saliency", {}, "train", tmp_path / "two", shard_size=2)
     assert calls == [((1, 2), False, [1, 3, 5]), (None, True, [4, 2, 0])]
-    monkeypatch.delenv("RANK")
-    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
     calls.clear()
     alone = grid_module.ranking_store(model, files, grid, "saliency", {}, "train", tmp_path / "one", shard_size=2)
     assert calls == [(None, False, [0, 1, 2, 3, 4, 5])] and shard_bytes(alone) == shard_bytes(ranked)

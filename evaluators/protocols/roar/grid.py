@@ -41,7 +41,6 @@ import difflib
 import inspect
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,6 +48,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
 from datamodules.errors import InputError
 from datamodules.files import atomic_write
@@ -323,11 +323,12 @@ def ranking_store(clean: pl.LightningModule, data, grid: RoarGrid, estimator: st
 
 
 def launched_rank() -> tuple[int, int]:
-    """(rank, world size) of this process as torchrun (``RANK``, ``WORLD_SIZE``) or SLURM's srun
-    (``SLURM_PROCID``, ``SLURM_NTASKS``) set them before the process group exists; (0, 1) alone."""
-    for rank, world in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        if os.environ.get(rank, "").isdigit() and os.environ.get(world, "").isdigit():
-            return int(os.environ[rank]), max(int(os.environ[world]), 1)
+    """(rank, world size) of this process as the Trainer will see them, read before the process
+    group exists: Lightning's own detection of torchrun and SLURM's srun; (0, 1) alone."""
+    for environment in (TorchElasticEnvironment, SLURMEnvironment):
+        if environment.detect():
+            found = environment()
+            return found.global_rank(), max(found.world_size(), 1)
     return 0, 1
 
 
