@@ -24,8 +24,10 @@ import pandas as pd
 import torch
 from sklearn.model_selection import train_test_split
 
-from datamodules.errors import InputError
+from datamodules.errors import InputError, shorten
 from datamodules.table_columns import (
+    INFERENCE_RULE,
+    MAX_CATEGORIES,
     check_columns,
     first_rows,
     inspect_columns,
@@ -64,8 +66,9 @@ def encode(frame: pd.DataFrame, features: list[dict], impute: set[str], unseen: 
     """The rows of ``frame`` encoded by the fitted ``features`` (float64, one column per
     numeric feature, one per category of a categorical one): missing values of the columns in
     ``impute`` filled with the training median or mode; a category not seen in training an
-    error, or (``unseen='ignore'``) an all-zero one-hot with a warning; ``row_name``: where the
-    row of an index label lies, for errors."""
+    all-zero one-hot (``unseen='ignore'``, as scikit-learn's ``handle_unknown='ignore'``) with
+    one warning per column naming the values and their rows, or (``unseen='error'``) an error;
+    ``row_name``: where the row of an index label lies, for errors."""
     blocks = []
     for feature in features:
         column = feature["column"]
@@ -79,13 +82,14 @@ def encode(frame: pd.DataFrame, features: list[dict], impute: set[str], unseen: 
         unknown = strings.notna() & ~strings.isin(feature["categories"])
         if unknown.any():
             count, row = first_rows(unknown)
-            value = strings[row]
             if unseen == "error":
-                raise InputError(f"{source}: column {column!r} holds {value!r} ({row_name(row)}), a category not in "
-                                 f"the training split {feature['categories']}; expected one of them (option "
-                                 "unseen_category: ignore encodes it as all-zero)")  # fmt: skip
-            log.warning(f"{source}: column {column!r}: {count} rows hold categories not in the training split "
-                        f"(first {value!r}); encoded as all-zero")  # fmt: skip
+                raise InputError(f"{source}: column {column!r} holds {strings[row]!r} ({row_name(row)}, {count} such "
+                                 f"rows), a category not in the training split [{shorten(feature['categories'])}]; "
+                                 "expected one of them (option unseen_category: ignore encodes it as all-zero)")
+            values = strings[unknown].value_counts()
+            log.warning(f"{source}: column {column!r}: {count} rows (first at {row_name(row)}) hold values not in the "
+                        f"training split: {shorten(values.items(), 200, lambda v: f'{v[0]!r} ({v[1]} rows)')}; "
+                        "encoded as all-zero one-hot (option unseen_category: error refuses them)")  # fmt: skip
         categories = np.asarray(feature["categories"], dtype=object)
         blocks.append((strings.to_numpy(dtype=object)[:, None] == categories[None, :]).astype(np.float64))
     return np.concatenate(blocks, axis=1) if blocks else np.zeros((len(frame), 0))
@@ -119,12 +123,16 @@ class CSVDataModule(TabularDataModule):
 
     Options: ``columns`` (the features to keep; default all but the target and split
     column), ``drop`` (columns to leave out); ``categorical``/``numeric`` declare column
-    kinds, the rest are inferred (``datamodules.table_columns``; a warning names them);
-    ``integer_categories``: the most distinct values an integer column may hold to be
-    inferred categorical; ``missing``: ``error`` (default), ``impute`` (training median or
+    kinds, the rest are inferred (``datamodules.table_columns``: numbers, integers included,
+    numeric; text and booleans categorical; a warning lists every column's kind and the rule
+    that gave it); ``integer_categories`` N > 0 (default 0: none) takes integer columns with
+    at most N distinct values as categorical; ``max_categories``: the most categories a
+    categorical column may hold (more are refused, with the size of their one-hot encoding);
+    ``missing``: ``error`` (default), ``impute`` (training median or
     mode) or ``drop`` (the rows), for all columns or per column as a mapping (columns not in
-    it: ``error``); ``unseen_category``: ``error`` (default) or ``ignore`` (all-zero one-hot)
-    for a category the training split does not hold. Split: seeded and stratified
+    it: ``error``); ``unseen_category``: ``ignore`` (default: an all-zero one-hot and a
+    warning naming column, values and rows) or ``error`` for a category the training split
+    does not hold. Split: seeded and stratified
     (``test_fraction``, ``split_seed``, ``stratify``), or by ``split_column`` (values
     ``train``/``test``), or ``test_path``, a second file with the same columns. ``fitted``:
     a fitted transform (:attr:`fitted_transform`, written by ``train.py``) applied instead
@@ -143,8 +151,9 @@ class CSVDataModule(TabularDataModule):
         categorical: list[str] | None = None,
         numeric: list[str] | None = None,
         missing: MissingPolicy | dict[str, MissingPolicy] = "error",
-        unseen_category: Literal["error", "ignore"] = "error",
-        integer_categories: int = 10,
+        unseen_category: Literal["error", "ignore"] = "ignore",
+        integer_categories: int = 0,
+        max_categories: int = MAX_CATEGORIES,
         split_column: str | None = None,
         test_path: str | None = None,
         fitted: dict | None = None,
@@ -155,12 +164,16 @@ class CSVDataModule(TabularDataModule):
             raise InputError("options split_column and test_path both given; expected at most one way to split")
         if unseen_category not in ("error", "ignore"):
             raise InputError(f"option unseen_category={unseen_category!r}; expected 'error' or 'ignore'")
+        limits = (("integer_categories", integer_categories, 0), ("max_categories", max_categories, 1))
+        for option, value, least in limits:
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InputError(f"option {option}={value!r}; expected an integer of at least {least}")
         self.path, self.target = Path(path).expanduser(), target
         self.test_path = None if test_path is None else Path(test_path).expanduser()
         self.columns, self.drop = list(columns or []), list(drop or [])
         self.categorical, self.numeric = list(categorical or []), list(numeric or [])
         self.missing, self.unseen_category, self.integer_categories = missing, unseen_category, integer_categories
-        self.split_column, self.fitted = split_column, fitted
+        self.max_categories, self.split_column, self.fitted = max_categories, split_column, fitted
         self.name = self.dataset_name({"path": path})
         if fitted is not None and fitted.get("version") != FITTED_VERSION:
             raise InputError(f"option fitted: version {fitted.get('version')!r}; expected a transform written by "
@@ -215,13 +228,11 @@ class CSVDataModule(TabularDataModule):
         features = self.columns or [c for c in frame.columns if c not in (self.target, self.split_column)]
         features = [c for c in features if c not in self.drop and c not in (self.target, self.split_column)]
         plan = inspect_columns(self.path, frame, features, self.categorical, self.numeric, self.columns,
-                               self.integer_categories)  # fmt: skip
+                               self.integer_categories, self.max_categories, self._row_name)  # fmt: skip
         if plan.dropped:
             log.warning(f"{self.path}: dropped {plan.dropped} (declare a column in numeric or categorical to keep it)")
-        if plan.inferred:
-            inferred = {k: [c for c in plan.inferred if plan.kinds[c] == k] for k in ("numeric", "categorical")}
-            log.warning(f"{self.path}: inferred column kinds {inferred} (declare them with the options numeric and "
-                        "categorical)")  # fmt: skip
+        if plan.kinds:
+            log.warning(f"{self.path}: column kinds: {plan.summary()}. Rule: {INFERENCE_RULE}")
         if not plan.kinds:
             raise InputError(f"{self.path}: no feature columns left (dropped: {plan.dropped}); expected at least one")
         return plan.kinds

@@ -22,7 +22,7 @@ from datamodules.errors import InputError, OneLineParser, run_entry_point
 from datamodules.image_cache import describe_archive, is_archive
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
 from datamodules.specs import DATASETS
-from datamodules.table_columns import describe_table, is_table_file
+from datamodules.table_columns import INFERENCE_RULE, MAX_CATEGORIES, describe_table, is_table_file
 from datamodules.tabular import FinancialDataModule
 
 BUILT_IN_IMAGE_SETS = {"mnist5k": MNIST5kDataModule, "fashion_mnist": FashionMNISTDataModule}
@@ -58,18 +58,21 @@ def is_table(name: str) -> bool:
     return is_table_file(path) and not (path.is_file() and is_archive(path)) and not name.endswith(".tar.gz")
 
 
-def print_table(console: Console, name: str, target: str | None) -> None:
-    """Rows, columns (type, kind, missing and distinct values, use) and classes of a table file."""
+def print_table(console: Console, name: str, target: str | None, integer_categories: int = 0,
+                max_categories: int = MAX_CATEGORIES) -> None:  # fmt: skip
+    """Rows, columns (type, missing and distinct values, use: the kind, the rule that gave it)
+    and classes of a table file, and the inference rule with the options that change it."""
     if target is None:
         raise InputError(f"{name}: option --target is missing; expected the name of the table's class column")
-    info = describe_table(name, target)
+    info = describe_table(name, target, integer_categories, max_categories)
     table = Table(title=f"{info['file']}: {info['rows']:,} rows; {info['features_encoded']} features after one-hot "
                         "encoding (kinds inferred as CSVDataModule infers them)")  # fmt: skip
-    for col in ["column", "type", "missing", "distinct", "use"]:
-        table.add_column(col, justify="left" if col in ("column", "type", "use") else "right")
+    for col in ["column", "type", "missing", "distinct", "use", "rule"]:
+        table.add_column(col, justify="right" if col in ("missing", "distinct") else "left")
     for c in info["columns"]:
-        table.add_row(c["column"], c["dtype"], f"{c['missing']:,}", f"{c['distinct']:,}", c["use"])
+        table.add_row(c["column"], c["dtype"], f"{c['missing']:,}", f"{c['distinct']:,}", c["use"], c["rule"])
     console.print(table)
+    console.print(f"column kinds: {info['kinds']}.\nRule: {INFERENCE_RULE}.", markup=False, highlight=False)
     classes = Table(title=f"classes of {target!r}")
     classes.add_column("class")
     classes.add_column("rows", justify="right")
@@ -88,6 +91,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--data-dir", default=None, help="folder holding <dataset>/<raw file>; default: embedded")
     parser.add_argument("--target", default=None, help="a table's class column")
+    parser.add_argument("--integer-categories", type=int, default=0, metavar="N",
+                        help="a table's integer columns with at most N distinct values are categorical (default 0: "
+                        "integers are numeric), as CSVDataModule's option integer_categories")
+    parser.add_argument("--max-categories", type=int, default=MAX_CATEGORIES, metavar="N",
+                        help="a categorical column with more categories is refused, as CSVDataModule's option")
     args = parser.parse_args(argv)
     tables = [n for n in args.datasets if is_table(n)]
     if args.datasets:
@@ -99,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         image_names = available_image_sets(args.data_dir)
     console = Console(width=120)
     for name in tables:
-        print_table(console, name, args.target)
+        print_table(console, name, args.target, args.integer_categories, args.max_categories)
     if names:
         table = Table(title="Datasets after preprocessing (Ley et al., Appendix A.1)")
         for col in ["dataset", "rows", "paper rows", "features", "paper features", "positive rate", "train", "test"]:

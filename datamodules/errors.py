@@ -39,6 +39,21 @@ def input_error_in(err: BaseException | None) -> InputError | None:
     return None
 
 
+def shorten(values, limit: int = 300, render=repr) -> str:
+    """``values`` joined by ", " (each by ``render``: ``repr`` quotes text as ``'abc'``),
+    as many of the first as fit in about ``limit`` characters, then "and N more": so a
+    message listing a column's categories or a table's columns stays about one line."""
+    values = list(values)
+    shown: list[str] = []
+    for value in values:
+        text = render(value)
+        if shown and len(", ".join([*shown, text])) > limit:
+            break
+        shown.append(text[:limit])
+    rest = len(values) - len(shown)
+    return ", ".join(shown) + (f" and {rest:,} more" if rest else "")
+
+
 def one_line(message: str) -> str:
     return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
 

@@ -58,8 +58,11 @@ def test_binary_table_kinds_encoding_and_dropped_columns_with_warnings(table, tm
         names = dm.feature_names
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "'customer': 'ID-like'" in messages and "'country': 'constant'" in messages
-    assert "'numeric': ['income'], 'categorical': ['city', 'children']" in messages
-    assert names == ["income", "city=oslo", "city=paris", "city=rome", *[f"children={k}" for k in range(4)]]
+    assert ("column kinds: 1 numeric (numbers): income; 1 categorical (text): city (3 categories); "
+            "1 numeric (integers): children. Rule: numbers, integers included, are numeric") in messages
+    assert names == ["income", "city=oslo", "city=paris", "city=rome", "children"]
+    opted = CSVDataModule(path=path, target="label", integer_categories=4)  # integers with <= 4 values categorical
+    assert opted.feature_names == [*names[:-1], *[f"children={k}" for k in range(4)]]
     y = torch.cat([dm.train_tensors[1], dm.test_tensors[1]])
     assert torch.bincount(y).tolist() == [(frame.label == "bad").sum(), (frame.label == "good").sum()]
     parquet = CSVDataModule(path=write(frame, tmp_path / "scores.parquet"), target="label")
@@ -174,12 +177,13 @@ def test_category_only_in_the_test_split_is_an_error_or_all_zero(tmp_path, caplo
     frame["split"] = ["test" if i % 5 == 0 else "train" for i in range(len(frame))]
     frame.loc[[5, 10], "city"] = "lima"  # test rows only
     path = write(frame, tmp_path / "cities.csv")
-    with pytest.raises(InputError, match=r"column 'city' holds 'lima' \(data row 6\), a category not in the train"):
-        CSVDataModule(path=path, target="label", split_column="split").feature_names
-    dm = CSVDataModule(path=path, target="label", split_column="split", unseen_category="ignore")
+    with pytest.raises(InputError, match=r"column 'city' holds 'lima' \(data row 6, 2 such rows\), a category not in"):
+        CSVDataModule(path=path, target="label", split_column="split", unseen_category="error").feature_names
+    dm = CSVDataModule(path=path, target="label", split_column="split")  # default: ignore
     with caplog.at_level(logging.WARNING):
         x_test, _ = dm.test_tensors
-    assert "column 'city': 2 rows hold categories not in the training split (first 'lima')" in caplog.text
+    assert ("column 'city': 2 rows (first at data row 6) hold values not in the training split: 'lima' (2 rows); "
+            "encoded as all-zero one-hot") in caplog.text
     assert "city=lima" not in dm.feature_names and len(dm.test_tensors[1]) == 18
     cities = [dm.feature_names.index(f"city={c}") for c in ["oslo", "paris", "rome"]]
     mean, std = (torch.tensor(dm.fitted_transform[k], dtype=torch.float64)[cities] for k in ("mean", "std"))
@@ -211,9 +215,9 @@ def test_describe_a_table_file(table, capsys):
         run_entry_point(describe_cli.main, [path, "--target", "label"])
     assert stop.value.code == 0
     out = capsys.readouterr().out
-    for expected in ["90 rows; 8 features after one-hot", "customer", "dropped (ID-like)", "dropped (constant)",
-                     "categorical", "numeric", "target"]:  # fmt: skip
-        assert expected in out
+    for expected in ["90 rows; 5 features after one-hot", "customer", "dropped (ID-like)", "dropped (constant)",
+                     "categorical (3 categories)", "numeric", "integers", "target", "Rule: numbers, integers"]:
+        assert expected in " ".join(out.split())  # rich wraps the title
     counts = make_table().label.value_counts()
     for label in ("bad", "good"):
         assert re.search(rf"│ {label}\s+│\s+{counts[label]} │", out), out
@@ -245,7 +249,7 @@ def test_train_on_a_csv_then_evaluate_the_run(table, tmp_path, capsys):
         (None, ["--data.target", "outcome"], "scores.csv: no column 'outcome' (option target); expected one of"),
         ("one_class", [], "the target column 'label' holds 1 class ['bad']; expected at least 2 classes"),
         ("text", ["--data.numeric", "[income]"], "numeric column 'income' holds 'unknown' (data row 3, 1 such rows)"),
-        ("unseen", ["--data.split_column", "split"], "column 'city' holds 'lima'"),
+        ("unseen", ["--data.split_column", "split", "--data.unseen_category", "error"], "column 'city' holds 'lima'"),
         ("missing_file", [], "nothing.csv: file not found (option path)"),
         (None, ["--data.columns", "[income, salary]"], "option columns names ['salary'], not columns of the table"),
         (None, ["--data.drop", "[salary]"], "option drop names ['salary'], not columns of the table"),
