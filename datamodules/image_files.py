@@ -86,14 +86,22 @@ def _geometry(image_size: int | None, crop_fraction: float):
 class ImageFileDataset(Dataset):
     """``ImageFolder``-style: (path, label) pairs decoded in ``__getitem__`` and transformed.
 
-    A file PIL cannot decode raises an ``InputError`` naming it."""
+    A file PIL cannot decode raises an ``InputError`` naming it; so does one whose transformed
+    tensor is not ``expected`` = ((height, width), the file that set them) where given."""
 
-    def __init__(self, samples: list[tuple[Path, int]], mode: str, transform) -> None:
-        self.samples, self.mode, self.transform = samples, mode, transform
+    def __init__(self, samples: list[tuple[Path, int]], mode: str, transform,
+                 expected: tuple[tuple[int, int], Path] | None = None) -> None:  # fmt: skip
+        self.samples, self.mode, self.transform, self.expected = samples, mode, transform, expected
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, i: int):
         path, label = self.samples[i]
-        return self.transform(_open_image(path, self.mode)), label
+        image = self.transform(_open_image(path, self.mode))
+        if self.expected is not None and tuple(image.shape[-2:]) != tuple(self.expected[0]):
+            (height, width), first = self.expected
+            size = f"{image.shape[-1]}x{image.shape[-2]}"
+            raise InputError(f"image file {str(path)!r} is {size}; expected {width}x{height} "
+                             f"like {str(first)!r} (pass image_size to resize every image to one size)")
+        return image, label

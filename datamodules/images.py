@@ -176,8 +176,9 @@ class ImageFolderDataModule(ImageDataModule):
                         f"class folder {str(root / split / name)!r} holds no image files; expected at least one "
                         f"{'/'.join(IMAGE_EXTENSIONS)} file"
                     )
-        if not every:
-            raise InputError(f"{root}: the split folders hold no class folders; expected <split>/<class>/<image>")
+        if len(every) < 2:
+            raise InputError(f"{root}: the split folders hold {len(every)} class folder(s) {every}; expected at least "
+                             "2 classes, each a folder <split>/<class>/<image>")  # fmt: skip
         samples = {
             split: [(p, label) for label, name in enumerate(every) for p in classes[name]]
             for split, (classes, _) in scans.items()
@@ -287,7 +288,7 @@ class ImageFolderDataModule(ImageDataModule):
         from torchvision import transforms
 
         transform = transforms.Compose([*_geometry(self.image_size, self.crop_fraction), transforms.PILToTensor()])
-        dataset = ImageFileDataset(self._layout["samples"][split], self._layout["mode"], transform)
+        dataset = ImageFileDataset(self._layout["samples"][split], self._layout["mode"], transform, self._expected)
         loader = DataLoader(dataset, batch_size=None, num_workers=self.num_workers)
         total = squares = 0
         count = 0
@@ -347,7 +348,13 @@ class ImageFolderDataModule(ImageDataModule):
         if train and self.horizontal_flip:
             steps.append(transforms.RandomHorizontalFlip())
         steps += [transforms.ToTensor(), transforms.Normalize(mean, std)]
-        return ImageFileDataset(self._served_samples(split), self._layout["mode"], transforms.Compose(steps))
+        return ImageFileDataset(self._served_samples(split), self._layout["mode"], transforms.Compose(steps),
+                                self._expected)  # fmt: skip
+
+    @property
+    def _expected(self) -> tuple[tuple[int, int], Path]:
+        """The served (height, width) every streamed image must have, and the file that set it."""
+        return self.image_shape[1:], self._layout["first"]
 
 
 # --- built-in small sets -------------------------------------------------------------
