@@ -88,7 +88,7 @@ def encode(frame: pd.DataFrame, features: list[dict], impute: set[str], unseen: 
                                  "expected one of them (option unseen_category: ignore encodes it as all-zero)")
             values = strings[unknown].value_counts()
             log.warning(f"{source}: column {column!r}: {count} rows (first at {row_name(row)}) hold values not in the "
-                        f"training split: {shorten(values.items(), 200, lambda v: f'{v[0]!r} ({v[1]} rows)')}; "
+                        f"training split: {shorten(values.items(), 120, lambda v: f'{v[0]!r} ({v[1]} rows)')}; "
                         "encoded as all-zero one-hot (option unseen_category: error refuses them)")  # fmt: skip
         categories = np.asarray(feature["categories"], dtype=object)
         blocks.append((strings.to_numpy(dtype=object)[:, None] == categories[None, :]).astype(np.float64))

@@ -57,6 +57,8 @@ def read_table(path: str | Path, columns: list[str] | None = None, option: str =
         sep = "\t" if path.suffix.lower() == ".tsv" else ","
         check_header(path, pd.read_csv(path, sep=sep, header=None, nrows=1, dtype=str).iloc[0].tolist())
         return pd.read_csv(path, usecols=columns, sep=sep, low_memory=False, nrows=nrows)
+    except InputError:
+        raise
     except ImportError as err:
         raise InputError(f"{path}: reading Parquet needs pyarrow ({err}); run `make install`") from None
     except (ValueError, OSError, pd.errors.ParserError) as err:
@@ -212,12 +214,12 @@ def check_cardinality(path: Path | str, column: str, values: pd.Series, rows: in
     rows); more than ``max_categories`` refused with the size of their one-hot encoding."""
     distinct = int(values.nunique())
     if distinct > max_categories:
-        first = pd.unique(label_strings(values.iloc[:2000]))[:20]
+        first = pd.unique(label_strings(values.iloc[:100]))[:3]
         raise InputError(f"{path}: column {column!r} ({'declared categorical' if rule == 'declared' else rule}) "
-                         f"holds {distinct:,} distinct values ({shorten(first, 100)} ...): one-hot encoding would "
+                         f"holds {distinct:,} distinct values ({shorten(first, 60)}, ...): one-hot encoding would "
                          f"make {distinct:,} columns, {format_bytes(8.0 * distinct * rows)} for {rows:,} rows; "
-                         f"expected at most max_categories={max_categories} categories (leave the column out with "
-                         "option drop, declare it numeric if its values are numbers, or raise max_categories)")
+                         f"expected at most max_categories={max_categories} (leave the column out: option drop; "
+                         "or declare it numeric, or raise max_categories)")
     return distinct
 
 
@@ -243,6 +245,8 @@ def inspect_columns(path: Path | str, frame: pd.DataFrame, features: list[str], 
             kind, rule = ("categorical" if column in categorical else "numeric"), "declared"
         else:
             kind, rule = inspect_column(values, len(frame), integer_categories)
+            if is_text(values) and not pd.api.types.is_bool_dtype(values):
+                check_numbers_in_text(path, column, values, row_name)
             if kind in ("constant", "ID-like"):
                 if column in named:
                     what = "one value in every row" if kind == "constant" else "a different value in every row"
@@ -250,8 +254,6 @@ def inspect_columns(path: Path | str, frame: pd.DataFrame, features: list[str], 
                                      "expected a feature (declare it in numeric or categorical to keep it anyway)")
                 plan.dropped[column] = kind
                 continue
-            if rule == "text":
-                check_numbers_in_text(path, column, values, row_name)
             plan.inferred.append(column)
         if kind == "categorical":
             plan.categories[column] = check_cardinality(path, column, values, len(frame), rule, max_categories)

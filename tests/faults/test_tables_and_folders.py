@@ -139,7 +139,7 @@ def test_duplicate_headers_are_refused_naming_both_positions(tmp_path):
     path = tmp_path / "dup.csv"
     path.write_text("x1,x2,x1,y\n" + "".join(f"{i},{i % 3},{i * 2},{i % 2}\n" for i in range(20)))
     result = run_in_process("-m", "datamodules.describe", str(path), "--target", "y")
-    assert_one_line_error(result, "dup.csv: the header names 'x1' (columns 1 and 3) twice; expected distinct column")
+    assert_one_line_error(result, f"error: {path}: the header names 'x1' (columns 1 and 3) twice; expected distinct")
 
 
 def test_a_column_of_7000_distinct_strings_is_refused_with_count_and_memory(tmp_path):
