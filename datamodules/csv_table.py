@@ -229,12 +229,13 @@ class CSVDataModule(TabularDataModule):
         features = [c for c in features if c not in self.drop and c not in (self.target, self.split_column)]
         plan = inspect_columns(self.path, frame, features, self.categorical, self.numeric, self.columns,
                                self.integer_categories, self.max_categories, self._row_name)  # fmt: skip
+        dropped = "{" + shorten(plan.dropped.items(), render=lambda item: f"{item[0]!r}: {item[1]!r}") + "}"
         if plan.dropped:
-            log.warning(f"{self.path}: dropped {plan.dropped} (declare a column in numeric or categorical to keep it)")
+            log.warning(f"{self.path}: dropped {dropped} (declare a column in numeric or categorical to keep it)")
         if plan.kinds:
             log.warning(f"{self.path}: column kinds: {plan.summary()}. Rule: {INFERENCE_RULE}")
         if not plan.kinds:
-            raise InputError(f"{self.path}: no feature columns left (dropped: {plan.dropped}); expected at least one")
+            raise InputError(f"{self.path}: no feature columns left (dropped: {dropped}); expected at least one")
         return plan.kinds
 
     def _policies(self, kinds: dict[str, str]) -> dict[str, str]:
@@ -276,7 +277,7 @@ class CSVDataModule(TabularDataModule):
         unknown = ~labels.isin(self.class_names)
         if unknown.any():
             raise InputError(f"{source}: the target column {self.target!r} holds {labels[unknown].iloc[0]!r}; "
-                             f"expected one of the run's classes {self.class_names}")  # fmt: skip
+                             f"expected one of the run's classes [{shorten(self.class_names)}]")  # fmt: skip
         y = labels.map({name: k for k, name in enumerate(self.class_names)}).to_numpy(np.int64)
         features = frame.loc[keep, list(kinds)]  # index: the row's position in _frames, for errors
         self._is_test, self._kinds, self._policy = (None if is_test is None else is_test[keep]), kinds, policies

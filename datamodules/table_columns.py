@@ -203,9 +203,9 @@ def check_numbers_in_text(path: Path | str, column: str, values: pd.Series, row_
     first = values.index[stray][0]
     others = pd.unique(values[stray].astype(str))
     raise InputError(f"{path}: column {column!r} holds {int(stray.sum()):,} non-numeric values among "
-                     f"{int((~stray).sum()):,} numbers: {shorten(others)} (first at {row_name(first)}); expected "
-                     "numbers (leave a cell empty for a missing value: option missing) or declare the column "
-                     "categorical (option categorical)")  # fmt: skip
+                     f"{int((~stray).sum()):,} numbers: {shorten(others, 60)} (first at {row_name(first)}); expected "
+                     "numbers (an empty cell is a missing value: option missing), or declare the column categorical "
+                     "or drop it (options categorical, drop)")  # fmt: skip
 
 
 def check_cardinality(path: Path | str, column: str, values: pd.Series, rows: int, rule: str,

@@ -130,6 +130,12 @@ def test_a_stray_word_in_a_numeric_column_is_named_as_written(tmp_path):
     assert_one_line_error(result, "column 'income' holds 1 non-numeric values among 199 numbers: 'abc' (first at "
                                   "data row 58); expected numbers")  # fmt: skip
     assert short(result.stderr, path) and not (tmp_path / "runs").exists()
+    frame.loc[100:159, "income"] = [f"n/a-{i}" for i in range(60)]  # 61 stray values: the first ones, then how many
+    frame.to_csv(path, index=False)
+    stray = r"holds 61 non-numeric values among 139 numbers: 'abc', 'n/a-0', .* more \("
+    with pytest.raises(InputError, match=stray) as err:
+        CSVDataModule(path=str(path), target="y").feature_names
+    assert short(str(err.value), path)
     frame["income"] = np.where(np.arange(200) < 150, rng.choice(["low", "high"], 200), frame.income)
     frame.to_csv(path, index=False)  # mostly words: a categorical column with a few numbers among its categories
     assert CSVDataModule(path=str(path), target="y").fitted_transform["features"][0]["kind"] == "categorical"
