@@ -153,6 +153,13 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         return self._arrays["feature_names"]
 
     @property
+    def standardisation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training split's mean and std per column (float32, a constant column's std 1) that
+        the served rows are standardised with: raw = served * std + mean."""
+        return (torch.as_tensor(self._arrays["mean"], dtype=torch.float32),
+                torch.as_tensor(self._arrays["std"], dtype=torch.float32))  # fmt: skip
+
+    @property
     def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The training rows and their labels as served (permuted with option ``permute_labels``)."""
         return self._arrays["x_train"], self._train_labels
