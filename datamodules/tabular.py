@@ -156,8 +156,7 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     def standardisation(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The training split's mean and std per column (float32, a constant column's std 1) that
         the served rows are standardised with: raw = served * std + mean."""
-        return (torch.as_tensor(self._arrays["mean"], dtype=torch.float32),
-                torch.as_tensor(self._arrays["std"], dtype=torch.float32))  # fmt: skip
+        return tuple(torch.from_numpy(np.array(self._arrays[key], dtype=np.float32)) for key in ("mean", "std"))
 
     @property
     def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
