@@ -53,6 +53,8 @@ import yaml
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
 from evaluators.inputs.config import load_config, population_kind
+from evaluators.inputs.model_inputs import MODEL_INPUTS
+from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
 from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found
 from evaluators.inputs.runs import load_run
 from evaluators.protocols.explanation_grid import explanation_grid
@@ -138,12 +140,25 @@ def add_model_options(parser) -> None:
                         help="its init arguments, a YAML mapping, e.g. '{num_classes: 10}'")
     parser.add_argument("--data_config", default=None,
                         help="a YAML file whose data: section is the model file's data (a train.py config)")
+    add_input_options(parser)
+
+
+def add_input_options(parser) -> None:
+    """The options choosing what a model file gets (``evaluators.inputs.model_inputs``)."""
+    parser.add_argument("--model_inputs", default=None, choices=MODEL_INPUTS,
+                        help="data (default): the inputs as the datamodule serves them (standardised); raw: "
+                             "before its standardisation (a table's encoded rows, pixel values in [0, 1])")
+    for name, of in (("mean", "subtracts"), ("std", "divides by")):
+        parser.add_argument(f"--model_{name}", default=None, type=yaml.safe_load, metavar="YAML",
+                            help=f"the {name} the model {of} from the raw inputs: a list, one per feature or "
+                                 "channel, or one number (with --model_mean and --model_std)")  # fmt: skip
 
 
 def model_options(args) -> dict:
     if args.model_args is not None and not isinstance(args.model_args, dict):
         raise InputError(f"--model_args {args.model_args!r}: expected a YAML mapping, e.g. '{{num_classes: 10}}'")
-    return {"model_class": args.model_class, "model_args": args.model_args, "data_config": args.data_config}
+    return {"model_class": args.model_class, "model_args": args.model_args, "data_config": args.data_config,
+            **{option: getattr(args, option) for option in MODEL_INPUT_OPTIONS}}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -181,6 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
             sub.add_argument("--run", default=None, help="override the config's train.py run folder or model file")
             sub.add_argument("--model_class", default=None, help="a model file's class path (docs/your_model.md)")
             sub.add_argument("--data_config", default=None, help="a YAML file whose data: is a model file's data")
+            add_input_options(sub)
         sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
         sub.add_argument("--output_dir", default=None)
         if spec.has_sets:
@@ -213,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"grid: {report['png']}")
         return report
     spec = PROTOCOLS[args.command]
-    keys = ("population", "run", "model_class", "data_config", "data_dir", "n_sets", "output_dir")
+    keys = ("population", "run", "model_class", "data_config", *MODEL_INPUT_OPTIONS, "data_dir", "n_sets", "output_dir")
     overrides = {k: getattr(args, k, None) for k in keys}
     for setting in args.settings:
         key, sep, value = setting.partition("=")

@@ -51,7 +51,7 @@ from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
 from evaluators.inputs.config import read_yaml
-from evaluators.inputs.sources import check_checkpoint
+from evaluators.inputs.model_fit import check_resumed_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
 from lightning_modules.population_base import Population
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
@@ -245,14 +245,14 @@ def drop_unaccepted_links(model: pl.LightningModule) -> None:
 
 def resume_args(args: list[str]) -> list[str]:
     """``--resume RUN`` composes the run's own saved config first, so nothing need be repeated;
-    the run's last checkpoint, where there is one, must be readable."""
+    the run's last checkpoint, where there is one, must be readable and of the run's model class."""
     if "--resume" in args:
         run_dir = Path(args[args.index("--resume") + 1])
         config = run_dir / "config.yaml"
         if not config.is_file():
             raise InputError(f"--resume {run_dir}: no config.yaml there; expected a run folder written by train.py")
         if (run_dir / "checkpoints" / "last.ckpt").exists():
-            check_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+            check_resumed_checkpoint(run_dir)
         return ["--config", str(config), *args]
     return args
 

@@ -153,6 +153,12 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         return self._arrays["feature_names"]
 
     @property
+    def standardisation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The training split's mean and std per column (float32, a constant column's std 1) that
+        the served rows are standardised with: raw = served * std + mean."""
+        return tuple(torch.from_numpy(np.array(self._arrays[key], dtype=np.float32)) for key in ("mean", "std"))
+
+    @property
     def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The training rows and their labels as served (permuted with option ``permute_labels``)."""
         return self._arrays["x_train"], self._train_labels

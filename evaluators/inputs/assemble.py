@@ -14,7 +14,8 @@ split, the datamodule and ``max_epochs`` (the data config's ``trainer.max_epochs
 epochs the consistency protocol trains curves for unless ``curve_epochs`` says), what the
 members take (the data's ``inputs``: images, or a table's rows) and its classes, and is
 read by ``evaluate.py consistency --population <file>``. An existing ``--out`` is never
-overwritten.
+overwritten. The members take the inputs as the data serves them (the preprocessing is printed
+in one line; ``evaluators.inputs.model_inputs``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def assemble(members: list[Path], out: Path, data_config: str | None = None, mod
     loaded, configs = [], []
     for path in members:
         model, data, _ = load_run(path, data_location=data_dir, kinds=("image", "tabular"), where=str(path),
-                                  model_class=model_class, model_args=model_args, data_config=data_config)  # fmt: skip
+                                  model_class=model_class, model_args=model_args, data_config=data_config,
+                                  announce=path == members[0])  # fmt: skip
         configs.append(network_config(path, model, model_class, model_args))
         if configs[-1] != configs[0]:
             raise InputError(f"{path}: network {json.dumps(configs[-1])} differs from {members[0]}'s "

@@ -22,6 +22,8 @@ from datamodules.files import atomic_write
 from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import predicted_class
 from evaluators.inputs.config import read_yaml
+from evaluators.inputs.model_fit import check_run_model, probe_inputs
+from evaluators.inputs.model_inputs import OPTIONS, adapted, preprocessing_line
 from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
 from evaluators.inputs.user_models import PROBE_ROWS, check_model_output, load_model_file
 
@@ -29,7 +31,7 @@ from evaluators.inputs.user_models import PROBE_ROWS, check_model_output, load_m
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
              data_location: str | None = None, kinds: tuple[str, ...] = SINGLE_MODELS, kind: str | None = None,
              where: str | None = None, model_class: str | None = None, model_args: dict | None = None,
-             data_config: str | None = None):  # fmt: skip
+             data_config: str | None = None, announce: bool = True, **inputs):  # fmt: skip
     """The model of ``run_dir/checkpoints/<checkpoint>`` (``weights_only=True``, on the
     CPU), the datamodule of its ``config.yaml`` and the checkpoint's path, once the run is
     checked to hold one of ``kinds`` of model (``evaluators.inputs.sources``; ``kind``: a config's
@@ -38,16 +40,23 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
     ``eval_batch_size``); ``data_location``: where the run's data lies now, given to the
     datamodule as its :func:`~datamodules.data_location_option` (``data_dir``, or ``root`` for an
     image folder or archive) in place of the path the run was trained with. ``where``: how
-    errors name the run (default: its folder).
+    errors name the run (default: its folder). The checkpoint must be a model of the run's data
+    (``evaluators.inputs.model_fit.check_run_model``).
 
     ``run_dir`` may instead be a model file (``evaluators.inputs.user_models``: a checkpoint,
     TorchScript, ``torch.export`` or, with ``model_class`` and ``model_args``, a state dict),
     its data the ``data:`` section of the YAML file ``data_config`` (a train.py config or a
     run's config.yaml; by default the config.yaml of the run folder the file lies in); its
-    kind is its data's, and its output on a probe batch must be class logits (N, K)."""
+    kind is its data's, and its output on a probe batch must be class logits (N, K). ``inputs``
+    (``model_inputs``, ``model_mean``, ``model_std``; ``evaluators.inputs.model_inputs``) choose
+    what the model file gets; the preprocessing it gets is printed in one line where ``announce``."""
     if Path(run_dir).is_file():
         return load_model_source(Path(run_dir), data_options, data_location, kinds, kind, where, model_class,
-                                 model_args, data_config)  # fmt: skip
+                                 model_args, data_config, announce, inputs)  # fmt: skip
+    given = sorted(option for option in OPTIONS if inputs.get(option) is not None)
+    if given:
+        raise InputError(f"options {given} with {where or run_dir}, a train.py run folder; expected them unset (they "
+                         "choose a model file's inputs; a run's model takes the inputs it was trained on)")  # fmt: skip
     config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
     if not config_path.is_file():
         raise not_found(config_path, RUN_FOLDER, "file") if run_dir.is_dir() else not_found(run_dir, RUN_FOLDER)
@@ -57,8 +66,9 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
         raise not_found(ckpt_path, "a checkpoint written by train.py")
     data = run_datamodule(config["data"], data_options, data_location)
     check_checkpoint(ckpt_path)
-    model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True, map_location="cpu")
-    return model.eval(), data, ckpt_path
+    model = pl.LightningModule.load_from_checkpoint(ckpt_path, weights_only=True, map_location="cpu").eval()
+    check_run_model(model, data, ckpt_path, config["model"]["class_path"])
+    return model, data, ckpt_path
 
 
 def run_datamodule(data_cfg: dict, data_options: dict | None, data_location: str | None):
@@ -72,7 +82,7 @@ def run_datamodule(data_cfg: dict, data_options: dict | None, data_location: str
 
 def load_model_source(path: Path, data_options: dict | None, data_location: str | None, kinds: tuple[str, ...],
                       kind: str | None, where: str | None, model_class: str | None, model_args: dict | None,
-                      data_config: str | None):  # fmt: skip
+                      data_config: str | None, announce: bool, inputs: dict):  # fmt: skip
     """``load_run`` for a model file (see there)."""
     where = where or str(path)
     model = load_model_file(path, model_class, model_args)
@@ -89,16 +99,12 @@ def load_model_source(path: Path, data_options: dict | None, data_location: str 
                          "train.py config or a run's config.yaml")  # fmt: skip
     data = run_datamodule(data_cfg, data_options, data_location)
     check_kind(where, "tabular" if not hasattr(data, "normalization") else "image", kinds, kind)
+    line = preprocessing_line(data, **inputs)  # also checks the options, before the probe
+    model = adapted(model, data, **inputs)
     check_model_output(model, probe_inputs(data, PROBE_ROWS), getattr(data, "num_classes", None), where)
+    if announce:
+        print(line)
     return model, data, path
-
-
-def probe_inputs(data, n: int) -> torch.Tensor:
-    """The first ``n`` test rows of a tabular datamodule, or ``n`` test images spread through the split."""
-    data.setup("test")
-    if not hasattr(data, "normalization"):
-        return data.test_tensors[0][:n]
-    return data.probe(n, "test")[0]
 
 
 def check_data_options(class_path: str, options: dict) -> None:

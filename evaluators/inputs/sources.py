@@ -111,13 +111,13 @@ def check_kind(where: str, found: str, accepted: tuple[str, ...], kind: str | No
                          f"{' or '.join(_article(k) for k in wanted)}{because}")  # fmt: skip
 
 
-def check_checkpoint(path: Path) -> None:
-    """That ``path`` reads as a checkpoint with ``torch.load(weights_only=True)``; one that does
-    not (cut short, or holding objects other than tensors and plain values) is named."""
+def check_checkpoint(path: Path):
+    """What ``path`` holds, once it reads as a checkpoint with ``torch.load(weights_only=True)``;
+    one that does not (cut short, or holding objects other than tensors and plain values) is named."""
     try:
         with warnings.catch_warnings():  # torch's notes on what it met on the way: the error says enough
             warnings.simplefilter("ignore")
-            torch.load(path, weights_only=True, map_location="cpu")
+            return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as err:  # torch.load's failures differ by what is wrong (zip, pickle, EOF)
         raise InputError(f"{path}: not a readable checkpoint ({type(err).__name__}); expected the "
                          "checkpoint train.py writes (train the run again if it is damaged)") from None  # fmt: skip

@@ -100,6 +100,9 @@ class AggregationConfig:
     model_class: str | None = None  # a state dict's network (class path)
     model_args: dict = field(default_factory=dict)  # its init arguments
     data_config: str | None = None  # a YAML file whose data: section is a model file's data
+    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
+    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
+    model_std: list[float] | float | None = None
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
     device: str = "auto"
     kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
@@ -302,8 +305,7 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
                                   groups, lambda s: {k: v for k, v in s["findings"].items()
                                                      if not k.startswith("aggregators_best_first")})  # fmt: skip
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
-                              where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
-                              data_config=cfg.data_config)
+                              where=f"option run={cfg.run!r}", **model_options(cfg))
     return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
 
 

@@ -82,6 +82,9 @@ class SanityConfig:
     model_class: str | None = None  # a state dict's network (class path)
     model_args: dict = field(default_factory=dict)  # its init arguments
     data_config: str | None = None  # a YAML file whose data: section is a model file's data
+    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
+    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
+    model_std: list[float] | float | None = None
     data_dir: str | None = None  # where the run's data lies on this machine, if it moved
     device: str = "auto"
     kind: str | None = None  # the data the run's model must be of: tabular, image or null (either)
@@ -176,8 +179,7 @@ def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
         members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
         return evaluate_population(cfg, members, run_dir, evaluate_model)
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
-                              where=f"option run={cfg.run!r}", model_class=cfg.model_class, model_args=cfg.model_args,
-                              data_config=cfg.data_config)  # fmt: skip
+                              where=f"option run={cfg.run!r}", **model_options(cfg))  # fmt: skip
     return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
 
 

@@ -31,6 +31,8 @@ from evaluators.protocols.roar.grid import (RoarGrid, estimator_options, fresh_m
                                             stacked_retraining)
 from evaluators.protocols.roar.rankings import SHARD_SIZE
 from evaluators.protocols.roar.report import collect, markdown_table
+from evaluators.inputs.members import model_options
+from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
 
@@ -53,6 +55,9 @@ class RoarConfig(RoarGrid):
     model_class: str | None = None  # a state dict's network (class path)
     model_args: dict = dataclasses.field(default_factory=dict)  # its init arguments
     data_config: str | None = None  # a YAML file whose data: section is a model file's data
+    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
+    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
+    model_std: list[float] | float | None = None
     data_dir: str | None = None
     data: dict = dataclasses.field(default_factory=dict)
     device: str = "auto"
@@ -74,7 +79,7 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
     """``<output_dir>/<dataset>-<12 hex digits>``, named by the options that change the grid's
     numbers, holding its ``config.yaml`` (made now if new)."""
     options = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in UNNAMED_OPTIONS}
-    for key in ("data", "model_class", "model_args", "data_config"):
+    for key in ("data", "model_class", "model_args", "data_config", *MODEL_INPUT_OPTIONS):
         if not options[key]:  # left at its default: the name grids had before the option existed
             del options[key]
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
@@ -108,8 +113,7 @@ def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None 
     """Run the cells of ``shard`` not yet done; the report once every cell is (None before).
     ``rankings_only``: :func:`ranking_passes` into ``cache_dir`` (default ``<grid>/rankings``), None."""
     model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_options=cfg.data, data_location=cfg.data_dir,
-                              kind=cfg.kind, where=f"option run={cfg.run!r}", model_class=cfg.model_class,
-                              model_args=cfg.model_args, data_config=cfg.data_config)
+                              kind=cfg.kind, where=f"option run={cfg.run!r}", **model_options(cfg))
     model = model.to(resolve_device(cfg.device))
     if rankings_only:
         ranking_passes(model, data, cfg, Path(cfg.cache_dir or run_dir / "rankings"), shard, rankings_shard_size)
