@@ -217,12 +217,11 @@ def check_set_maps(maps: torch.Tensor, method: str, ensemble: str, members: list
     """InputError unless the maps (N, ...) that ``method`` gave of an ensemble of the population's
     ``members`` are finite: the error names the first member whose own maps (``member_maps(m)``,
     computed on this error path only) are not, else the ensemble (``ensemble``: which one)."""
-    what = f"{ensemble} (population members {members}): explainer {method!r}"
     if bool(torch.isfinite(maps.sum())):
         return
     for member in members:
         check_finite(member_maps(member), f"population member {member}: explainer {method!r}", "map")
-    check_finite(maps, what, "map")
+    check_finite(maps, f"{ensemble} (population members {members}): explainer {method!r}", "map")
 
 
 class Task(NamedTuple):

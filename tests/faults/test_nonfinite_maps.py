@@ -86,7 +86,7 @@ def nan_member_population(small_population: str, folder, member: int = 3):
     return path
 
 
-def test_consistency_with_a_nan_member_exits_2_naming_it(small_population, tmp_path):
+def test_consistency_and_sigma_with_a_nan_member_exit_2_naming_it(small_population, tmp_path):
     population = nan_member_population(small_population, tmp_path)
     config = tmp_path / "consistency.yaml"
     config.write_text(f"population: {population}\nstrategies: [single]\nmethods: [saliency]\nn_models: [1]\n"
@@ -104,6 +104,12 @@ def test_consistency_with_a_nan_member_exits_2_naming_it(small_population, tmp_p
     torch.save(payload, kept[0])
     result = run_in_process("evaluate.py", "consistency", "--resume", str(run))
     assert_one_line_error(result, f"error: {kept[0]}: explainer 'saliency': map 1 has 1 NaN value(s)")
+    sigma = tmp_path / "sigma.yaml"  # the σ ablation perturbs members one at a time: the same member named
+    sigma.write_text(f"population: {population}\nn_models: 8\nn_perturb: 2\nsigmas: [0.0]\nlayers: [1]\n"
+                     f"n_points: 10\nk: 3\ndevice: cpu\noutput_dir: {tmp_path / 'sigma'}\n")
+    result = run_in_process("evaluate.py", "sigma", "--config", str(sigma))
+    assert_one_line_error(result, "error: population member 3 (perturbed: layer 1, sigma 0): explainer 'saliency': "
+                                  "map 0 has 61 NaN value(s)")  # fmt: skip
 
 
 # --- ROAR: the estimator named, nothing non-finite cached ----------------------------------------------------
