@@ -112,3 +112,8 @@ def normalise(maps: torch.Tensor, how: str, map_dims: int = 2, label: str = "map
     check_maps(maps, map_dims, 0, "(..., *S) with S the last map_dims dims")
     check_finite(maps, label, "map", map_dims)
     return NORMALISATIONS[how](maps, map_dims)
+
+
+# The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
+# the other functions here are steps inside ``normalise``, which checks their maps once.
+__all__ = ["NORMALISATIONS", "normalise"]

@@ -286,3 +286,10 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
         x = x.detach().to(model_device(model, x))
         target = resolve_targets(model, x, target, options.get("max_batch"))
         return OPTIMISED_AGGREGATORS[method](model, x, target, explainers, **options)
+
+
+# The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
+# the other functions here are steps inside ``optimised_aggregation`` and ``explainer_maps``, which
+# check their maps once.
+__all__ = ["OPTIMISED_AGGREGATORS", "aggregator_options", "explainer_maps", "optimised_aggregation",
+           "variance_aggregate"]

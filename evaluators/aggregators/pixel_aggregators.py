@@ -257,3 +257,8 @@ def aggregate_all(base: dict[str, torch.Tensor], normalisation: str, aggregators
     with NaN or ±inf are refused, the error naming their key."""
     stack = torch.stack([normalise(m, normalisation, map_dims, f"base maps {name!r}") for name, m in base.items()])
     return {name: aggregate(stack, name, map_dims, **(params or {})) for name, params in aggregators.items()}
+
+
+# The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
+# the other functions here are steps inside ``aggregate``, which checks their maps once.
+__all__ = ["PIXEL_AGGREGATORS", "aggregate", "aggregate_all", "aggregator_options"]

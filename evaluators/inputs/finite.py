@@ -13,7 +13,7 @@ from datamodules.errors import InputError
 
 
 def check_finite(values: torch.Tensor, what: str, unit: str = "map", unit_dims: int | None = None,
-                 stacked: bool = False) -> None:  # fmt: skip
+                 stacked: bool = False, numbers: torch.Tensor | None = None) -> None:  # fmt: skip
     """InputError unless every value of ``values`` is finite.
 
     ``what`` names the tensor (``"explainer 'gradcam'"``, ``"inputs x"``) and ``unit`` what
@@ -21,7 +21,8 @@ def check_finite(values: torch.Tensor, what: str, unit: str = "map", unit_dims: 
     blocks of the last ``unit_dims`` dims, any leading dims flattened. The error names the
     first unit that holds NaN or ±inf, its counts of each, and how many units do.
     ``stacked``: ``values`` is a stack (k, ...) of k such tensors, and the error names the
-    entry, ``what[j]``, before the unit within it. When all is finite the cost is one sum
+    entry, ``what[j]``, before the unit within it. ``numbers``: each unit's number in the error
+    (e.g. an example's index in its split; default 0, 1, …). When all is finite the cost is one sum
     of ``values`` (NaN or ±inf anywhere makes it NaN or ±inf; docs/fidelity_metrics.md);
     the element-wise test only runs where the sum is not finite (a bad value, or finite
     values whose sum overflows), and the counting on the error path only.
@@ -41,5 +42,6 @@ def check_finite(values: torch.Tensor, what: str, unit: str = "map", unit_dims: 
     first = int(bad[0])
     counts = " and ".join(f"{int(n[first])} {kind} value(s)" for n, kind in ((nan, "NaN"), (inf, "infinite"))
                           if n[first])  # fmt: skip
-    raise InputError(f"{what}: {unit} {first} has {counts} ({len(bad)} of {len(rows)} {unit}s not finite); "
+    number = first if numbers is None else int(numbers[first])
+    raise InputError(f"{what}: {unit} {number} has {counts} ({len(bad)} of {len(rows)} {unit}s not finite); "
                      "expected finite values")  # fmt: skip

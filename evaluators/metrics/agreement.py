@@ -3,7 +3,8 @@
 ``PairwiseAgreement(name, k)`` accumulates, over batches of individuals, the mean
 and spread of a pairwise agreement score across all model pairs and individuals
 (states summed under DDP: ``evaluators.metrics.base``). Explanations with NaN or ±inf are
-refused (``InputError``); the scores of pairs where a metric is undefined (the rank
+refused (``InputError``, by the scores' functions), and so is a mean over no defined score
+(``compute``); the scores of pairs where a metric is undefined (the rank
 correlation of a constant map) are counted in ``left_out``, not averaged.
 """
 
@@ -12,9 +13,8 @@ from __future__ import annotations
 import torch
 
 from datamodules.errors import InputError
-from evaluators.inputs.finite import check_finite
 from evaluators.metrics.agreement_functional import AGREEMENTS, RANK_AGREEMENTS, angular_difference
-from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.base import MeanOverInputs, finite_result
 
 METRICS = (*AGREEMENTS, "angular", *RANK_AGREEMENTS)
 
@@ -52,7 +52,6 @@ class PairwiseAgreement(MeanOverInputs):
     def update(self, explanations: torch.Tensor) -> None:
         if explanations.dim() != 3 or explanations.shape[0] < 2:
             raise InputError(f"explanations of shape {tuple(explanations.shape)}; expected (models >= 2, N, d)")
-        check_finite(explanations, "explanations", "map", unit_dims=1, stacked=True)
         values = self.scores(explanations).double()
         defined = ~values.isnan()
         self.left_out += int((~defined).sum())
@@ -62,6 +61,7 @@ class PairwiseAgreement(MeanOverInputs):
         self.count += values.numel()
 
     def compute(self) -> dict[str, torch.Tensor]:
+        finite_result(self, self.total / self.count, self.name)
         mean = self.total / self.count
         std = (self.total_sq / self.count - mean**2).clamp(min=0).sqrt()
         return {"mean": mean, "std": std}

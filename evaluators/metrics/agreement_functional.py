@@ -33,6 +33,9 @@ and s_a(f, g) = sign(|a_f| − |a_g|):
 Angular difference: arccos of the cosine similarity (radians); an
 all-zero map has no direction, and its angle to any map is reported as π/2 (its unit
 vector is taken as zero, so the cosine is 0).
+Every function refuses explanations with NaN or ±inf: one ``InputError`` naming the metric,
+the model and the map (``SA@k: explanations[1]: map 4 has 2 NaN value(s) …``), never a score
+(a NaN map would otherwise rank as a map and agree perfectly with itself).
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ def pairs(m: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
 
 def top_k_indices(e: torch.Tensor, k: int) -> torch.Tensor:
     """(M, N, k) feature indices ranked by |attribution|; ties to the lower index."""
+    _check_explanations(e, "top-k indices")
+    return _top_k_indices(e, k)
+
+
+def _top_k_indices(e: torch.Tensor, k: int) -> torch.Tensor:
     if not 1 <= k <= e.shape[-1]:
         raise ValueError(f"k={k}; expected 1 <= k <= d={e.shape[-1]}")
     return torch.sort(-e.abs(), dim=-1, stable=True).indices[..., :k]
@@ -62,7 +70,7 @@ def top_k_indices(e: torch.Tensor, k: int) -> torch.Tensor:
 
 def _top_k_mask(e: torch.Tensor, k: int) -> torch.Tensor:
     mask = torch.zeros_like(e, dtype=torch.bool)
-    return mask.scatter_(-1, top_k_indices(e, k), True)
+    return mask.scatter_(-1, _top_k_indices(e, k), True)
 
 
 def _sign_one_hot(e: torch.Tensor) -> torch.Tensor:
@@ -92,15 +100,20 @@ def _sign_terms(e: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, to
 
 def same_sign_in_top_k(e: torch.Tensor, k: int) -> torch.Tensor:
     """Number of features in both top-k sets with equal signs, (P, N)."""
+    _check_explanations(e, "same signs in the top k")
     return _pair_sum(_sign_terms(e, k)[2])
 
 
 def sign_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
-    return same_sign_in_top_k(e, k) / k
+    """SA@k, (P, N)."""
+    _check_explanations(e, "SA@k")
+    return _pair_sum(_sign_terms(e, k)[2]) / k
 
 
 def signed_set_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
-    return (same_sign_in_top_k(e, k) == k).to(e.dtype)
+    """SSA@k, (P, N)."""
+    _check_explanations(e, "SSA@k")
+    return (_pair_sum(_sign_terms(e, k)[2]) == k).to(e.dtype)
 
 
 def _differ_in_union(k: int, signs, mask, masked, same_in_both) -> torch.Tensor:
@@ -112,6 +125,7 @@ def _differ_in_union(k: int, signs, mask, masked, same_in_both) -> torch.Tensor:
 def consistent_direction(e: torch.Tensor, k: int | None = None) -> torch.Tensor:
     """CDC@k as Ley et al. define it (equal signs on T_k(a) ∩ T_k(b)); CDC@d (equal signs
     on every feature) when k is None."""
+    _check_explanations(e, "CDC@k")
     if k is None:
         return (_pair_sum(_sign_one_hot(e)) == e.shape[-1]).to(e.dtype)
     _, mask, masked = _sign_terms(e, k)
@@ -121,6 +135,7 @@ def consistent_direction(e: torch.Tensor, k: int | None = None) -> torch.Tensor:
 def consistent_direction_union(e: torch.Tensor, k: int) -> torch.Tensor:
     """CDC@k read over T_k(a) ∪ T_k(b): not the paper's definition (see the module's
     docstring); kept to compare with code that reads it so."""
+    _check_explanations(e, "CDC@k (union)")
     signs, mask, masked = _sign_terms(e, k)
     return (_differ_in_union(k, signs, mask, masked, _pair_sum(masked)).round() == 0).to(e.dtype)
 
@@ -128,6 +143,7 @@ def consistent_direction_union(e: torch.Tensor, k: int) -> torch.Tensor:
 def ley_agreements(e: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
     """SA@k, SSA@k, CDC@k (both readings) and CDC@d at once, ranking and sign-encoding
     each model once and sharing the pairwise Gram products between the scores."""
+    _check_explanations(e, "SA/SSA/CDC@k")
     signs, mask, masked = _sign_terms(e, k)
     same_in_both = _pair_sum(masked)
     return {
@@ -140,17 +156,23 @@ def ley_agreements(e: torch.Tensor, k: int) -> dict[str, torch.Tensor]:
 
 
 def feature_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
+    """Krishna et al.'s feature agreement, (P, N)."""
+    _check_explanations(e, "feature agreement")
     return _pair_sum(_top_k_mask(e, k).to(e.dtype)) / k
 
 
 def rank_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
-    idx = top_k_indices(e, k)
+    """Krishna et al.'s rank agreement, (P, N)."""
+    _check_explanations(e, "rank agreement")
+    idx = _top_k_indices(e, k)
     i, j = pairs(e.shape[0], e.device)
     return (idx[i] == idx[j]).to(e.dtype).mean(-1)
 
 
 def signed_rank_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
-    idx = top_k_indices(e, k)
+    """Krishna et al.'s signed-rank agreement, (P, N)."""
+    _check_explanations(e, "signed-rank agreement")
+    idx = _top_k_indices(e, k)
     signs = torch.sign(torch.gather(e, -1, idx))
     i, j = pairs(e.shape[0], e.device)
     return ((idx[i] == idx[j]) & (signs[i] == signs[j])).to(e.dtype).mean(-1)
@@ -159,11 +181,14 @@ def signed_rank_agreement(e: torch.Tensor, k: int) -> torch.Tensor:
 def angular_difference(e: torch.Tensor) -> torch.Tensor:
     """arccos of the cosine similarity, in radians; 0 for identical directions, π/2 when
     either map is all zero (no direction; see the module's docstring)."""
+    _check_explanations(e, "angular difference")
     unit = torch.nn.functional.normalize(e, dim=-1)
     return torch.arccos(_pair_sum(unit).clamp(-1.0, 1.0))
 
 
 def _check_explanations(e: torch.Tensor, name: str) -> None:
+    """InputError unless ``e`` is float explanations (M, N, d), every value finite (the error
+    names the metric, the model and the map: ``name: explanations[model]: map n``)."""
     if not isinstance(e, torch.Tensor) or e.dim() != 3 or not e.is_floating_point():
         raise InputError(f"{name}: explanations of shape {tuple(getattr(e, 'shape', ()))}; expected float (M, N, d)")
     check_finite(e, f"{name}: explanations", "map", unit_dims=1, stacked=True)  # explanations[model]: map n
@@ -240,7 +265,14 @@ def separability(
     held-out rows is by individual (both of x_i's rows on one side, a random
     ``test_fraction`` of the individuals held out, from ``seed``; why: docs/image_consistency.md).
     ``classifier``: options of scikit-learn's ``LogisticRegression`` (default
-    ``max_iter=1000``, otherwise its own defaults: L2, C = 1)."""
+    ``max_iter=1000``, otherwise its own defaults: L2, C = 1). Maps with NaN or ±inf are refused."""
+    for maps, side in ((a, "a"), (b, "b")):
+        check_finite(maps, f"Watson's separability: explanations {side}", "map")
+    return _separability(a, b, seed, test_fraction, classifier)
+
+
+def _separability(a, b, seed: int, test_fraction: float, classifier: dict | None) -> float:
+    """``separability`` of explanations already checked to be finite."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupShuffleSplit
 
@@ -271,8 +303,9 @@ def watson_consistency(
 def pair_separations(
     e: torch.Tensor, seed: int = 0, test_fraction: float = 0.5, classifier: dict | None = None
 ) -> list[float]:
-    """S(a, b) = 2 |M(a, b) - 0.5| for every pair of models a < b (``pairs`` order)."""
+    """S(a, b) = 2 |M(a, b) - 0.5| for every pair of models a < b (``pairs`` order) of
+    explanations (M, N, d); NaN or ±inf in them is refused."""
+    _check_explanations(e, "Watson's C")
     i, j = pairs(e.shape[0])
-    return [
-        2 * abs(separability(e[a], e[b], seed, test_fraction, classifier) - 0.5) for a, b in zip(i.tolist(), j.tolist())
-    ]
+    return [2 * abs(_separability(e[a], e[b], seed, test_fraction, classifier) - 0.5)
+            for a, b in zip(i.tolist(), j.tolist())]  # fmt: skip

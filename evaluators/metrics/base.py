@@ -1,7 +1,8 @@
 """The torchmetrics base of the fidelity metrics and the agreement metric, ``MeanOverInputs``:
 the mean over inputs of a per-input score, states ``total`` (float64), ``count`` and
 ``left_out`` (undefined scores), all ``dist_reduce_fx="sum"``; the fidelity metrics' one
-``update(model, x, maps, target=None, explain_fn=None)``. A metric holds no model nor
+``update(model, x, maps, target=None, explain_fn=None)``; a result that is not finite (no
+defined score) is an ``InputError`` naming the metric (``finite_result``). A metric holds no model nor
 ``explain_fn`` (they would become submodules), and every update draws its random numbers
 from the metric's ``seed`` afresh, so two updates equal the mean of two functional calls.
 docs/fidelity_metrics.md explains it."""
@@ -50,7 +51,19 @@ class MeanOverInputs(Metric):
         self.add(self.scores(model, x, maps, target, explain_fn))
 
     def compute(self) -> torch.Tensor:
-        return self.total / self.count
+        return finite_result(self, self.total / self.count, type(self).__name__)
+
+
+def finite_result(metric: Metric, value: torch.Tensor, name: str) -> torch.Tensor:
+    """``value``, the result of ``metric`` (a ``MeanOverInputs``) named ``name``, refused with
+    an ``InputError`` where not finite: a mean over no defined score (every input left out),
+    or scores that overflow."""
+    if bool(torch.isfinite(value).all()):
+        return value
+    bad = int((~torch.isfinite(value)).sum())
+    raise InputError(f"metric {name!r}: {bad} of {value.numel()} result value(s) not finite (the mean of "
+                     f"{int(metric.count)} score(s), {int(metric.left_out)} undefined left out); expected a finite "
+                     "mean: a score defined on at least one input")  # fmt: skip
 
 
 def require_explain_fn(explain_fn: Callable | None, metric: Metric) -> Callable:

@@ -77,3 +77,8 @@ class FaithfulnessCorrelation(SubsetMetric):
 
     def score(self, maps: torch.Tensor, samples: SubsetSamples) -> torch.Tensor:
         return faithfulness_correlation(maps, samples)
+
+
+# The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
+# the other functions here are steps inside ``faithfulness_correlation``, which checks their maps once.
+__all__ = ["FaithfulnessCorrelation", "faithfulness_correlation"]

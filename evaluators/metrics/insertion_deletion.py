@@ -317,3 +317,9 @@ class DeletionAUC(_CurveAUC):
 
     mode = "deletion"
     higher_is_better = False
+
+
+# The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
+# the other functions here are steps inside ``insertion_deletion_curves``, which checks their maps once.
+__all__ = ["BASELINES", "MODES", "DeletionAUC", "InsertionAUC", "auc", "default_steps", "insertion_deletion_curves",
+           "rise_blur_kernel"]

@@ -266,3 +266,8 @@ class RelativeStability(MeanOverInputs):
 
     def compute(self) -> dict[str, torch.Tensor]:
         return dict(zip(STABILITIES, super().compute()))
+
+
+# The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
+# the other functions here are steps inside ``relative_stability``, which checks their maps once.
+__all__ = ["RELATIVE_CHANGES", "STABILITIES", "RelativeStability", "relative_stability"]

@@ -70,6 +70,12 @@ def similarity(a: torch.Tensor, b: torch.Tensor, measure: str,
     return hog_pearson(a, b)
 
 
+def _check_both(a: torch.Tensor, b: torch.Tensor) -> None:
+    """NaN or ±inf in maps ``a`` or ``b`` refused (a second sum where ``similarity`` checked them)."""
+    check_finite(a, "maps a")
+    check_finite(b, "maps b")
+
+
 def average_ranks(x: torch.Tensor) -> torch.Tensor:
     """Ranks 1 … d (float64) of each row of ``x`` (N, d), tied values given the mean of the ranks
     they span (``scipy.stats.rankdata``'s ``"average"``). Written in torch and batched over the
@@ -101,6 +107,7 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Spearman's rank correlation (N,) of ``a[i]`` and ``b[i]`` over all their values."""
+    _check_both(a, b)
     return pearson(average_ranks(a.reshape(len(a), -1)), average_ranks(b.reshape(len(b), -1)))
 
 
@@ -109,6 +116,7 @@ def ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     data_range=max - min of both)``, all pairs at once in float64: local means and sample
     (co)variances over every 7 × 7 window inside the image (skimage filters with reflection at
     the border and then drops the 3 outer pixels, which leaves exactly these windows)."""
+    _check_both(a, b)
     a, b = a.double()[:, None], b.double()[:, None]
     both = torch.cat([a, b], dim=1).flatten(1)
     data_range = (both.amax(1) - both.amin(1))[:, None, None, None]
@@ -132,6 +140,7 @@ def hog_features(maps: torch.Tensor, orientations: int = 9, cell: int = 8, block
     block of cells L2-Hys normalised (L2, clipped at 0.2, L2 again), flattened in skimage's
     order. scikit-image sums each cell in float32: its features differ from these by rounding
     (measured up to 3e-8)."""
+    check_finite(maps, "maps")
     img = maps.double()
     g_row, g_col = torch.zeros_like(img), torch.zeros_like(img)
     g_row[:, 1:-1, :] = img[:, 2:, :] - img[:, :-2, :]

@@ -47,7 +47,10 @@ the top-k pixels plus the angular difference and Watson et al.'s C
 Given a run folder, each ensemble's test accuracy and explanations are kept in
 ``<run>/sets/n<n>/<strategy>/set-<s>.pt``. A run started again on that folder loads
 the finished ensembles and computes only the missing ones, so it ends with the
-numbers an uninterrupted run gives.
+numbers an uninterrupted run gives. An ensemble whose maps hold NaN or ±inf (a member that
+outputs NaN) ends the run with one line naming the population member whose own maps are not
+finite (else the ensemble), the explainer and the input (``check_set_maps``), before its file is
+kept; a kept file with such maps is refused naming it.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from evaluators.metrics.agreement_functional import RANK_AGREEMENTS, angular_dif
 from evaluators.metrics.agreement_functional import pair_separations
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
+from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
@@ -198,12 +202,26 @@ def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor])
 
 
 def load_set(path: Path, methods: list[str], device: torch.device) -> tuple[float, dict[str, torch.Tensor]]:
-    """A finished ensemble's results."""
+    """A finished ensemble's results (explanations with NaN or ±inf refused, naming the file)."""
     payload = torch.load(path, weights_only=True)
     if sorted(payload["explanations"]) != sorted(methods):
         raise InputError(f"{path}: holds explanations {sorted(payload['explanations'])}; this run's methods are "
                          f"{sorted(methods)}")  # fmt: skip
+    for method, maps in payload["explanations"].items():
+        check_finite(maps, f"{path}: explainer {method!r}", "map")
     return payload["accuracy"], {m: e.to(device) for m, e in payload["explanations"].items()}
+
+
+def check_set_maps(maps: torch.Tensor, method: str, ensemble: str, members: list[int],
+                   member_maps: Callable[[int], torch.Tensor]) -> None:  # fmt: skip
+    """InputError unless the maps (N, ...) that ``method`` gave of an ensemble of the population's
+    ``members`` are finite: the error names the first member whose own maps (``member_maps(m)``,
+    computed on this error path only) are not, else the ensemble (``ensemble``: which one)."""
+    if bool(torch.isfinite(maps.sum())):
+        return
+    for member in members:
+        check_finite(member_maps(member), f"population member {member}: explainer {method!r}", "map")
+    check_finite(maps, f"{ensemble} (population members {members}): explainer {method!r}", "map")
 
 
 class Task(NamedTuple):
@@ -308,8 +326,13 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         for method in cfg.methods:
             n = points[method]
             per_image = {"target": y_test[:n], "max_batch": rows} if images else {"target": targets[:n]}
-            explained[method] = explain(ensemble, x_test[:n], method, seed=seed, **per_image,
-                                        **options.get(method, {})).detach()  # fmt: skip
+
+            def maps_of(model):
+                return explain(model, x_test[:n], method, seed=seed, **per_image, **options.get(method, {})).detach()
+
+            explained[method] = maps_of(ensemble)
+            check_set_maps(explained[method], method, f"{strategy} ensemble of set {s}", members,
+                           lambda m: maps_of(build_ensemble(population, "average", [m])))  # fmt: skip
         return accuracy, explained
 
     def scores(maps):

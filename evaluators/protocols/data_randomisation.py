@@ -21,7 +21,8 @@ the paired maps, input by input, by each measure of ``measures``
 Report (per explainer × measure): the mean of s[k, n] over members k and inputs n, its 95 %
 interval over inputs (mean ± 1.96 s/√N of the per-input means over members) and, for two
 members or more, over members (of the per-member means over inputs), and the NaN count
-(constant maps; excluded from the means); an interval of fewer than 2 values is null. Each
+(constant maps; excluded from the means; a map with NaN or ±inf is refused, naming the side, the
+member, the explainer and the input); an interval of fewer than 2 values is null. Each
 side's training accuracy (on its own training split as served, permuted labels for the
 permuted side) and test accuracy, per member and their mean. Written:
 ``data_randomisation.json``, ``data_randomisation.csv``, ``similarity.png`` (bars with
@@ -44,6 +45,7 @@ import torch
 from datamodules.errors import InputError
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted
+from evaluators.inputs.finite import check_finite
 from evaluators.inputs.image_members import load_image_members
 from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
@@ -193,6 +195,8 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
         per_side = {}
         for name, (models, _) in sides.items():
             side = [explain(m, x, explainer, target=y, seed=cfg.seed, **options).detach() for m in models[:pairs]]
+            for k, member_maps in enumerate(side):
+                check_finite(member_maps, f"{name} labels' member {k}: explainer {explainer!r}", "map")
             per_side[name] = [m.sum(1) if images else m for m in side]  # images: summed over channels (N, H, W)
         maps[explainer] = {name: side[0] for name, side in per_side.items()}
         for measure in measures:

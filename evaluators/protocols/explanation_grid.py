@@ -8,7 +8,8 @@ maximum. Expected Gradients (``gradient_shap``) takes its baselines from ``n_bas
 (the test images where the datamodule has no training split). A blank map (all zero, e.g.
 GradCAM's where no channel of its layer has positive evidence, or constant;
 ``evaluators.reports.map_grid``) has its kind written on its cell, is counted per method in the
-JSON and named in a printed line. Written to a new folder (``evaluate.py explain``:
+JSON and named in a printed line; a map with NaN or ±inf is refused, naming the explainer and
+the image, before anything is written. Written to a new folder (``evaluate.py explain``:
 ``<run>/explanations-<stamp>/``): ``explanations.png``, ``explanations.json`` (the methods,
 each image's label and predicted class, seconds per method, ``blank_maps``: per method the
 number of all-zero and constant maps and which images they are) and, unless ``log_to`` is
@@ -25,6 +26,7 @@ import torch
 
 from datamodules.errors import InputError
 from evaluators.inputs.counts import counted
+from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import predicted_class, reduce_map
@@ -70,6 +72,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
         start = time.perf_counter()
         maps[method] = reduce_map(explain(model, x, method, seed=seed, **options.get(method, {})).detach(),
                                   "abs_sum")  # fmt: skip
+        check_finite(maps[method], f"explainer {method!r}", "image")  # a NaN map would be drawn blank
         seconds[method] = round(time.perf_counter() - start, 3)
     out_dir.mkdir(parents=True)
     png = plot_grid(x, y, predicted, maps, data, out_dir / "explanations.png")

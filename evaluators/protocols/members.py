@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.errors import InputError
 from datamodules.files import atomic_write
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
@@ -34,7 +35,8 @@ MEMBER_FILE = "member.json"
 
 def evaluate_members(run_dir: Path, members: Members, evaluate_one: Callable[[object, object, Path], dict]) -> dict:
     """``{name: evaluate_one(model, data, run_dir/members/<name>)}`` in member order; a member
-    whose ``member.json`` exists is read from it (a finished member is not evaluated again)."""
+    whose ``member.json`` exists is read from it (a finished member is not evaluated again). An
+    ``InputError`` of one member's evaluation (maps with NaN or ±inf, …) names the member."""
     out = {}
     for k, (name, model) in enumerate(zip(members.names, members.models)):
         folder = run_dir / "members" / name
@@ -43,7 +45,10 @@ def evaluate_members(run_dir: Path, members: Members, evaluate_one: Callable[[ob
         if file.is_file():
             out[name] = json.loads(file.read_text())
             continue
-        summary = evaluate_one(model, members.data, folder)
+        try:
+            summary = evaluate_one(model, members.data, folder)
+        except InputError as err:
+            raise InputError(f"population member {k} ({name}): {err}") from err
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write(file, lambda tmp, s=summary: tmp.write_text(json.dumps(s, indent=2)))
         out[name] = summary

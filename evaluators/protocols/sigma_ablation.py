@@ -20,6 +20,7 @@ from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
+from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from lightning_modules.ensembles import build_ensemble
 
@@ -64,6 +65,9 @@ def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
                 for j, i in enumerate(members)
             ]
             explanations = torch.stack([explain(p, x, cfg.method) for p in perturbed])
+            for i, maps in zip(members.tolist(), explanations):  # a NaN member named before its SA is scored
+                check_finite(maps, f"population member {i} (perturbed: layer {layer}, sigma {sigma:g}): explainer "
+                             f"{cfg.method!r}", "map")  # fmt: skip
             with torch.no_grad():
                 accuracy = [(p.predict(x_test) == y_test).float().mean().item() for p in perturbed]
             rows.append({

@@ -51,6 +51,7 @@ from torch.nn import functional as F
 
 from datamodules.errors import InputError
 from datamodules.roar import RANDOM_STREAM, uniform_hash
+from evaluators.inputs.finite import check_finite
 from evaluators.maps import explain, explainer_names, input_kind
 from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.aggregators.normalisations import normalise
@@ -144,7 +145,9 @@ def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, ch
                    index: torch.Tensor | None = None, **options) -> torch.Tensor:  # fmt: skip
     """Maps of estimator ``name`` (see the module's docstring) for inputs x (images (N, C, H,
     W) or rows (N, d)), shaped like x, on the model's device, detached. ``target``: images
-    only, None (the predicted class), an int or N labels; ``options`` go to the estimator."""
+    only, None (the predicted class), an int or N labels; ``options`` go to the estimator.
+    Maps with NaN or ±inf (a model whose scores are not finite) are refused, the error naming
+    the estimator and the example (its ``index``), so none is ever cached or ranked by."""
     _check_name(model, x, name)
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
         raise InputError(f"option chunk={chunk!r}; expected a positive integer (examples per chunk)")
@@ -161,4 +164,5 @@ def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, ch
             part = slice(start, min(start + chunk, n))
             t = target[part] if isinstance(target, torch.Tensor) else target
             parts.append(_estimate(model, x[part].to(device), name, t, index[part], seed, options).detach())
+            check_finite(parts[-1], f"ROAR estimator {name!r}: maps", "example", numbers=index[part])
         return torch.cat(parts)

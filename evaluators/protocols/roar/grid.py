@@ -57,6 +57,7 @@ from datamodules.roar_shards import ShardedDataModule, served_from_files
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import rows_within
+from evaluators.inputs.finite import check_finite
 from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, RankingStore, ranking_pass, streamed_fill
 from lightning_modules.interface import class_probabilities
@@ -160,22 +161,28 @@ def cell_path(out_dir: Path, cell: Cell) -> Path:
     return out_dir / "cells" / f"{cell.name}.json"
 
 
-def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int | None = None) -> torch.Tensor:
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int | None = None,
+             what: str = "the model") -> torch.Tensor:  # fmt: skip
     """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
     in batches on the model's device: ``batch`` rows, by default 4,096 holding at most 2^22
-    input pixels (4,096 images up to 32 × 32, 83 at 224 × 224)."""
+    input pixels (4,096 images up to 32 × 32, 83 at 224 × 224). ``what`` names the model where
+    its outputs are not finite (:func:`loader_accuracy`)."""
     batch = batch or rows_within(x, 4096, 2**22)
-    return loader_accuracy(model, zip(x.split(batch), y.split(batch)))
+    return loader_accuracy(model, zip(x.split(batch), y.split(batch)), what)
 
 
-def loader_accuracy(model: torch.nn.Module, loader) -> torch.Tensor:
+def loader_accuracy(model: torch.nn.Module, loader, what: str = "the model") -> torch.Tensor:
     """:func:`accuracy` over the (x, y) batches of ``loader`` (e.g. a split served from shards),
-    on the model's device."""
+    on the model's device. Class probabilities with NaN or ±inf are refused, the error naming
+    ``what`` and the test row: their argmax would be a class all the same."""
     device = next(model.parameters()).device
     correct, count = 0, 0
     with torch.no_grad():
         for xs, ys in loader:
-            correct = correct + (class_probabilities(model, xs.to(device)).argmax(-1) == ys.to(device)).sum(-1)
+            probabilities = class_probabilities(model, xs.to(device))
+            check_finite(probabilities.movedim(-2, 0), f"{what}: class probabilities", "test row",
+                         numbers=torch.arange(count, count + len(ys)))  # fmt: skip
+            correct = correct + (probabilities.argmax(-1) == ys.to(device)).sum(-1)
             count += len(ys)
     return (correct.double() / count).cpu()
 
@@ -256,30 +263,37 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
     else:
         modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
         tests = [m.modified_split("test") for m in modified]
+    no_retrain = [cell_accuracy(clean, m, test, f"ROAR cell {cell.name!r}: the clean model")
+                  for cell, m, test in zip(cells, modified, tests)]  # before retraining: a NaN model stops here
     if stacked_retraining(clean):
         trainer = make_trainer(grid, default_epochs, root)
         population = fresh_population(clean, seeds, len(cells))
         copies = torch.stack([m.modified_split("train")[0] for m in modified])
         trainer.fit(population, datamodule=StackedCellsDataModule(data, copies, len(seeds)))
         k = len(seeds)  # cell c's members: c·K .. c·K + K - 1
-        acc = torch.stack([accuracy(population.subset(list(range(c * k, c * k + k))).to(clean.device).eval(), *test)
-                           for c, test in enumerate(tests)])  # fmt: skip
+        acc = torch.stack([accuracy(population.subset(list(range(c * k, c * k + k))).to(clean.device).eval(), *test,
+                                    what=f"ROAR cell {cell.name!r}: the retrained models")
+                           for c, (cell, test) in enumerate(zip(cells, tests))])  # fmt: skip
     else:  # one image cell at a time
         acc = []
         for model in fresh_models(clean, seeds):
             trainer = make_trainer(grid, default_epochs, root)
             trainer.fit(model, datamodule=modified[0])
-            acc.append(cell_accuracy(model.to(clean.device).eval(), modified[0], tests[0]))
+            what = f"ROAR cell {cells[0].name!r}: the model retrained with seed {model.hparams.seed}"
+            acc.append(cell_accuracy(model.to(clean.device).eval(), modified[0], tests[0], what))
         acc = torch.stack(acc)[None]
     seconds = (time.perf_counter() - start) / len(cells)
-    return [cell_record(cell, seeds, a, cell_accuracy(clean, m, test), seconds)
-            for cell, a, m, test in zip(cells, acc, modified, tests)], trainer.global_rank  # fmt: skip
+    return [cell_record(cell, seeds, a, clean_acc, seconds)
+            for cell, a, clean_acc in zip(cells, acc, no_retrain)], trainer.global_rank  # fmt: skip
 
 
-def cell_accuracy(model: torch.nn.Module, modified, test: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+def cell_accuracy(model: torch.nn.Module, modified, test: tuple[torch.Tensor, torch.Tensor] | None,
+                  what: str) -> torch.Tensor:  # fmt: skip
     """``model``'s accuracy on the cell's modified test split: ``test`` (x, y) in memory, or, where
-    None, the batches of ``modified``'s test loader (shards)."""
-    return accuracy(model, *test) if test is not None else loader_accuracy(model, modified.test_dataloader())
+    None, the batches of ``modified``'s test loader (shards); ``what`` names the model in errors."""
+    if test is not None:
+        return accuracy(model, *test, what=what)
+    return loader_accuracy(model, modified.test_dataloader(), what)
 
 
 def modified_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell,

@@ -14,7 +14,8 @@ Cache: ``<cache_dir>/<split>-<estimator>-<key>.pt`` holding ``{"maps": float32 (
 is a SHA-256 over the model's state dict (parameters and buffers), the split's input tensor (so a changed dataset,
 normalisation or split misses), the estimator, its options (tensors by their bytes), the
 seed and the chunk size (noise estimators draw per chunk). A re-call with the same key
-loads the file; an unreadable file is recomputed. Maps are stored as float32, 4 bytes per
+loads the file; an unreadable file, or one holding NaN or ±inf (written before
+``estimator_maps`` refused such maps), is recomputed. Maps are stored as float32, 4 bytes per
 input element (why not float16, and the sizes: docs/roar.md).
 """
 
@@ -94,9 +95,9 @@ def dataset_maps(model: nn.Module, datamodule, estimator: str, split: str, cache
     if path.is_file():
         try:
             saved = torch.load(path, weights_only=True)
-            if saved["key"] == key:
+            if saved["key"] == key and bool(torch.isfinite(saved["maps"].sum())):
                 return saved["maps"]
-            log.warning("recomputing %s: it holds another key", path)
+            log.warning("recomputing %s: it holds %s", path, "another key" if saved["key"] != key else "NaN or ±inf")
         except Exception as err:  # noqa: BLE001 (an unreadable cache entry is redone, never used)
             log.warning("recomputing %s: it is unreadable (%s)", path, err)
     parts = []
