@@ -194,10 +194,12 @@ class TrainCLI(LightningCLI):
                 dirpath=str(run_dir / "checkpoints"), filename="last", save_top_k=1, enable_version_counter=False
             ),
         )
-        others = [c for c in (cfg.trainer.callbacks or []) if not c.class_path.endswith("ModelCheckpoint")]
+        finite = Namespace(class_path="lightning_modules.finite.FiniteTraining")  # stops at a NaN loss, never saved
+        others = [c for c in (cfg.trainer.callbacks or [])
+                  if not c.class_path.endswith(("ModelCheckpoint", "FiniteTraining"))]  # fmt: skip
         if cfg.trainer.enable_progress_bar is False:  # `--trainer.enable_progress_bar false` silences the bar
             others = [c for c in others if not c.class_path.endswith("ProgressBar")]
-        cfg.trainer.callbacks = [*others, checkpoint]
+        cfg.trainer.callbacks = [*others, finite, checkpoint]
         self.run_dir = run_dir
 
     def instantiate_classes(self) -> None:
