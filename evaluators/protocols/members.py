@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import atomic_write
+from datamodules.files import write_json
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
 from evaluators.reports.wandb_log import log_report
@@ -45,7 +45,7 @@ def evaluate_members(run_dir: Path, members: Members, evaluate_one: Callable[[ob
             continue
         summary = evaluate_one(model, members.data, folder)
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(file, lambda tmp, s=summary: tmp.write_text(json.dumps(s, indent=2)))
+        write_json(file, summary)
         out[name] = summary
     return out
 
@@ -157,5 +157,5 @@ def write_population_report(summary: dict, out_dir: Path, name: str, labels: dic
     (out_dir / "table.md").write_text(text)
     log_report(summary["config"]["log_to"], out_dir, name, summary["config"],
                {"seed_table": (seed_columns, seed_data), "robustness": (columns, data)})  # fmt: skip
-    (out_dir / f"{name}.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / f"{name}.json", summary)
     print(text)
