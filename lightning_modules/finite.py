@@ -43,14 +43,14 @@ def nonfinite_parameter(module: nn.Module) -> str:
     return "its parameters are all finite"
 
 
-def member_seeds(seeds: list[int], bad: torch.Tensor) -> str:
-    """"the member of seed 3" or "the members of seeds 3, 5 (2 of 8 members)": the members
-    flagged in ``bad`` (M,) named by their seeds, as ``members.csv`` lists them."""
+def member_seeds(seeds: list[int], bad: torch.Tensor, members: str = "members") -> str:
+    """"the member of seed 3 (1 of 8 members)" or "the members of seeds 3, 5 (2 of 8 members)":
+    the members flagged in ``bad`` (M,) named by their seeds, as ``members.csv`` lists them
+    (``members``: what the M are, e.g. the members of one chunk "trained at once")."""
     named = [seeds[i] for i in bad.nonzero().flatten().tolist()]
     shown = ", ".join(str(s) for s in named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
-    if len(named) == 1:
-        return f"the member of seed {shown} (1 of {len(seeds)} members)"
-    return f"the members of seeds {shown} ({len(named)} of {len(seeds)} members)"
+    plural = "s" * (len(named) > 1)
+    return f"the member{plural} of seed{plural} {shown} ({len(named)} of {len(seeds)} {members})"
 
 
 def check_outputs(module: nn.Module, logits: torch.Tensor, stage: str) -> None:
@@ -112,7 +112,8 @@ class FiniteTraining(pl.Callback):
         _, loss, epoch, step, batch = pending
         seeds = getattr(pl_module, "seeds", None)
         if loss.dim() == 1 and seeds is not None and len(seeds) == len(loss):
-            what = f"the training loss of {member_seeds(seeds, ~torch.isfinite(loss))} is {kinds(loss)}"
+            bad = member_seeds(seeds, ~torch.isfinite(loss), "members trained at once")
+            what = f"the training loss of {bad} is {kinds(loss)}"
         else:
             what = f"the training loss is {kinds(loss)}"
         raise InputError(f"{type(pl_module).__name__}: {what} at epoch {epoch}, step {step} (batch {batch} of the "
