@@ -6,9 +6,9 @@ one ``InputError`` naming the epoch, the step and, for a population, the members
 loss it is; no checkpoint is written after it, so the run's last checkpoint is the last good
 one. The loss it reads is the one ``training_step`` returns (``outputs["loss"]``) or, for a
 population, each member's (``outputs["member_loss"]``, shape (M,)). The cost is one sum per
-step, whose check waits one step (the next step's kernels are queued by then, so a GPU never
-idles on it); before any checkpoint is written and at each epoch's end the pending step is
-checked too.
+step, read one step later (by then the next step's work is queued, so reading it seldom leaves
+a GPU idle); the pending step is also read before validation, before any checkpoint is written
+and at each epoch's end.
 
 :func:`check_outputs` and :func:`check_member_outputs` refuse a model's or a population's
 validation and test outputs (logits) that are not finite, so an accuracy is never computed from
