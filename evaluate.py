@@ -42,7 +42,6 @@ portable.enable_if_asked(sys.argv)  # before torch is imported: the mode's varia
 
 import dataclasses
 import datetime
-import json
 import shutil
 from argparse import RawDescriptionHelpFormatter
 from pathlib import Path
@@ -52,6 +51,7 @@ import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
+from datamodules.files import json_text
 from evaluators.inputs.config import load_config, population_kind
 from evaluators.inputs.model_inputs import MODEL_INPUTS
 from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.out is not None and args.out.exists():
             raise InputError(f"--out {args.out}: already exists; choose a new file name")
         metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint, args.accelerator, **model_options(args))
-        text = json.dumps(metrics, indent=2)
+        text = json_text(metrics, indent=2)
         if args.out is not None:
             args.out.write_text(text)
         print(text)

@@ -50,11 +50,12 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
+from datamodules.files import write_json
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.model_fit import check_resumed_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
 from lightning_modules.population_base import Population
-from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
+from lightning_modules.population_fit import drop_below_mean, fit_population, write_reports
 from lightning_modules.population_io import save_population
 
 if portable.is_active():
@@ -194,10 +195,12 @@ class TrainCLI(LightningCLI):
                 dirpath=str(run_dir / "checkpoints"), filename="last", save_top_k=1, enable_version_counter=False
             ),
         )
-        others = [c for c in (cfg.trainer.callbacks or []) if not c.class_path.endswith("ModelCheckpoint")]
+        finite = Namespace(class_path="lightning_modules.finite.FiniteTraining")  # stops at a NaN loss, never saved
+        others = [c for c in (cfg.trainer.callbacks or [])
+                  if not c.class_path.endswith(("ModelCheckpoint", "FiniteTraining"))]  # fmt: skip
         if cfg.trainer.enable_progress_bar is False:  # `--trainer.enable_progress_bar false` silences the bar
             others = [c for c in others if not c.class_path.endswith("ProgressBar")]
-        cfg.trainer.callbacks = [*others, checkpoint]
+        cfg.trainer.callbacks = [*others, finite, checkpoint]
         self.run_dir = run_dir
 
     def instantiate_classes(self) -> None:
@@ -329,7 +332,7 @@ def fit_single(cli: TrainCLI) -> dict:
     }
     if portable.is_active():
         metrics["weights_sha256"] = portable.weights_sha256(model.state_dict())
-    write_json(cli.run_dir / "metrics.json", metrics)
+    write_json(cli.run_dir / "metrics.json", metrics, sort_keys=True)
     on_train = "" if metrics["train_acc"] is None else f", training accuracy {metrics['train_acc']:.4f}"
     print(f"test accuracy: {metrics['test_acc']:.4f}{on_train}  ({data.name}, {metrics['epochs']} epochs, "
           f"run {cli.run_dir})")
@@ -451,7 +454,7 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         logger.finalize("success")
     metrics = {**summary, "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
                "mode": portable.describe()}  # fmt: skip
-    write_json(run_dir / "metrics.json", metrics)
+    write_json(run_dir / "metrics.json", metrics, sort_keys=True)
     pct = {k: 100 * v for k, v in summary.items() if k.startswith("test_acc")}
     print(
         f"population: {trained.size} members, test accuracy {pct['test_acc_mean']:.2f} % ± {pct['test_acc_std']:.2f} "
@@ -500,7 +503,7 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
         "data": info, "run_dir": str(run_dir), "population": str(run_dir / "population.pt"),
         "mode": portable.describe(),
     }  # fmt: skip
-    write_json(run_dir / "metrics.json", metrics)
+    write_json(run_dir / "metrics.json", metrics, sort_keys=True)
     trained = "" if on_train is None else f", training accuracy {100 * metrics['train_acc_mean']:.2f} %"
     kind = {"images": "image population", "rows": "population"}[population.INPUTS]
     print(f"{kind}: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "

@@ -21,7 +21,6 @@ score. The last line is one JSON object.
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules.files import json_text  # noqa: E402
 from evaluators.metrics.agreement_functional import ley_agreements  # noqa: E402
 
 M, N, D, K = 50, 1000, 23, 5
@@ -82,8 +82,8 @@ def main() -> None:
     means = {name: float(v.mean()) for name, v in fast.items()}
     print(f"{M * (M - 1) // 2} pairs x {N} individuals x {D} features, k={K}: vectorised {fast_s:.3f} s, "
           f"per-pair loop {loop_s:.2f} s, ratio {loop_s / fast_s:.0f}; identical scores; means {means}")  # fmt: skip
-    print(json.dumps({"ratio": loop_s / fast_s, "vectorised_s": fast_s, "loop_s": loop_s, "pairs": M * (M - 1) // 2,
-                      "individuals": N, "features": D, "k": K}))  # fmt: skip
+    print(json_text({"ratio": loop_s / fast_s, "vectorised_s": fast_s, "loop_s": loop_s, "pairs": M * (M - 1) // 2,
+                     "individuals": N, "features": D, "k": K}))  # fmt: skip
 
 
 if __name__ == "__main__":

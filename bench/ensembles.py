@@ -27,7 +27,6 @@ JSON object.
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from captum.attr import Saliency
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._agreement import check_float32, check_float64  # noqa: E402
+from datamodules.files import json_text  # noqa: E402
 from lightning_modules import MLPClassifier  # noqa: E402
 from lightning_modules.curves import MLPCurve  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
@@ -115,7 +115,7 @@ def main() -> None:
     agreement = check(ensemble, x, batched, looped, plain, N_CHECK)
     print(f"batched: {batched_s:.2f} s; looped with Captum: {looped_s:.2f} s; looped, plain autograd: {plain_s:.2f} s")
     print(f"ratio looped/batched: {looped_s / batched_s:.1f} (plain-autograd loop: {plain_s / batched_s:.1f})")
-    print(json.dumps({
+    print(json_text({
         "ratio": looped_s / batched_s, "batched_s": batched_s, "looped_s": looped_s,
         "looped_plain_autograd_s": plain_s, "ratio_vs_plain_autograd_loop": plain_s / batched_s,
         "models": ensemble.size, "inputs": N_INPUTS, "agreement": agreement,

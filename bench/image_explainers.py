@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -62,6 +61,7 @@ from captum import attr
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._agreement import check_float32, check_float64  # noqa: E402
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
+from datamodules.files import json_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
               "cifar_images": source32, "images_224": source224, "n_cifar": len(x32), "n_224": len(x224),
               "steps": STEPS, "steps_224": STEPS_224, "max_batch": max_batch, "device": str(device),
               "threads": torch.get_num_threads(), "times_cifar": cifar, "times_224": at224}  # fmt: skip
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

@@ -44,7 +44,6 @@ the setting.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -58,6 +57,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules.files import json_text  # noqa: E402
 from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, epoch_generator  # noqa: E402
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule  # noqa: E402
 from lightning_modules.image_classifier import SGD_MOMENTUM, ImageClassifier, parameter_groups  # noqa: E402
@@ -212,7 +212,7 @@ def main() -> dict:
         "batch_size": data.batch_size, "n_batches": N_BATCHES, "warmup": WARMUP, "setup_s": round(setup_s, 1),
         "threads": torch.get_num_threads(), "max_first_batch_difference": difference,
     }  # fmt: skip
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

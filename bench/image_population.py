@@ -31,7 +31,6 @@ this device ((b) on a GPU, (c) on a CPU), ``ratio_vmap`` = (a) / (b), ``ratio_lo
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules import FashionMNISTDataModule  # noqa: E402
+from datamodules.files import json_text  # noqa: E402
 from evaluators.inputs.config import read_yaml  # noqa: E402
 from lightning_modules import ImageClassifier, ImagePopulation  # noqa: E402
 
@@ -147,7 +147,7 @@ def main() -> dict:
         "max_member_difference_loop": checked["loop"]["max_member_difference"],
         "min_other_seed_difference": checked["loop"]["min_other_seed_difference"],
     }
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

@@ -67,7 +67,6 @@ probabilities on random images move by 6e-4 per step (median over 100 images and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -78,6 +77,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules.files import json_text  # noqa: E402
 from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.maps.image_explainers import reduce_map  # noqa: E402
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
     except ImportError:
         result = {"ratio": None, "skipped": "quantus is not installed: pip install quantus==0.6.0 and the test "
                                             "extra's opencv-python-headless, scikit-image, cachetools (setup.cfg)"}
-        print(json.dumps(result))
+        print(json_text(result))
         return result
     torch.manual_seed(0)
     model, x, source = model_and_images(N_IMAGES)
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"max |diff| {diff_quantus:.2e}")  # fmt: skip
     result.update({"ratio": round(t_quantus / t_ours["deletion"], 2), "quantus_s": round(t_quantus, 3),
                    "max_diff_vs_quantus": diff_quantus})  # fmt: skip
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

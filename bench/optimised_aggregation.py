@@ -72,7 +72,6 @@ largest weight differences, ``device``, the settings, and Decker et al.'s Table 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -85,6 +84,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
+from datamodules.files import json_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps.image_explainers import predicted_class  # noqa: E402
@@ -355,7 +355,7 @@ def main() -> dict:
                       "m_agg": {"agg_faith": M_AGG, "agg_robust": M_ROBUST_224}, "explainers": explainers_224,
                       "max_batch": MAX_BATCH_224, "reduced": f"AGG_robust's m_agg {M_ROBUST_224} (not {M_AGG}), IG "
                       f"steps and noise samples {STEPS_224} (not 20 and 10), no DeepLift", **at224}}  # fmt: skip
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

@@ -30,7 +30,6 @@ shifted or members mixed up fail.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -47,6 +46,7 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from datamodules import FinancialDataModule  # noqa: E402
+from datamodules.files import json_text  # noqa: E402
 from lightning_modules import MLPClassifier, PopulationMLP  # noqa: E402
 from lightning_modules.population_fit import auto_chunk_size, fit_population  # noqa: E402
 
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{checked['max_accuracy_difference']:.4f})"
         )
     print(
-        json.dumps(
+        json_text(
             {
                 "ratio": min(r["ratio_c_a"] for r in results.values()),
                 "ratio_vs_plain": min(r["ratio_c_b"] for r in results.values()),

@@ -31,7 +31,6 @@ cell's place or retrainings mixed up match only by chance, and fail.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules import FinancialDataModule  # noqa: E402
+from datamodules.files import json_text  # noqa: E402
 from datamodules.image_batches import EpochShuffle  # noqa: E402
 from datamodules.images import MNIST5kDataModule  # noqa: E402
 from datamodules.roar import model_inputs, remove_top, training_fill  # noqa: E402
@@ -158,7 +158,7 @@ def main() -> dict:
         print(f"{kind}: {len(grid_cells(grid))} cells x K = {grid.retrainings}: naive {t_naive:.1f} s, "
               f"framework {t_ours:.1f} s, ratio {t_naive / t_ours:.1f}")  # fmt: skip
     result["ratio"] = min(result["ratio_tabular"], result["ratio_images"])
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

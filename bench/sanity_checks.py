@@ -58,7 +58,6 @@ with other jobs move less than wall-clock times (with one thread, as ``make benc
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -69,6 +68,7 @@ import torch
 from captum import attr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules.files import json_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.sanity import model_randomisation, randomisable_layers  # noqa: E402
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
         import quantus  # noqa: F401
     except ImportError:
         result = {"ratio": None, "error": "quantus is not installed (pip install quantus==0.6.0)"}
-        print(json.dumps(result))
+        print(json_text(result))
         return result
     torch.manual_seed(0)
     model = create_image_model("resnet8", num_classes=10, in_channels=3).to(device).eval()
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
               "layers": len(layers), "explainers": list(EXPLAINERS), "ig_steps": IG_STEPS, "max_batch": max_batch,
               "images": source, "model": "random ResNet-8 (create_image_model, torch.manual_seed(0))",
               "device": str(device), "threads": torch.get_num_threads()}  # fmt: skip
-    print(json.dumps(result))
+    print(json_text(result))
     return result
 
 

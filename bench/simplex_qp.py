@@ -30,7 +30,6 @@ seconds of every method, k and B.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from datamodules.files import json_text  # noqa: E402
 from evaluators.aggregators.simplex_qp import enumerate_supports, solve_simplex_qp  # noqa: E402
 
 K_VALUES, B_VALUES, REPEATS = (7, 12), (1, 100, 2000), 3
@@ -125,8 +125,8 @@ def main() -> None:
             print(f"{k:>3} {b:>5} " + " ".join(f"{t:>{width}.4f}" for width, t in zip(widths, row.values())))
     k, b = K_VALUES[0], B_VALUES[-1]
     timing = seconds[f"k{k}_B{b}"]
-    print(json.dumps({"ratio": round(timing["cvxpy"] / timing["batched"], 1), "ratio_at": f"k={k}, B={b}",
-                      "seconds": seconds, "device": "cpu", "threads": torch.get_num_threads()}))
+    print(json_text({"ratio": round(timing["cvxpy"] / timing["batched"], 1), "ratio_at": f"k={k}, B={b}",
+                     "seconds": seconds, "device": "cpu", "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import atomic_write, write_json
 from datamodules.image_base import ImageDataModule
 from datamodules.image_batches import EpochShuffle
 from datamodules.image_cache import _cache_root, _locked, _short_hash, archive_name, is_archive, unpack_archive
@@ -281,7 +281,7 @@ class ImageFolderDataModule(ImageDataModule):
             except (ValueError, KeyError) as err:
                 log.warning("recomputing statistics: %s is unreadable (%s)", path, err)
         mean, std = super()._computed_stats() if self.in_memory else self._file_stats(split)
-        atomic_write(path, lambda tmp: tmp.write_text(json.dumps({"split": split, "mean": mean, "std": std})))
+        write_json(path, {"split": split, "mean": mean, "std": std}, indent=None)
         return mean, std
 
     def _file_stats(self, split: str) -> tuple[list[float], list[float]]:

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write, dead_writer, temporary_name
+from datamodules.files import dead_writer, temporary_name, write_json
 from datamodules.roar import ModifiedDataModule, _check_datamodule
 
 FORMAT = 1
@@ -98,7 +98,7 @@ def write_modified_split(datamodule, split: str, modify: Callable, out_dir, name
     manifest = {"format": FORMAT, "key": key, "name": name, "split": split, "images": count, "shape": list(shape),
                 "shard_images": shard_images, "shards": shards}  # fmt: skip
     if not (folder / "manifest.json").is_file():
-        atomic_write(folder / "manifest.json", lambda tmp: tmp.write_text(json.dumps(manifest, indent=1)))
+        write_json(folder / "manifest.json", manifest, indent=1)
     for s in range(index, shards, step):
         if not _shard_path(folder, s, ".json").is_file():
             _write_shard(datamodule, split, modify, folder, s, (s * shard_images, min(count, (s + 1) * shard_images)),
@@ -134,7 +134,7 @@ def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tupl
         tmp.unlink(missing_ok=True)
     record = {"shard": shard, "start": start, "stop": stop, "labels": labels}
     if not _shard_path(folder, shard, ".json").is_file():
-        atomic_write(_shard_path(folder, shard, ".json"), lambda t: t.write_text(json.dumps(record)))
+        write_json(_shard_path(folder, shard, ".json"), record, indent=None)
 
 
 class ShardImages:

@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from lightning_modules.finite import check_outputs
 from lightning_modules.interface import check_num_classes
 from lightning_modules.mlp import LossOn, MLPClassifier, adam, build_mlp, check_loss_on, classification_loss
 
@@ -314,6 +315,7 @@ class CurveModel(pl.LightningModule):
                 bn.running_mean.copy_(mean)
                 bn.running_var.copy_(var)
             logits = self.net(x)
+            check_outputs(self, logits, f"test (t = {t:g})")
             stats = self._test_stats[t]
             stats[0] += F.cross_entropy(logits, y, reduction="sum").item()
             stats[1] += (logits.argmax(-1) == y).sum().item()

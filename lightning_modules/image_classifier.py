@@ -42,6 +42,7 @@ from torch.nn import functional as F
 from torchvision.models import resnet as tv_resnet
 
 from datamodules.errors import InputError
+from lightning_modules.finite import check_outputs
 
 Optimizer = Literal["sgd", "adamw"]
 Schedule = Literal["onecycle", "cosine", "none"]
@@ -328,10 +329,13 @@ def at_least_float32(logits: torch.Tensor) -> torch.Tensor:
 class CrossEntropySteps:
     """Training, validation and test steps of a LightningModule classifier: cross-entropy of the
     logits its ``_step(batch, stage)`` gives to ``_logged_step`` (label smoothing in training),
-    ``<stage>/loss`` and ``<stage>/acc`` logged per epoch."""
+    ``<stage>/loss`` and ``<stage>/acc`` logged per epoch. Validation and test logits must be
+    finite (``finite.check_outputs``); the training loss is train.py's ``FiniteTraining``'s."""
 
     def _logged_step(self, logits: torch.Tensor, y: torch.Tensor, stage: str) -> torch.Tensor:
         logits = at_least_float32(logits)
+        if stage != "train":
+            check_outputs(self, logits, stage)
         smoothing = self.hparams.label_smoothing if stage == "train" else 0.0
         loss = F.cross_entropy(logits, y, label_smoothing=smoothing)
         acc = (logits.argmax(dim=-1) == y).float().mean()

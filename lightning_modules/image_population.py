@@ -57,6 +57,7 @@ from lightning_modules.image_classifier import (
     configure_image_optimizer,
     parameter_groups,
 )
+from lightning_modules.finite import check_member_outputs
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
 
@@ -251,7 +252,8 @@ class ImagePopulation(Population, ImageNetworks):
         """Nothing: ``training_step`` zeroes the gradients first (Lightning would zero them
         after the step, where the loop's members already have theirs)."""
 
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch, batch_idx: int) -> dict:
+        """The summed loss of one step of every member, and each member's (``member_loss``)."""
         x, y = batch
         y = y if y.dim() == 2 else y.expand(self.size, -1)
         self.optimizers().zero_grad()
@@ -263,7 +265,7 @@ class ImagePopulation(Population, ImageNetworks):
             losses, correct = self._member_by_member(x, y)
         self.log_dict({"train/loss": losses.mean(), "train/acc": correct.float().mean()}, prog_bar=True,
                       on_step=False, on_epoch=True, batch_size=y.shape[1])  # fmt: skip
-        return losses.sum()
+        return {"loss": losses.sum(), "member_loss": losses.detach()}
 
     def _member_by_member(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The loop on one process: each member's forward pass, loss and backward pass in
@@ -287,6 +289,7 @@ class ImagePopulation(Population, ImageNetworks):
     def validation_step(self, batch, batch_idx: int) -> None:
         x, y = batch
         logits = at_least_float32(self(x))
+        check_member_outputs(self, logits, "val")
         y = y.expand(self.size, -1)
         loss = self._member_losses(logits, y, 0.0).mean()
         acc = (logits.argmax(dim=-1) == y).float().mean()

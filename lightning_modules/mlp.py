@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from datamodules.errors import InputError
+from lightning_modules.finite import check_outputs
 from lightning_modules.interface import check_num_classes, default_output, tabular_class
 
 ExplainOutput = Literal["logit", "probability"]
@@ -132,6 +133,8 @@ class MLPClassifier(pl.LightningModule):
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
         logits = self(x)
+        if stage != "train":  # the training loss is train.py's FiniteTraining's
+            check_outputs(self, logits, stage)
         loss = classification_loss(logits, y, self.hparams.loss_on)
         acc = (logits.argmax(dim=-1) == y).float().mean()
         self.log(f"{stage}/loss", loss, prog_bar=stage == "train", on_epoch=True, on_step=False)

@@ -94,8 +94,9 @@ class ModulePopulation(Population, ImageNetworks):
         """Logits (K, N, classes) of every member."""
         return torch.stack([net(x) for net in self.nets])
 
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        """Σ_i L_i over the members, each on the whole batch (see the module's docstring)."""
+    def training_step(self, batch, batch_idx: int) -> dict:
+        """Σ_i L_i over the members, each on the whole batch (see the module's docstring), and
+        each member's L_i (``member_loss``)."""
         x, y = batch
         losses = []
         for net in self.nets:
@@ -104,7 +105,7 @@ class ModulePopulation(Population, ImageNetworks):
             losses.append(F.cross_entropy(logits, y))
         losses = torch.stack(losses)
         self.log("train/loss", losses.mean(), prog_bar=True, on_step=False, on_epoch=True, batch_size=len(y))
-        return losses.sum()
+        return {"loss": losses.sum(), "member_loss": losses.detach()}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return build_optimizer(self.parameters(), self.hparams)

@@ -222,7 +222,8 @@ class PopulationMLP(Population):
         x_all, y_all = self._train_rows
         return x_all[idx], y_all[idx]
 
-    def training_step(self, batch, batch_idx: int) -> None:
+    def training_step(self, batch, batch_idx: int) -> dict:
+        """One Adam step of every member; returns each member's loss (``member_loss``)."""
         x, y = self._member_batch(batch, batch_idx)
         with torch.no_grad():
             saved: list[torch.Tensor] = []
@@ -245,6 +246,7 @@ class PopulationMLP(Population):
             self._stats[0] += member_loss.detach() * rows
             self._stats[1] += (logits.argmax(dim=-1) == y).sum(dim=1)
             self._stats[2] += rows
+        return {"member_loss": member_loss.detach()}
 
     @staticmethod
     def _grad_buffer(param: nn.Parameter) -> torch.Tensor:

@@ -4,7 +4,9 @@ i extractable as the model it equals alone. Kinds: ``PopulationMLP`` (stacked ta
 ``ImagePopulation``; ``forward(x)`` gives every member's logits (M, N, K). After a test,
 ``member_test_acc`` holds each member's accuracy (M,), and their mean, std, min and max are
 logged under the kind's ``TEST_LOG`` name. ``member_train_acc``: each member's accuracy on the
-training split as served, where ``train.py`` measured it after training."""
+training split as served, where ``train.py`` measured it after training. Test outputs must be
+finite (``finite.check_member_outputs``: an error names the members by seed); a training step
+returns each member's loss as ``member_loss``, which train.py's ``FiniteTraining`` checks."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
+from lightning_modules.finite import check_member_outputs
 
 DataOrder = Literal["shared", "per_member"]
 DATA_ORDERS = ("shared", "per_member")
@@ -76,7 +79,9 @@ class Population(pl.LightningModule):
         x, y = batch
         rows = self._eval_rows()
         for xs, ys in zip(x.split(rows), y.split(rows)):
-            self._test_correct += (self(xs).argmax(dim=-1) == ys).sum(dim=1)
+            logits = self(xs)
+            check_member_outputs(self, logits, "test")
+            self._test_correct += (logits.argmax(dim=-1) == ys).sum(dim=1)
         self._test_rows += len(y)
 
     def on_test_epoch_end(self) -> None:

@@ -10,7 +10,6 @@ equals an uninterrupted run's.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,6 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from datamodules.files import atomic_write
 from datamodules.tabular import TabularDataModule
 from lightning_modules.allocator import HEAP_BLOCK_BYTES
 from lightning_modules.population import PopulationMLP
@@ -140,7 +138,3 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
     fig.savefig(path)
     plt.close(fig)
     return path
-
-
-def write_json(path: Path, payload: dict) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(payload, indent=2, sort_keys=True)))

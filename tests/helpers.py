@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY_POINTS = {"evaluate.py": "evaluate", "train.py": "train"}
@@ -37,6 +38,23 @@ class RecordEpochs(pl.Callback):
         if record:
             with open(record, "a") as fh:
                 fh.write(f"{Path(trainer.default_root_dir).name} {trainer.current_epoch}\n")
+
+
+class PoisonMember(pl.Callback):
+    """Set member ``member``'s first parameter to NaN before optimiser step ``step`` (counted from 0)
+    of a population: a member that diverges while the others train on."""
+
+    def __init__(self, member: int = 1, step: int = 3) -> None:
+        self.member, self.step = member, step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        if trainer.global_step != self.step:
+            return
+        with torch.no_grad():
+            if hasattr(pl_module, "nets"):  # a network per member (ImagePopulation, ModulePopulation)
+                next(pl_module.nets[self.member].parameters()).fill_(float("nan"))
+            else:  # stacked parameters (PopulationMLP): the member is dim 0
+                next(pl_module.parameters())[self.member].fill_(float("nan"))
 
 
 def assert_one_line_error(result, message: str, status: int = 2) -> None:

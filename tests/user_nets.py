@@ -55,3 +55,23 @@ class TableNetBN(nn.Sequential):
     def __init__(self, in_features: int = 1, hidden: int = 8, num_classes: int = 2) -> None:
         super().__init__(nn.Linear(in_features, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
                          nn.Linear(hidden, num_classes))  # fmt: skip
+
+
+class NaNAfter(TableNet):
+    """A ``TableNet`` whose outputs turn NaN from its ``after``-th forward pass in training mode
+    on (counted from 0; None: never) and, with ``in_eval``, always in evaluation mode: a model
+    that diverges during training, or one whose test outputs are NaN."""
+
+    def __init__(self, in_features: int = 1, hidden: int = 8, num_classes: int = 2, after: int | None = None,
+                 in_eval: bool = False) -> None:  # fmt: skip
+        super().__init__(in_features, hidden, num_classes)
+        self.after, self.in_eval, self.calls = after, in_eval, 0
+
+    def forward(self, x):
+        out = super().forward(x)
+        if self.training:
+            self.calls += 1
+            poisoned = self.after is not None and self.calls > self.after
+        else:
+            poisoned = self.in_eval
+        return out * float("nan") if poisoned else out

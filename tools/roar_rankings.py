@@ -17,7 +17,6 @@ compressed levels); float16's new ties and the masks it changes on the grid's fr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import threading
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from datamodules.files import json_text
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import FRACTIONS, removed_count
 from evaluators.protocols.roar.estimators import estimator_maps
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--store", default="levels")
     parser.add_argument("--kill-after-shards", type=int, default=0)
     args = parser.parse_args()
-    print(json.dumps(run_pass(args) if args.what == "pass" else run_formats(args)), flush=True)
+    print(json_text(run_pass(args) if args.what == "pass" else run_formats(args)), flush=True)
 
 
 if __name__ == "__main__":

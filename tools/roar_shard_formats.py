@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import shutil
 import sys
 import time
@@ -37,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from datamodules.files import json_text  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
 from evaluators.protocols.roar.estimators import sobel_scores  # noqa: E402
 
@@ -196,21 +196,21 @@ def main() -> None:
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     filled = float((x == fill[:, None, None]).mean())
-    print(json.dumps({"images": len(x), "shape": list(x.shape[1:]), "filled": filled}))
+    print(json_text({"images": len(x), "shape": list(x.shape[1:]), "filled": filled}))
     if args.only is None:
-        print(json.dumps(lossless_sizes(x)), flush=True)
+        print(json_text(lossless_sizes(x)), flush=True)
     if args.only in (None, "npy"):
-        print(json.dumps(bench_npy(x, y, out)), flush=True)
+        print(json_text(bench_npy(x, y, out)), flush=True)
     for extension in ("npy", "png") if args.only in (None, "webdataset") else ():
         try:
-            print(json.dumps(bench_webdataset(x, y, out, extension)), flush=True)
+            print(json_text(bench_webdataset(x, y, out, extension)), flush=True)
         except ImportError:
-            print(json.dumps({"format": f"webdataset-{extension}", "skipped": "webdataset is not installed"}))
+            print(json_text({"format": f"webdataset-{extension}", "skipped": "webdataset is not installed"}))
     for compression in (None, "zstd") if args.only in (None, "litdata") else ():
         try:
-            print(json.dumps(bench_litdata(x, y, out, compression)), flush=True)
+            print(json_text(bench_litdata(x, y, out, compression)), flush=True)
         except (ImportError, ValueError) as err:
-            print(json.dumps({"format": f"litdata-{compression or 'raw'}", "skipped": str(err)[:200]}))
+            print(json_text({"format": f"litdata-{compression or 'raw'}", "skipped": str(err)[:200]}))
 
 
 if __name__ == "__main__":

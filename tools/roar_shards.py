@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 import time
 from functools import partial
@@ -34,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
+from datamodules.files import json_text, write_json  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
 from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule, stored_size  # noqa: E402
@@ -97,8 +97,8 @@ def fit(args, data: ShardedDataModule) -> None:
     record = {"accuracy": correct / total, "test_images": total, "world_size": trainer.world_size,
               "seen": seen_ranks, "weights_sha256": weights}  # fmt: skip
     if args.result:
-        Path(args.result).write_text(json.dumps(record))
-    print(json.dumps({k: v for k, v in record.items() if k != "seen"}))
+        write_json(Path(args.result), record, indent=None)
+    print(json_text({k: v for k, v in record.items() if k != "seen"}))
 
 
 def main(argv: list[str]) -> None:
@@ -135,8 +135,8 @@ def main(argv: list[str]) -> None:
         for split in args.splits:
             start = time.perf_counter()
             folder = data.write(split, shard)
-            print(json.dumps({"split": split, "folder": str(folder), "seconds": round(time.perf_counter() - start, 2),
-                              "images": stored_size(data.datamodule, split)}))  # fmt: skip
+            print(json_text({"split": split, "folder": str(folder), "seconds": round(time.perf_counter() - start, 2),
+                             "images": stored_size(data.datamodule, split)}))  # fmt: skip
     else:
         fit(args, data)
 

@@ -29,6 +29,7 @@ import pytorch_lightning as pl
 import yaml
 
 from datamodules.errors import InputError, OneLineParser, run_entry_point
+from datamodules.files import json_text
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.runs import load_run
 from lightning_modules.image_ensembles import network
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.model_args is not None and not isinstance(args.model_args, dict):
         raise InputError(f"--model_args {args.model_args!r}: expected a YAML mapping, e.g. '{{num_classes: 10}}'")
     summary = assemble(args.members, args.out, args.data_config, args.model_class, args.model_args, args.data_dir)
-    print(json.dumps(summary))
+    print(json_text(summary))
     return summary
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import write_json
 from evaluators.inputs.counts import counted
 from evaluators.inputs.runs import Inputs, load_inputs, read_items, reference_inputs, test_reader
 from evaluators.maps.image_explainers import predicted_class
@@ -118,7 +118,7 @@ class InputSource:
                                  "(resume with the same chunk_size and n_inputs, or use a new folder)")  # fmt: skip
         else:
             record.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(record, lambda tmp: tmp.write_text(json.dumps(layout)))
+            write_json(record, layout, indent=None)
         for j, start in enumerate(range(0, self.n, self.chunk_size)):
             stop = min(start + self.chunk_size, self.n)
             yield Chunk(start, stop, self.n, run_dir / "inputs" / f"chunk-{j:05d}",

@@ -35,7 +35,6 @@ memory, e.g. an image folder served from files, streams through); at the end
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -45,6 +44,7 @@ import torch
 import yaml
 
 from datamodules.errors import InputError
+from datamodules.files import write_json
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
@@ -476,7 +476,7 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
                         plot_normalisations(summary, out_dir / "normalisations.png"),
                         plot_grid(summary, out_dir / "grid.png")) if p is not None]  # fmt: skip
     summary.pop("_grid")
-    (out_dir / "aggregation.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "aggregation.json", summary)
     write_csv(summary, out_dir / "aggregation.csv")
     (out_dir / "table.md").write_text(markdown_table(summary))
     columns = ["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95"]

@@ -55,7 +55,6 @@ kept; a kept file with such maps is refused naming it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,7 +65,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import atomic_write, write_json
 from evaluators.metrics.agreement_functional import RANK_AGREEMENTS, angular_difference, ley_agreements
 from evaluators.metrics.agreement_functional import pair_separations
 from evaluators.inputs.config import PopulationSource
@@ -157,6 +156,10 @@ class ConsistencyConfig(PopulationSource):
                              "the rule explains the probability: set explain_output=probability")  # fmt: skip
 
 
+SUMMARY_KEYS = ("mean", "std", "median", "q45", "q55")
+UNDEFINED_EVERYWHERE = "no individual has a defined score (e.g. a rank correlation of constant maps)"  # JSON's reason
+
+
 def summarise(per_individual: torch.Tensor) -> dict[str, float]:
     """Mean, std, median and 45th/55th percentiles of the defined values; ``undefined``:
     how many values are NaN, where any are."""
@@ -164,7 +167,7 @@ def summarise(per_individual: torch.Tensor) -> dict[str, float]:
     defined = values[~np.isnan(values)]
     undefined = {"undefined": len(values) - len(defined)} if len(defined) < len(values) else {}
     if not len(defined):
-        return {key: float("nan") for key in ("mean", "std", "median", "q45", "q55")} | undefined
+        return dict.fromkeys(SUMMARY_KEYS, float("nan")) | undefined
     q45, median, q55 = np.quantile(defined, [0.45, 0.5, 0.55])
     return {"mean": float(defined.mean()), "std": float(defined.std()), "median": float(median),
             "q45": float(q45), "q55": float(q55)} | undefined  # fmt: skip
@@ -427,7 +430,7 @@ def markdown_table(summary: dict) -> str:
 
 
 def write_consistency_report(summary: dict, out_dir: Path) -> None:
-    (out_dir / "consistency.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "consistency.json", summary, reasons=dict.fromkeys(SUMMARY_KEYS, UNDEFINED_EVERYWHERE))
     keys = ["n_models", "strategy", "method", "metric", "mean", "std", "median", "q45", "q55", "test_acc"]
     lines = [",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in summary["rows"]]
     (out_dir / "consistency.csv").write_text("\n".join(lines) + "\n")

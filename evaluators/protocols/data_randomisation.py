@@ -34,7 +34,6 @@ channel-summed map).
 from __future__ import annotations
 
 import csv
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from datamodules.files import write_json
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted
 from evaluators.inputs.finite import check_finite
@@ -215,7 +215,7 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
 def write_data_randomisation_report(summary: dict, run_dir: Path) -> None:
     """``data_randomisation.json`` and ``.csv``, ``similarity.png`` and, for images, ``maps.png``."""
     public = {k: v for k, v in summary.items() if not k.startswith("_")}
-    (run_dir / "data_randomisation.json").write_text(json.dumps(public, indent=2))
+    write_json(run_dir / "data_randomisation.json", public)
     with open(run_dir / "data_randomisation.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(summary["rows"][0]))
         writer.writeheader()

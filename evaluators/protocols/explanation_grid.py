@@ -18,13 +18,13 @@ number of all-zero and constant maps and which images they are) and, unless ``lo
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 
 from datamodules.errors import InputError
+from datamodules.files import write_json
 from evaluators.inputs.counts import counted
 from evaluators.inputs.finite import check_finite
 from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
@@ -85,7 +85,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     note = blank_note(count_blank_maps(maps), len(x))
     if note:
         print(f"{note} (written on their cells)")
-    (out_dir / "explanations.json").write_text(json.dumps(report, indent=2))
+    write_json(out_dir / "explanations.json", report)
     log_report(log_to, out_dir, "explain", {"run_dir": str(run_dir), "methods": methods}, images={"explanations": png})
     return report
 

@@ -15,7 +15,6 @@ every initial parameter nudged by N(0, ``nudge``²).
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from datamodules.files import write_json
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from lightning_modules.curves import MLPCurve
@@ -154,7 +154,7 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    (out_dir / "landscape.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "landscape.json", summary)
     lines = ["ensemble,mean_test_acc,std_test_acc"] + [
         f"{n},{v['mean']:.6f},{v['std']:.6f}" for n, v in summary["test_accuracy"].items()
     ]

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import write_json
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
 from evaluators.reports.wandb_log import log_report
@@ -50,7 +50,7 @@ def evaluate_members(run_dir: Path, members: Members, evaluate_one: Callable[[ob
         except InputError as err:
             raise InputError(f"population member {k} ({name}): {err}") from err
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(file, lambda tmp, s=summary: tmp.write_text(json.dumps(s, indent=2)))
+        write_json(file, summary)
         out[name] = summary
     return out
 
@@ -162,5 +162,5 @@ def write_population_report(summary: dict, out_dir: Path, name: str, labels: dic
     (out_dir / "table.md").write_text(text)
     log_report(summary["config"]["log_to"], out_dir, name, summary["config"],
                {"seed_table": (seed_columns, seed_data), "robustness": (columns, data)})  # fmt: skip
-    (out_dir / f"{name}.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / f"{name}.json", summary)
     print(text)

@@ -47,7 +47,6 @@ maps do not depend on ``max_batch``.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,6 +54,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from datamodules.files import write_json
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import default_of
@@ -448,7 +448,7 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
         write_population_report(summary, out_dir, "optimised_aggregation", labels)
         return
     png = plot_weights(summary, out_dir / "weights.png")
-    (out_dir / "optimised_aggregation.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "optimised_aggregation.json", summary)
     (out_dir / "table.md").write_text(markdown_table(summary))
     metrics = columns(summary["config"])
     with (out_dir / "optimised_aggregation.csv").open("w", newline="") as f:

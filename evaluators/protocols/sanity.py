@@ -35,7 +35,6 @@ evaluated as one run into ``members/<name>/`` and the report is the seed-level o
 from __future__ import annotations
 
 import csv
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
+from datamodules.files import write_json
 from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
@@ -308,7 +308,7 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
         if figure is not None:
             pngs.append(plot_stage_maps(figure["x"], figure["maps"][mode], stages, figure["normalization"],
                                         out_dir / f"maps_{mode}.png", f"{mode} randomisation"))  # fmt: skip
-    (out_dir / "sanity.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "sanity.json", summary)
     write_csvs(summary, out_dir)
     (out_dir / "table.md").write_text(markdown_table(summary))
     columns = ["mode", "stage", "explainer", "measure", "mean", "ci95", "n"]

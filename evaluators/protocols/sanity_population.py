@@ -23,13 +23,13 @@ measure where some member's mean is undefined is not ranked (listed under ``unra
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from datamodules.errors import InputError
+from datamodules.files import write_json
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import member_interval
 from evaluators.protocols.members import evaluate_members, robustness
@@ -191,5 +191,5 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
     text = markdown(summary)
     (out_dir / "table.md").write_text(text)
     log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], tables, {p.stem: p for p in pngs})
-    (out_dir / "sanity.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "sanity.json", summary)
     print(text)

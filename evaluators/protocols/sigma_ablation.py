@@ -9,13 +9,13 @@ should rise with σ until accuracy starts to fall.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from datamodules.files import write_json
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
@@ -85,7 +85,7 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    (out_dir / "sigma_ablation.json").write_text(json.dumps(summary, indent=2))
+    write_json(out_dir / "sigma_ablation.json", summary)
     lines = ["layer,sigma,sa,test_acc,test_acc_std"] + [
         f"{r['layer']},{r['sigma']},{r['sa']:.6f},{r['test_acc']:.6f},{r['test_acc_std']:.6f}" for r in summary["rows"]
     ]

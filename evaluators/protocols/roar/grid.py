@@ -51,7 +51,7 @@ import torch
 from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import write_json
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.roar_shards import ShardedDataModule, served_from_files
 from datamodules.stacked_cells import StackedCellsDataModule
@@ -422,7 +422,7 @@ def run_grid(clean: pl.LightningModule, data, grid: RoarGrid, out_dir: Path, cac
             if rank == 0:
                 path = cell_path(out_dir, cell)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
+                write_json(path, record)
     return [c for c in cells if not cell_path(out_dir, c).is_file()]
 
 

@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write, dead_writer
+from datamodules.files import atomic_write, dead_writer, json_text
 from datamodules.roar import FRACTIONS, TIE_STREAM, UNITS, ranked_scores, removed_count, uniform_hash
 from datamodules.roar_shards import stored_size
 from evaluators.protocols.roar.estimators import estimator_maps
@@ -318,7 +318,7 @@ def ranking_pass(model: nn.Module, datamodule, estimator: str, split: str, cache
     manifest = {"key": key, "count": count, "shard_size": shard_size, "image_shape": list(datamodule.image_shape),
                 "units": list(units), "store": store, "fractions": list(fractions), "estimator": estimator,
                 "split": split, "seed": seed, "chunk": chunk, "square": square}  # fmt: skip
-    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    text = json_text(manifest, indent=1, sort_keys=True) + "\n"
     path = root / MANIFEST
     if not path.is_file() or path.read_text() != text:
         atomic_write(path, lambda tmp: tmp.write_text(text))

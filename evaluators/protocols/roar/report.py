@@ -9,10 +9,9 @@ logged to W&B."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
-from datamodules.files import atomic_write
+from datamodules.files import write_json
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS
 from evaluators.protocols.roar.grid import CLEAN, RoarGrid, read_cells
 from evaluators.reports.wandb_log import log_report
@@ -46,7 +45,7 @@ def collect(out_dir: Path, grid: RoarGrid, config: dict, log_to: str) -> dict:
             "retrain_vs_no_retrain": plot_no_retrain(rows, grid, out_dir / "retrain_vs_no_retrain.png")}
     log_report(log_to, out_dir, "roar", config, {"roar": (COLUMNS, [[r[c] for c in COLUMNS] for r in rows])}, pngs)
     # roar.json last: its presence marks the finished report
-    atomic_write(out_dir / "roar.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    write_json(out_dir / "roar.json", summary)
     return summary
 
 
