@@ -50,6 +50,8 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
+from datamodules.run_folders import claim_run_folder, release
+from lightning_modules.checkpoint_io import atomic_checkpoints
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.sources import check_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
@@ -110,16 +112,6 @@ def wandb_run_id(previous: Namespace | None) -> str:
         return init_args.id
     # a leading letter: the id goes through config.yaml, and YAML reads hex such as "12e4090" as a number
     return "r" + uuid.uuid4().hex[:11]
-
-
-def unique_folder(path: Path) -> Path:
-    """``path``, or ``path-2``, ``path-3``, ...: the first that does not exist yet, so
-    earlier runs are never overwritten."""
-    candidate, suffix = path, 1
-    while candidate.exists():
-        suffix += 1
-        candidate = path.with_name(f"{path.name}-{suffix}")
-    return candidate
 
 
 def dataset_name(data: Namespace) -> str:
@@ -183,8 +175,9 @@ class TrainCLI(LightningCLI):
             seed = getattr(model_args, "first_seed", cfg.seed_everything) if seed is None else seed
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_name = cfg.run_name or f"{model_name}-seed{seed}-{stamp}"
-            run_dir = unique_folder(Path(cfg.output_dir) / dataset / run_name)
-        self.new_folders = [] if cfg.resume else [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+            run_dir = Path(cfg.output_dir) / dataset / run_name
+        self.run_dir, self.new_folders = claim_run_folder(run_dir, bool(cfg.resume), bool(cfg.run_name))
+        run_dir = self.run_dir
         cfg.trainer.default_root_dir = str(run_dir)
         previous = cfg.trainer.logger if cfg.resume else None
         cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, bool(cfg.resume), previous)
@@ -198,13 +191,22 @@ class TrainCLI(LightningCLI):
         if cfg.trainer.enable_progress_bar is False:  # `--trainer.enable_progress_bar false` silences the bar
             others = [c for c in others if not c.class_path.endswith("ProgressBar")]
         cfg.trainer.callbacks = [*others, checkpoint]
-        self.run_dir = run_dir
 
     def instantiate_classes(self) -> None:
         """Instantiate; where the model's ``net`` (``Classifier``) takes options that the
         datamodule determines (``net_options_from_data``) and they differ, set them and
-        instantiate again from the same seed, so the run's config.yaml makes the same weights."""
+        instantiate again from the same seed, so the run's config.yaml makes the same weights.
+        A failure leaves no new run folder behind (:func:`remove_untrained_run`)."""
+        try:
+            self._instantiate_classes()
+        except BaseException:
+            remove_untrained_run(self.new_folders)
+            release(self.run_dir)
+            raise
+
+    def _instantiate_classes(self) -> None:
         super().instantiate_classes()
+        atomic_checkpoints(self.trainer)
         net = getattr(self.config.model.init_args, "net", None)
         changed = net_options_from_data(net, self.datamodule)
         if changed:
@@ -386,10 +388,10 @@ def chunk_trainer_factory(cli: TrainCLI):
     def make(chunk_dir: Path) -> pl.Trainer:
         checkpoint = ModelCheckpoint(dirpath=chunk_dir, filename="last", save_top_k=1, enable_version_counter=False)
         progress = [type(bars[0])()] if bars else []
-        return pl.Trainer(
+        return atomic_checkpoints(pl.Trainer(
             **kwargs, default_root_dir=str(chunk_dir), logger=cli.trainer.logger or False,
             callbacks=[*extra, *progress, checkpoint], enable_progress_bar=bool(progress),
-        )  # fmt: skip
+        ))  # fmt: skip
 
     return make
 
@@ -536,6 +538,8 @@ def main(args: list[str] | None = None) -> dict | None:
     except BaseException:
         remove_untrained_run(cli.new_folders)
         raise
+    finally:
+        release(cli.run_dir)
 
 
 def record_fitted_transform(cli: TrainCLI) -> None:
