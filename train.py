@@ -50,6 +50,7 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
+from datamodules.files import write_text
 from datamodules.run_folders import claim_run_folder, release
 from lightning_modules.checkpoint_io import atomic_checkpoints
 from evaluators.inputs.config import read_yaml
@@ -135,7 +136,7 @@ class RunFolderConfig(SaveConfigCallback):
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         path = Path(trainer.default_root_dir) / self.config_filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.parser.save(self.config, str(path), skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+        write_text(path, self.parser.dump(self.config, skip_none=False))
 
 
 class TrainCLI(LightningCLI):
@@ -401,7 +402,7 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
     options = cli.config.population
     run_dir.mkdir(parents=True, exist_ok=True)
     if not (run_dir / "config.yaml").exists():
-        cli.parser.save(cli.config, str(run_dir / "config.yaml"), skip_none=False)
+        write_text(run_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
     started = time.perf_counter()
     result = fit_population(population, data, chunk_trainer_factory(cli), run_dir, options.chunk_size,
                             (lambda part: member_train_accuracy(cli, part)) if measures_training_accuracy(cli)

@@ -53,9 +53,9 @@ def atomic_write(path: Path, write: Callable[[Path], object], size: int | None =
     tmp = temporary_name(path)
     try:
         write(tmp)
-        _fsync(tmp)
+        fsync(tmp)
         os.replace(tmp, path)
-        _fsync(path.parent)
+        fsync(path.parent)
     except Exception as err:
         if out_of_space(err, path.parent):
             written = tmp.stat().st_size if tmp.exists() else 0
@@ -81,7 +81,7 @@ def save_figure(fig, path: Path, **options) -> None:
     atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip("."), **options))
 
 
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
     """Flush ``path`` (a file or a folder's entries) to the disk; a file system that cannot sync a
     folder (EINVAL) is left as it is."""
     fd = os.open(path, os.O_RDONLY)

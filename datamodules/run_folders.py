@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from datamodules.errors import InputError
+from datamodules.errors import DiskFull, InputError
 from datamodules.files import temporary_name
 
 LOCK = ".lock"
@@ -81,8 +81,12 @@ def _lock(folder: Path) -> int:
     if not _try_lock(fd):
         os.close(fd)
         raise in_use(folder)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    record = f"{os.getpid():<10}\n".encode()  # one width: rewritten in place, needing no new disk block
+    try:
+        os.pwrite(fd, record, 0)
+    except OSError as err:
+        os.close(fd)
+        raise DiskFull(folder, len(record)) if err.errno in (errno.ENOSPC, errno.EDQUOT) else err
     return fd
 
 
@@ -132,14 +136,14 @@ def new_folder(path: Path, stop_if_in_use: bool = False) -> Path:
     try:
         candidate, suffix = path, 1
         while True:
-            if stop_if_in_use and candidate.exists() and not _free(candidate):
-                raise in_use(candidate)
             try:
                 os.rename(staging, candidate)  # atomic; fails where candidate holds anything
                 break
             except OSError as err:
                 if err.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
                     raise
+            if stop_if_in_use and not _free(candidate):  # made by new_folder: locked before it was visible
+                raise in_use(candidate)
             suffix += 1
             candidate = path.with_name(f"{path.name}-{suffix}")
     except BaseException:
