@@ -1,5 +1,5 @@
-"""Files written whole or not at all: :func:`atomic_write` (and :func:`write_text`,
-:func:`write_bytes`, :func:`save_figure` on it), used for every file the project writes, so
+"""Files written whole or not at all: :func:`atomic_write` (and :func:`atomic_open`,
+:func:`write_text`, :func:`write_bytes`, :func:`save_figure` on it), used for every file the project writes, so
 that a reader, or a run resumed after a crash, a kill -9 or a full disk, finds the previous
 complete file or the whole new one, never a part (checkpoints: ``lightning_modules.checkpoint_io``).
 Out of disk space, a write raises ``datamodules.errors.DiskFull`` naming the folder and the
@@ -7,12 +7,14 @@ bytes the write needed where known, which entry points end with on one line."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 from datamodules.errors import DiskFull, disk_full_in
 
@@ -49,10 +51,24 @@ def atomic_write(path: Path, write: Callable[[Path], object], size: int | None =
     The temporary file is :func:`temporary_name` (beside ``path``, so on the same file system)
     and is removed if ``write`` fails. Out of space (:func:`out_of_space`): ``DiskFull`` naming
     the folder and ``size`` (the bytes to write, where the caller knows them)."""
-    path = Path(path)
+    with _replacing(Path(path), size) as tmp:
+        write(tmp)
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w", **options) -> Iterator[IO]:
+    """``open(path, mode, **options)`` for writing (e.g. a ``csv.writer``'s file), atomically as
+    :func:`atomic_write`: ``path`` changes once the ``with`` block ends without an error."""
+    with _replacing(Path(path)) as tmp, open(tmp, mode, **options) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, size: int | None = None) -> Iterator[Path]:
+    """The temporary file to write, moved onto ``path`` once the block ends (:func:`atomic_write`)."""
     tmp = temporary_name(path)
     try:
-        write(tmp)
+        yield tmp
         fsync(tmp)
         os.replace(tmp, path)
         fsync(path.parent)

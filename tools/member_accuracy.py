@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
+from datamodules.files import write_text  # noqa: E402
 from evaluators.inputs.config import load_config  # noqa: E402
 from evaluators.protocols.consistency import ConsistencyConfig  # noqa: E402
 from lightning_modules.ensembles import PREDICT_BLOCK_FLOATS  # noqa: E402
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{population.size} members: train {result['train']['mean']:.2f} ± {result['train']['std']:.2f} %, "
           f"test {result['test']['mean']:.2f} ± {result['test']['std']:.2f} %")  # fmt: skip
     if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2))
+        write_text(args.out, json.dumps(result, indent=2))
     return result
 
 

@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
+from datamodules.files import write_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
 from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule, stored_size  # noqa: E402
@@ -97,7 +98,7 @@ def fit(args, data: ShardedDataModule) -> None:
     record = {"accuracy": correct / total, "test_images": total, "world_size": trainer.world_size,
               "seen": seen_ranks, "weights_sha256": weights}  # fmt: skip
     if args.result:
-        Path(args.result).write_text(json.dumps(record))
+        write_text(Path(args.result), json.dumps(record))
     print(json.dumps({k: v for k, v in record.items() if k != "seen"}))
 
 

@@ -35,6 +35,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
+from datamodules.files import write_text  # noqa: E402
 from evaluators.inputs.config import load_config  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.metrics.agreement_functional import ley_agreements  # noqa: E402
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
         result[name] = {m: round(agreements[m].mean(0).mean().item(), 3) for m in ("sa", "ssa", "cdc_d")}
         print(name, result[name])
     if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2))
+        write_text(args.out, json.dumps(result, indent=2))
     return result
 
 

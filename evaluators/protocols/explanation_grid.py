@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import write_text
 from datamodules.errors import InputError
 from evaluators.inputs.counts import counted
 from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
@@ -82,7 +83,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     note = blank_note(count_blank_maps(maps), len(x))
     if note:
         print(f"{note} (written on their cells)")
-    (out_dir / "explanations.json").write_text(json.dumps(report, indent=2))
+    write_text(out_dir / "explanations.json", json.dumps(report, indent=2))
     log_report(log_to, out_dir, "explain", {"run_dir": str(run_dir), "methods": methods}, images={"explanations": png})
     return report
 

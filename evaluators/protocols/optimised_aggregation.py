@@ -54,6 +54,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import atomic_open, save_figure, write_text
 from datamodules.errors import InputError
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.config import resolve_device
@@ -435,7 +436,7 @@ def plot_weights(summary: dict, path: Path) -> Path:
         ax.set_ylabel("weight")
         ax.set_title(agg, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -446,10 +447,10 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
         write_population_report(summary, out_dir, "optimised_aggregation", labels)
         return
     png = plot_weights(summary, out_dir / "weights.png")
-    (out_dir / "optimised_aggregation.json").write_text(json.dumps(summary, indent=2))
-    (out_dir / "table.md").write_text(markdown_table(summary))
+    write_text(out_dir / "optimised_aggregation.json", json.dumps(summary, indent=2))
+    write_text(out_dir / "table.md", markdown_table(summary))
     metrics = columns(summary["config"])
-    with (out_dir / "optimised_aggregation.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "optimised_aggregation.csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["row"] + [f"{m}{s}" for m in metrics for s in ("", "_se")])
         for row, v in summary["rows"].items():

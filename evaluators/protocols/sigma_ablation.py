@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from datamodules.files import save_figure, write_text
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
@@ -81,11 +82,11 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    (out_dir / "sigma_ablation.json").write_text(json.dumps(summary, indent=2))
+    write_text(out_dir / "sigma_ablation.json", json.dumps(summary, indent=2))
     lines = ["layer,sigma,sa,test_acc,test_acc_std"] + [
         f"{r['layer']},{r['sigma']},{r['sa']:.6f},{r['test_acc']:.6f},{r['test_acc_std']:.6f}" for r in summary["rows"]
     ]
-    (out_dir / "sigma_ablation.csv").write_text("\n".join(lines) + "\n")
+    write_text(out_dir / "sigma_ablation.csv", "\n".join(lines) + "\n")
     fig, (ax_sa, ax_acc) = plt.subplots(1, 2, figsize=(11, 4), dpi=110)
     for layer in sorted({r["layer"] for r in summary["rows"]}):
         rows = [r for r in summary["rows"] if r["layer"] == layer]
@@ -99,5 +100,5 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: {cfg['part']} perturbations, {cfg['n_perturb']} per model")
     fig.tight_layout()
-    fig.savefig(out_dir / "sigma_ablation.png")
+    save_figure(fig, out_dir / "sigma_ablation.png")
     plt.close(fig)
