@@ -52,10 +52,10 @@ from pytorch_lightning.loggers import WandbLogger
 from datamodules.errors import InputError, one_line, run_entry_point
 from datamodules.files import write_text
 from datamodules.run_folders import claim_run_folder, release
-from lightning_modules.checkpoint_io import atomic_checkpoints
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.sources import check_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
+from lightning_modules.checkpoint_io import atomic_checkpoints
 from lightning_modules.population_base import Population
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_json, write_reports
 from lightning_modules.population_io import save_population
