@@ -55,7 +55,7 @@ from datamodules.errors import InputError, OneLineParser, run_entry_point
 from datamodules.files import write_text
 from datamodules.run_folders import LOCK, hold, new_folder, release
 from evaluators.inputs.config import load_config, population_kind
-from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found
+from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, RUN_FOLDER, not_found
 from evaluators.inputs.runs import load_run
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS, Protocol
@@ -206,12 +206,18 @@ def main(argv: list[str] | None = None) -> dict:
     if args.command == "explain":
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        if not args.run_dir.exists():  # before its grid's folder is made there
+            raise not_found(args.run_dir, f"{RUN_FOLDER}, or a model file (docs/your_model.md)", noun="path")
         beside = args.run_dir.is_file()  # a model file: the grid's folder beside it
         where = args.run_dir.parent if beside else args.run_dir
         out_dir = new_folder(where / f"{args.run_dir.stem + '-' if beside else ''}explanations-{stamp}")
         try:
             report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
                                       log_to=args.log_to, data_location=args.data_dir, **model_options(args))
+        except BaseException:
+            if [p.name for p in out_dir.iterdir()] == [LOCK]:  # failed before writing: no empty folder stays
+                shutil.rmtree(out_dir)
+            raise
         finally:
             release(out_dir)
         print(f"grid: {report['png']}")
