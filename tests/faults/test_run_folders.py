@@ -249,3 +249,23 @@ def test_full_disk_under_a_roar_shard_is_an_error_not_a_bus_error(small_disk):
     out = reserved_memmap(small_disk / "shard.npy", (1, 3, 1024, 1024))
     out[:] = 7
     out.flush()
+
+
+def test_ranks_other_than_the_launching_one_share_the_run_folder_and_hold_nothing(tmp_path, monkeypatch):
+    """DDP ranks of one run never block each other: only the launching process (rank 0) makes and
+    holds the folder; a rank that Lightning's launcher or torchrun started uses its path as it is."""
+    from datamodules.run_folders import claim_run_folder
+
+    run = tmp_path / "german" / "ddp"
+    folder, made = claim_run_folder(run, resume=False, named=True)
+    try:
+        assert folder == run and made == [run, run.parent] and (run / LOCK).is_file()
+        for variables in ({"LOCAL_RANK": "1"}, {"TORCHELASTIC_RUN_ID": "1", "RANK": "1", "LOCAL_RANK": "1",
+                                                "WORLD_SIZE": "2", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "2"}):
+            with monkeypatch.context() as patched:
+                for name, value in variables.items():
+                    patched.setenv(name, value)
+                assert claim_run_folder(run, resume=False, named=True) == (run, [])
+                assert claim_run_folder(run, resume=True, named=False) == (run, [])
+    finally:
+        release(run)
