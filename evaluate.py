@@ -235,7 +235,11 @@ def main(argv: list[str] | None = None) -> dict:
     if resume is not None:
         if resume.is_dir() and spec.report_dir is None:  # a folder of its own: this process's alone
             hold(resume)
-        cfg, run_dir = resumed_config(resume, spec, overrides), resume
+        try:
+            cfg, run_dir = resumed_config(resume, spec, overrides), resume
+        except BaseException:
+            release(resume)
+            raise
     else:
         cfg = load_config(args.config or default_config(args.command, spec, args.population), spec.config, overrides)
         made = missing_folders(Path(cfg.output_dir))

@@ -212,13 +212,20 @@ def test_full_disk_at_a_population_chunk_checkpoint_keeps_the_last_one_and_resum
     assert json.loads((run / "metrics.json").read_text())["members_trained"] == 2
 
 
-def test_full_disk_during_the_aggregation_protocol(small_disk, tmp_path):
+@pytest.fixture(scope="module")
+def german_run(tmp_path_factory) -> Path:
+    """A German Credit MLP trained for one epoch: its run folder."""
     import train
 
-    train.main([*TRAIN, "--trainer.max_epochs", "1", "--output_dir", str(tmp_path / "runs"), "--run_name", "g"])
+    out = tmp_path_factory.mktemp("runs")
+    metrics = train.main([*TRAIN, "--trainer.max_epochs", "1", "--output_dir", str(out), "--run_name", "g"])
+    return Path(metrics["run_dir"])
+
+
+def test_full_disk_during_the_aggregation_protocol(small_disk, tmp_path, german_run):
     config = tmp_path / "agg.yaml"
     config.write_text(json.dumps({
-        "run": str(tmp_path / "runs" / "german" / "g"), "n_inputs": 4, "explainers": {"saliency": {}},
+        "run": str(german_run), "n_inputs": 4, "explainers": {"saliency": {}},
         "aggregators": {"mean": {}}, "normalisations": ["z"], "steps": 4, "log_to": "none", "device": "cpu",
         "output_dir": str(small_disk / "out"), "n_grid": 2,
     }))  # fmt: skip
@@ -235,6 +242,24 @@ def test_full_disk_during_the_aggregation_protocol(small_disk, tmp_path):
     resumed = run_in_process("evaluate.py", "aggregation", "--resume", str(report))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (report / "aggregation.json").is_file()
+
+
+def test_full_disk_during_a_roar_grid(small_disk, tmp_path, german_run):
+    """A tabular ROAR grid whose disk fills at its first cache: one line naming the folder; the same
+    command once space is freed finishes the grid."""
+    config = tmp_path / "roar.yaml"
+    config.write_text(f"run: {german_run}\nestimators: {{saliency: {{}}, random: {{}}}}\nfractions: [0.0, 0.5]\n"
+                      "retrainings: 2\ntrainer: {max_epochs: 1, accelerator: cpu}\nlog_to: none\ndevice: cpu\n"
+                      f"output_dir: {small_disk / 'roar'}\n")  # fmt: skip
+    fill(small_disk, leave=2 * 4096)  # the grid's folder and config.yaml: then full
+    full = run_in_process("evaluate.py", "roar", "--config", str(config))
+    (grid,) = (small_disk / "roar").iterdir()
+    assert_one_line_error(full, f"out of disk space in {grid}")
+    assert yaml.safe_load((grid / "config.yaml").read_text())["run"] == str(german_run)
+    (small_disk / "filler").unlink()
+    again = run_in_process("evaluate.py", "roar", "--config", str(config))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(json.loads((grid / "roar.json").read_text())["rows"]) == 4
 
 
 def test_full_disk_under_a_roar_shard_is_an_error_not_a_bus_error(small_disk):
