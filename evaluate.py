@@ -88,7 +88,12 @@ def new_report_dir(cfg) -> Path:
     process (``datamodules.run_folders.new_folder``), holding the run's ``config.yaml``."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = new_folder(Path(cfg.output_dir) / f"{cfg.report_name()}-{stamp}")
-    write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    try:
+        write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    except BaseException:  # e.g. a full disk: no folder without its config stays
+        shutil.rmtree(run_dir)
+        release(run_dir)
+        raise
     return run_dir
 
 

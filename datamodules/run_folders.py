@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from datamodules.errors import DiskFull, InputError
+from datamodules.errors import DiskFull, InputError, disk_full_in
 from datamodules.files import temporary_name
 
 LOCK = ".lock"
@@ -127,11 +127,13 @@ def new_folder(path: Path, stop_if_in_use: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = temporary_name(path)
-    staging.mkdir()
     try:
+        staging.mkdir()
         fd = _lock(staging)  # nobody else knows the staging name: never held
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        if disk_full_in(err) is not None:
+            raise DiskFull(path.parent) from err  # the folder the user knows, not the staging name
         raise
     try:
         candidate, suffix = path, 1

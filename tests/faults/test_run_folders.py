@@ -232,7 +232,8 @@ def test_full_disk_during_the_aggregation_protocol(small_disk, tmp_path, german_
     (small_disk / "out").mkdir()
     fill(small_disk)
     full = run_in_process("evaluate.py", "aggregation", "--config", str(config))
-    assert_one_line_error(full, f"out of disk space in {small_disk / 'out'}")
+    assert_one_line_error(full, f"out of disk space in {small_disk / 'out'}, 0 bytes free")
+    assert list((small_disk / "out").iterdir()) == []  # no folder without its config
     (small_disk / "filler").unlink()
     fill(small_disk, leave=3 * 4096)  # the folder, its lock and config.yaml: then full
     full = run_in_process("evaluate.py", "aggregation", "--config", str(config))
