@@ -51,15 +51,15 @@ import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from datamodules.errors import InputError, OneLineParser, run_entry_point
-from datamodules.files import json_text
+from datamodules.files import json_text, write_text
 from evaluators.inputs.config import load_config, population_kind
-from evaluators.inputs.model_inputs import MODEL_INPUTS
-from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
-from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found
+from evaluators.inputs.model_inputs import MODEL_INPUTS, OPTIONS as MODEL_INPUT_OPTIONS
+from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found, RUN_FOLDER
+from datamodules.run_folders import LOCK, hold, new_folder, release
 from evaluators.inputs.runs import load_run
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS, Protocol
-from train import ROOT, unique_folder
+from train import ROOT
 
 if portable.is_active():
     portable.configure_torch()
@@ -84,12 +84,16 @@ def evaluate_run(
 
 
 def new_report_dir(cfg) -> Path:
-    """``<output_dir>/<dataset>-<stamp>``, made now and never an existing folder, holding
-    the run's ``config.yaml``."""
+    """``<output_dir>/<dataset>-<stamp>``, made now, never an existing folder and held by this
+    process (``datamodules.run_folders.new_folder``), holding the run's ``config.yaml``."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = unique_folder(Path(cfg.output_dir) / f"{cfg.report_name()}-{stamp}")
-    run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    run_dir = new_folder(Path(cfg.output_dir) / f"{cfg.report_name()}-{stamp}")
+    try:
+        write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    except BaseException:  # e.g. a full disk: no folder without its config stays
+        shutil.rmtree(run_dir)
+        release(run_dir)
+        raise
     return run_dir
 
 
@@ -99,7 +103,7 @@ def missing_folders(folder: Path) -> list[Path]:
 
 
 def holds_config_only(run_dir: Path) -> bool:
-    return [p.name for p in run_dir.iterdir()] == ["config.yaml"]
+    return [p.name for p in run_dir.iterdir() if p.name != LOCK] == ["config.yaml"]
 
 
 def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
@@ -215,17 +219,26 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint, args.accelerator, **model_options(args))
         text = json_text(metrics, indent=2)
         if args.out is not None:
-            args.out.write_text(text)
+            write_text(args.out, text)
         print(text)
         return metrics
     if args.command == "explain":
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        if not args.run_dir.exists():  # before its grid's folder is made there
+            raise not_found(args.run_dir, f"{RUN_FOLDER}, or a model file (docs/your_model.md)", noun="path")
         beside = args.run_dir.is_file()  # a model file: the grid's folder beside it
         where = args.run_dir.parent if beside else args.run_dir
-        out_dir = unique_folder(where / f"{args.run_dir.stem + '-' if beside else ''}explanations-{stamp}")
-        report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
-                                  log_to=args.log_to, data_location=args.data_dir, **model_options(args))  # fmt: skip
+        out_dir = new_folder(where / f"{args.run_dir.stem + '-' if beside else ''}explanations-{stamp}")
+        try:
+            report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
+                                      log_to=args.log_to, data_location=args.data_dir, **model_options(args))
+        except BaseException:
+            if [p.name for p in out_dir.iterdir()] == [LOCK]:  # failed before writing: no empty folder stays
+                shutil.rmtree(out_dir)
+            raise
+        finally:
+            release(out_dir)
         print(f"grid: {report['png']}")
         return report
     spec = PROTOCOLS[args.command]
@@ -239,11 +252,26 @@ def main(argv: list[str] | None = None) -> dict:
     resume = getattr(args, "resume", None)
     made: list[Path] = []  # the output folders this run makes, removed again if it fails before writing anything
     if resume is not None:
-        cfg, run_dir = resumed_config(resume, spec, overrides), resume
+        if resume.is_dir() and spec.report_dir is None:  # a folder of its own: this process's alone
+            hold(resume)
+        try:
+            cfg, run_dir = resumed_config(resume, spec, overrides), resume
+        except BaseException:
+            release(resume)
+            raise
     else:
         cfg = load_config(args.config or default_config(args.command, spec, args.population), spec.config, overrides)
         made = missing_folders(Path(cfg.output_dir))
-        run_dir = (spec.report_dir or new_report_dir)(cfg)
+        run_dir = (spec.report_dir or new_report_dir)(cfg)  # ROAR's grid folder is shared by its shards: not held
+    try:
+        return run_protocol(args, spec, cfg, run_dir, resume, made)
+    finally:
+        release(run_dir)
+
+
+def run_protocol(args, spec: Protocol, cfg, run_dir: Path, resume: Path | None, made: list[Path]) -> dict:
+    """Evaluate protocol ``spec`` into ``run_dir`` and write its report; a failure before anything was
+    written removes the new folder (and the output folders ``made`` for it)."""
     options = {option: getattr(args, option) for option in spec.options or {}}
     try:
         summary = spec.evaluate(cfg, run_dir, **options) if spec.resumable else spec.evaluate(cfg)

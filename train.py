@@ -50,10 +50,12 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from datamodules.errors import InputError, one_line, run_entry_point
-from datamodules.files import write_json
+from datamodules.files import write_json, write_text
+from datamodules.run_folders import claim_run_folder, release
 from evaluators.inputs.config import read_yaml
 from evaluators.inputs.model_fit import check_resumed_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
+from lightning_modules.checkpoint_io import atomic_checkpoints
 from lightning_modules.population_base import Population
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_reports
 from lightning_modules.population_io import save_population
@@ -113,16 +115,6 @@ def wandb_run_id(previous: Namespace | None) -> str:
     return "r" + uuid.uuid4().hex[:11]
 
 
-def unique_folder(path: Path) -> Path:
-    """``path``, or ``path-2``, ``path-3``, ...: the first that does not exist yet, so
-    earlier runs are never overwritten."""
-    candidate, suffix = path, 1
-    while candidate.exists():
-        suffix += 1
-        candidate = path.with_name(f"{path.name}-{suffix}")
-    return candidate
-
-
 def dataset_name(data: Namespace) -> str:
     """The dataset part of the run folder: the datamodule's ``dataset`` option (tabular data),
     else its class's ``dataset_name(options)`` (image data), else its class name in lower case."""
@@ -144,7 +136,7 @@ class RunFolderConfig(SaveConfigCallback):
     def save_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         path = Path(trainer.default_root_dir) / self.config_filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.parser.save(self.config, str(path), skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+        write_text(path, self.parser.dump(self.config, skip_none=False))
 
 
 class TrainCLI(LightningCLI):
@@ -184,8 +176,9 @@ class TrainCLI(LightningCLI):
             seed = getattr(model_args, "first_seed", cfg.seed_everything) if seed is None else seed
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_name = cfg.run_name or f"{model_name}-seed{seed}-{stamp}"
-            run_dir = unique_folder(Path(cfg.output_dir) / dataset / run_name)
-        self.new_folders = [] if cfg.resume else [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+            run_dir = Path(cfg.output_dir) / dataset / run_name
+        self.run_dir, self.new_folders = claim_run_folder(run_dir, bool(cfg.resume), bool(cfg.run_name))
+        run_dir = self.run_dir
         cfg.trainer.default_root_dir = str(run_dir)
         previous = cfg.trainer.logger if cfg.resume else None
         cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, bool(cfg.resume), previous)
@@ -201,13 +194,22 @@ class TrainCLI(LightningCLI):
         if cfg.trainer.enable_progress_bar is False:  # `--trainer.enable_progress_bar false` silences the bar
             others = [c for c in others if not c.class_path.endswith("ProgressBar")]
         cfg.trainer.callbacks = [*others, finite, checkpoint]
-        self.run_dir = run_dir
 
     def instantiate_classes(self) -> None:
         """Instantiate; where the model's ``net`` (``Classifier``) takes options that the
         datamodule determines (``net_options_from_data``) and they differ, set them and
-        instantiate again from the same seed, so the run's config.yaml makes the same weights."""
+        instantiate again from the same seed, so the run's config.yaml makes the same weights.
+        A failure leaves no new run folder behind (:func:`remove_untrained_run`)."""
+        try:
+            self._instantiate_classes()
+        except BaseException:
+            remove_untrained_run(self.new_folders)
+            release(self.run_dir)
+            raise
+
+    def _instantiate_classes(self) -> None:
         super().instantiate_classes()
+        atomic_checkpoints(self.trainer)
         net = getattr(self.config.model.init_args, "net", None)
         changed = net_options_from_data(net, self.datamodule)
         if changed:
@@ -389,10 +391,10 @@ def chunk_trainer_factory(cli: TrainCLI):
     def make(chunk_dir: Path) -> pl.Trainer:
         checkpoint = ModelCheckpoint(dirpath=chunk_dir, filename="last", save_top_k=1, enable_version_counter=False)
         progress = [type(bars[0])()] if bars else []
-        return pl.Trainer(
+        return atomic_checkpoints(pl.Trainer(
             **kwargs, default_root_dir=str(chunk_dir), logger=cli.trainer.logger or False,
             callbacks=[*extra, *progress, checkpoint], enable_progress_bar=bool(progress),
-        )  # fmt: skip
+        ))  # fmt: skip
 
     return make
 
@@ -402,7 +404,7 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
     options = cli.config.population
     run_dir.mkdir(parents=True, exist_ok=True)
     if not (run_dir / "config.yaml").exists():
-        cli.parser.save(cli.config, str(run_dir / "config.yaml"), skip_none=False)
+        write_text(run_dir / "config.yaml", cli.parser.dump(cli.config, skip_none=False))
     started = time.perf_counter()
     result = fit_population(population, data, chunk_trainer_factory(cli), run_dir, options.chunk_size,
                             (lambda part: member_train_accuracy(cli, part)) if measures_training_accuracy(cli)
@@ -539,6 +541,8 @@ def main(args: list[str] | None = None) -> dict | None:
     except BaseException:
         remove_untrained_run(cli.new_folders)
         raise
+    finally:
+        release(cli.run_dir)
 
 
 def record_fitted_transform(cli: TrainCLI) -> None:

@@ -5,14 +5,17 @@
 through ``run_entry_point``: an ``InputError`` (also one that a library wrapped, e.g.
 jsonargparse while instantiating) or a bad command line ends with its message on one
 line of standard error and exit status 2; any other exception with its type and
-message on one line and status 1; Ctrl-C with status 130. No traceback, unless the
+message on one line and status 1; out of disk space (``DiskFull``, or an ``OSError`` ENOSPC
+or EDQUOT) with status 2 and the folder; Ctrl-C with status 130. No traceback, unless the
 command line holds ``--debug`` or the environment sets ``RELIABLE_EXPLANATIONS_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import shutil
 import sys
 from typing import Callable, NoReturn
 
@@ -54,6 +57,37 @@ def shorten(values, limit: int = 300, render=repr) -> str:
     return ", ".join(shown) + (f" and {rest:,} more" if rest else "")
 
 
+class DiskFull(OSError):
+    """Out of disk space while writing into ``folder``: names it, the bytes the write needed
+    (``size``, where known; else at least the ``written`` ones) and the space left."""
+
+    def __init__(self, folder, size: int | None = None, written: int = 0) -> None:
+        needed = (f"; the write needed {size:,} bytes" if size is not None
+                  else f"; the write needed more than {written:,} bytes" if written else "")  # fmt: skip
+        try:
+            left = f", {shutil.disk_usage(folder).free:,} bytes free"
+        except OSError:
+            left = ""
+        super().__init__(errno.ENOSPC, f"out of disk space in {folder}{needed}{left}; the previous files are "
+                                       "intact: free some space, then run again (or --resume)")  # fmt: skip
+        self.folder = folder
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def disk_full_in(err: BaseException | None) -> DiskFull | None:
+    """The ``DiskFull`` behind ``err``; one made from an ``OSError`` ENOSPC or EDQUOT behind it
+    (its file's folder, where it names one)."""
+    while err is not None:
+        if isinstance(err, DiskFull):
+            return err
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskFull(os.path.dirname(os.path.abspath(err.filename)) if err.filename else "a folder")
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def one_line(message: str) -> str:
     return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
 
@@ -73,7 +107,7 @@ def run_entry_point(main: Callable[[list[str]], object], argv: list[str] | None 
     except Exception as err:  # noqa: BLE001 (the one place that turns any failure into a line)
         if debug:
             raise
-        cause = input_error_in(err)
+        cause = input_error_in(err) or disk_full_in(err)
         if cause is not None:
             print(f"error: {one_line(cause)}", file=sys.stderr)
             sys.exit(2)

@@ -1,17 +1,26 @@
-"""Files written whole or not at all: :func:`atomic_write`, used for every file that a
-reader, or a run resumed after a crash, must never find half-written (cache entries,
-population and ensemble files, metrics); and results files that stay valid JSON:
-:func:`json_text` and :func:`write_json` (``null`` for a number that is not finite, and why)."""
+"""Files written whole or not at all: :func:`atomic_write` (and :func:`atomic_open`,
+:func:`write_text`, :func:`write_bytes`, :func:`save_figure` on it), used for every file the project writes, so
+that a reader, or a run resumed after a crash, a kill -9 or a full disk, finds the previous
+complete file or the whole new one, never a part (checkpoints: ``lightning_modules.checkpoint_io``).
+Out of disk space, a write raises ``datamodules.errors.DiskFull`` naming the folder and the
+bytes the write needed where known, which entry points end with on one line. Results files stay
+valid JSON: :func:`json_text` and :func:`write_json` (``null`` for a number that is not finite, and why)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
 import re
+import shutil
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import IO
+
+from datamodules.errors import DiskFull, disk_full_in
 
 
 def temporary_name(path: Path) -> Path:
@@ -37,18 +46,84 @@ def dead_writer(tmp: Path) -> bool:
     return False
 
 
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(temporary)``, then move the temporary file onto ``path`` with ``os.replace``.
+def atomic_write(path: Path, write: Callable[[Path], object], size: int | None = None) -> None:
+    """``write(temporary)``, flush it to the disk (fsync), then move the temporary file onto
+    ``path`` with ``os.replace`` and flush the folder's entry.
 
     ``os.replace`` within one file system is atomic (POSIX ``rename``): ``path`` holds the
-    old file or the whole new one, never a part. The temporary file is :func:`temporary_name`
-    (beside ``path``, so on the same file system) and is removed if ``write`` fails."""
+    old file or the whole new one, never a part, also after a crash of the machine (the fsyncs).
+    The temporary file is :func:`temporary_name` (beside ``path``, so on the same file system)
+    and is removed if ``write`` fails. Out of space (:func:`out_of_space`): ``DiskFull`` naming
+    the folder and ``size`` (the bytes to write, where the caller knows them)."""
+    with _replacing(Path(path), size) as tmp:
+        write(tmp)
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w", **options) -> Iterator[IO]:
+    """``open(path, mode, **options)`` for writing (e.g. a ``csv.writer``'s file), atomically as
+    :func:`atomic_write`: ``path`` changes once the ``with`` block ends without an error."""
+    with _replacing(Path(path)) as tmp, open(tmp, mode, **options) as handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, size: int | None = None) -> Iterator[Path]:
+    """The temporary file to write, moved onto ``path`` once the block ends (:func:`atomic_write`)."""
     tmp = temporary_name(path)
     try:
-        write(tmp)
+        yield tmp
+        fsync(tmp)
         os.replace(tmp, path)
+        fsync(path.parent)
+    except Exception as err:
+        if out_of_space(err, path.parent):
+            written = tmp.stat().st_size if tmp.exists() else 0
+            raise DiskFull(path.parent, size, written) from err
+        raise
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text(path: Path, text: str) -> None:
+    """``path.write_text(text)``, atomically (:func:`atomic_write`)."""
+    write_bytes(path, text.encode())
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """``path.write_bytes(data)``, atomically (:func:`atomic_write`; its size is known when out of space)."""
+    atomic_write(path, lambda tmp: tmp.write_bytes(data), size=len(data))
+
+
+def save_figure(fig, path: Path, **options) -> None:
+    """``fig.savefig(path, **options)``, atomically (:func:`atomic_write`); the format is the suffix's."""
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip("."), **options))
+
+
+def fsync(path: Path) -> None:
+    """Flush ``path`` (a file or a folder's entries) to the disk; a file system that cannot sync a
+    folder (EINVAL) is left as it is."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+FULL_BELOW = 1 << 20  # a folder with less free space than this (1 MiB) is full for a write that failed there
+
+
+def out_of_space(err: BaseException, folder: Path) -> bool:
+    """Whether a write into ``folder`` failed for want of space: an ``OSError`` ENOSPC or EDQUOT behind
+    ``err``, or a ``RuntimeError`` of a writer that names no errno (torch's C++ writers: "basic_ios::clear",
+    "PytorchStreamWriter failed writing file") while ``folder``'s file system has under 1 MiB free."""
+    if disk_full_in(err) is not None:
+        return True
+    return isinstance(err, RuntimeError) and shutil.disk_usage(folder).free < FULL_BELOW
 
 
 UNDEFINED = "undefined"  # the top-level key of a JSON file that lists its undefined numbers and why
@@ -89,4 +164,4 @@ def write_json(path: Path, payload, reasons: Mapping[str, str] | None = None, in
     """Write ``payload`` to ``path`` as :func:`json_text` (non-finite numbers ``null``, and why),
     with :func:`atomic_write`."""
     text = json_text(payload, reasons, indent=indent, sort_keys=sort_keys)
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    write_text(path, text)

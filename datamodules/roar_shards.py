@@ -25,6 +25,7 @@ so each rank reads its own part of every epoch's order.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -35,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamodules.errors import InputError
-from datamodules.files import dead_writer, temporary_name, write_json
+from datamodules.errors import InputError, DiskFull
+from datamodules.files import dead_writer, temporary_name, write_json, fsync
 from datamodules.roar import ModifiedDataModule, _check_datamodule
 
 FORMAT = 1
@@ -113,9 +114,9 @@ def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tupl
     start, stop = span
     images = _shard_path(folder, shard, ".npy")
     tmp = temporary_name(images)
-    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(stop - start, *shape))
     labels = []
     try:
+        out = reserved_memmap(tmp, (stop - start, *shape))
         for a in range(start, stop, chunk):
             b = min(a + chunk, stop)
             x, y = datamodule.stored_images(split, torch.arange(a, b))
@@ -128,6 +129,7 @@ def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tupl
             labels += y.tolist()
         out.flush()
         del out
+        fsync(tmp)
         if not _shard_path(folder, shard, ".json").is_file():  # not finished meanwhile by another machine
             os.replace(tmp, images)
     finally:
@@ -135,6 +137,29 @@ def _write_shard(datamodule, split, modify, folder: Path, shard: int, span: tupl
     record = {"shard": shard, "start": start, "stop": stop, "labels": labels}
     if not _shard_path(folder, shard, ".json").is_file():
         write_json(_shard_path(folder, shard, ".json"), record, indent=None)
+
+
+def reserved_memmap(path: Path, shape: tuple[int, ...]) -> np.memmap:
+    """A new ``.npy`` file of uint8 ``shape`` at ``path``, mapped for writing, its disk blocks
+    allocated first (``os.posix_fallocate``): a full disk is then ``DiskFull`` here, naming the
+    folder and the size, instead of a bus error (SIGBUS) that kills the process at a write into
+    the map of a sparse file."""
+    size = int(np.prod(shape))
+    try:
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=shape)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, path.stat().st_size)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot: as before
+                raise
+        finally:
+            os.close(fd)
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFull(path.parent, size) from err
+        raise
+    return out
 
 
 class ShardImages:

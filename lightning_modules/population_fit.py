@@ -18,6 +18,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from datamodules.files import save_figure, write_text
 from datamodules.tabular import TabularDataModule
 from lightning_modules.allocator import HEAP_BLOCK_BYTES
 from lightning_modules.population import PopulationMLP
@@ -123,7 +124,7 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
     lines = ["seed,test_acc,kept"] + [f"{s},{a:.6f},{int(k)}" for s, a, k in rows]
     if train_accuracy is not None:
         lines = [f"{line},{a}" for line, a in zip(lines, ["train_acc", *(f"{t:.6f}" for t in train_accuracy)])]
-    (run_dir / "members.csv").write_text("\n".join(lines) + "\n")
+    write_text(run_dir / "members.csv", "\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     acc = accuracy.numpy() * 100
     bins = np.linspace(acc.min() - 0.05, acc.max() + 0.05, 31)
@@ -135,6 +136,6 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
     ax.legend()
     fig.tight_layout()
     path = run_dir / "accuracy_histogram.png"
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path

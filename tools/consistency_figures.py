@@ -25,6 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from datamodules.files import save_figure  # noqa: E402
 from evaluators.protocols.consistency import plot_agreement  # noqa: E402
 
 
@@ -45,7 +46,7 @@ def watson_figure(out: Path, labelled: list[str]) -> None:
     ax.set(ylabel="Watson's C (1: inseparable)", ylim=(0, 1), title="Fashion-MNIST: members differing only in seed")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out)
+    save_figure(fig, out)
     plt.close(fig)
 
 

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
 from datamodules.errors import InputError, run_entry_point  # noqa: E402
-from datamodules.files import json_text, write_json  # noqa: E402
+from datamodules.files import json_text, write_json  # noqa: E402, write_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
 from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule, stored_size  # noqa: E402
@@ -98,7 +98,6 @@ def fit(args, data: ShardedDataModule) -> None:
               "seen": seen_ranks, "weights_sha256": weights}  # fmt: skip
     if args.result:
         write_json(Path(args.result), record, indent=None)
-    print(json_text({k: v for k, v in record.items() if k != "seen"}))
 
 
 def main(argv: list[str]) -> None:

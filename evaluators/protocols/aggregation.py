@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from datamodules.files import atomic_open, save_figure, write_text
 from datamodules.errors import InputError
 from datamodules.files import write_json
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
@@ -379,7 +380,7 @@ def markdown_table(summary: dict) -> str:
 
 
 def write_csv(summary: dict, path: Path) -> None:
-    with path.open("w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95",
                          "insertion_minus_mean", "insertion_minus_mean_ci95",
@@ -429,7 +430,7 @@ def plot_sweeps(summary: dict, path: Path) -> Path | None:
             ax.set_title(f"{name}: {mode}", fontsize=8)
             ax.legend(fontsize=5)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -454,7 +455,7 @@ def plot_normalisations(summary: dict, path: Path) -> Path | None:
         ax.set_title(f"{mode}, mean aggregation", fontsize=9)
         ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -478,7 +479,7 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
     summary.pop("_grid")
     write_json(out_dir / "aggregation.json", summary)
     write_csv(summary, out_dir / "aggregation.csv")
-    (out_dir / "table.md").write_text(markdown_table(summary))
+    write_text(out_dir / "table.md", markdown_table(summary))
     columns = ["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95"]
     data = [[r, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"], v["deletion"]["ci95"]]
             for r, v in summary["rows"].items()]  # fmt: skip

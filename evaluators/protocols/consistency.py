@@ -65,7 +65,7 @@ import torch
 from rich.progress import Progress
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write, write_json
+from datamodules.files import atomic_write, write_json, save_figure, write_text
 from evaluators.metrics.agreement_functional import RANK_AGREEMENTS, angular_difference, ley_agreements
 from evaluators.metrics.agreement_functional import pair_separations
 from evaluators.inputs.config import PopulationSource
@@ -433,8 +433,8 @@ def write_consistency_report(summary: dict, out_dir: Path) -> None:
     write_json(out_dir / "consistency.json", summary, reasons=dict.fromkeys(SUMMARY_KEYS, UNDEFINED_EVERYWHERE))
     keys = ["n_models", "strategy", "method", "metric", "mean", "std", "median", "q45", "q55", "test_acc"]
     lines = [",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in summary["rows"]]
-    (out_dir / "consistency.csv").write_text("\n".join(lines) + "\n")
-    (out_dir / "table1.md").write_text(markdown_table(summary))
+    write_text(out_dir / "consistency.csv", "\n".join(lines) + "\n")
+    write_text(out_dir / "table1.md", markdown_table(summary))
     plot_agreement(summary, out_dir)
 
 
@@ -474,6 +474,6 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
     fig.suptitle(f"{summary['dataset']}: agreement of ensembles" + (" (Figure 6)" if several_n else ""))
     fig.tight_layout()
     path = out_dir / ("agreement_vs_models.png" if several_n else "agreement_by_strategy.png")
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path

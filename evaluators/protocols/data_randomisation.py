@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import atomic_open, save_figure
 from datamodules.errors import InputError
 from datamodules.files import write_json
 from evaluators.inputs.config import resolve_device
@@ -216,7 +217,7 @@ def write_data_randomisation_report(summary: dict, run_dir: Path) -> None:
     """``data_randomisation.json`` and ``.csv``, ``similarity.png`` and, for images, ``maps.png``."""
     public = {k: v for k, v in summary.items() if not k.startswith("_")}
     write_json(run_dir / "data_randomisation.json", public)
-    with open(run_dir / "data_randomisation.csv", "w", newline="") as handle:
+    with atomic_open(run_dir / "data_randomisation.csv", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(summary["rows"][0]))
         writer.writeheader()
         writer.writerows(summary["rows"])
@@ -251,7 +252,7 @@ def plot_similarity(summary: dict, path: Path) -> Path:
     ax.set(ylabel="similarity: true vs permuted labels", title="data randomisation (Adebayo et al. §3.2)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 

@@ -74,7 +74,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
                                   "abs_sum")  # fmt: skip
         check_finite(maps[method], f"explainer {method!r}", "image")  # a NaN map would be drawn blank
         seconds[method] = round(time.perf_counter() - start, 3)
-    out_dir.mkdir(parents=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     png = plot_grid(x, y, predicted, maps, data, out_dir / "explanations.png")
     classes = data.classes
     blanks = {method: {**counts, "images": [i for i, kind in enumerate(blank_kinds(maps[method])) if kind]}

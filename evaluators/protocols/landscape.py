@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from datamodules.files import write_json
+from datamodules.files import write_json, save_figure, write_text
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from lightning_modules.curves import MLPCurve
@@ -158,7 +158,7 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     lines = ["ensemble,mean_test_acc,std_test_acc"] + [
         f"{n},{v['mean']:.6f},{v['std']:.6f}" for n, v in summary["test_accuracy"].items()
     ]
-    (out_dir / "ensemble_accuracy.csv").write_text("\n".join(lines) + "\n")
+    write_text(out_dir / "ensemble_accuracy.csv", "\n".join(lines) + "\n")
     along = summary["along"]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), dpi=110)
     axes[0].plot(along["t"], along["curve_train_loss"], "o-", label="Bezier curve")
@@ -177,5 +177,5 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: mode-connecting curves")
     fig.tight_layout()
-    fig.savefig(out_dir / "landscape.png")
+    save_figure(fig, out_dir / "landscape.png")
     plt.close(fig)

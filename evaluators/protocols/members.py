@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from datamodules.errors import InputError
-from datamodules.files import write_json
+from datamodules.files import write_json, atomic_open, write_text
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
 from evaluators.reports.wandb_log import log_report
@@ -142,7 +142,7 @@ def write_population_report(summary: dict, out_dir: Path, name: str, labels: dic
     ``<name>.json`` (its presence marks a finished run)."""
     spread = summary["spread"]
     metrics = list(labels)
-    with (out_dir / "members.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "members.csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["member", "row", *[f"{m}{s}" for m in metrics for s in ("", f"_{spread}")]])
         for member, rows in summary["member_rows"].items():
@@ -151,15 +151,15 @@ def write_population_report(summary: dict, out_dir: Path, name: str, labels: dic
     seed_columns = ["row", *[f"{m}{s}" for m in metrics for s in ("", "_ci95_members", f"_inputs_{spread}")]]
     seed_data = [[row, *[v[m][k] for m in metrics for k in ("mean", "ci95", f"inputs_{spread}")]]
                  for row, v in summary["rows"].items()]  # fmt: skip
-    with (out_dir / "seed_table.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "seed_table.csv", newline="") as f:
         csv.writer(f).writerows([seed_columns, *seed_data])
     columns = ["table", "metric", "kendall_tau", "kendall_tau_min", "best_agreement", "n_pairs", "best", "best_share",
                "n_members"]  # fmt: skip
     data = [[r[c] for c in columns] for r in summary["robustness"]]
-    with (out_dir / "robustness.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "robustness.csv", newline="") as f:
         csv.writer(f).writerows([columns, *data])
     text = markdown(summary, labels)
-    (out_dir / "table.md").write_text(text)
+    write_text(out_dir / "table.md", text)
     log_report(summary["config"]["log_to"], out_dir, name, summary["config"],
                {"seed_table": (seed_columns, seed_data), "robustness": (columns, data)})  # fmt: skip
     write_json(out_dir / f"{name}.json", summary)

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import atomic_open, save_figure, write_text
 from datamodules.errors import InputError
 from datamodules.files import write_json
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
@@ -437,7 +438,7 @@ def plot_weights(summary: dict, path: Path) -> Path:
         ax.set_ylabel("weight")
         ax.set_title(agg, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -449,9 +450,9 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
         return
     png = plot_weights(summary, out_dir / "weights.png")
     write_json(out_dir / "optimised_aggregation.json", summary)
-    (out_dir / "table.md").write_text(markdown_table(summary))
+    write_text(out_dir / "table.md", markdown_table(summary))
     metrics = columns(summary["config"])
-    with (out_dir / "optimised_aggregation.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "optimised_aggregation.csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["row"] + [f"{m}{s}" for m in metrics for s in ("", "_se")])
         for row, v in summary["rows"].items():

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import atomic_open, write_text
 from datamodules.errors import InputError
 from datamodules.files import write_json
 from evaluators.inputs.config import resolve_device
@@ -278,7 +279,7 @@ def markdown_table(summary: dict) -> str:
 
 def write_csvs(summary: dict, out_dir: Path) -> None:
     """``sanity.csv``: one row per mode × stage × explainer × measure; ``random_logit.csv``."""
-    with (out_dir / "sanity.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "sanity.csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["mode", "stage_index", "stage", "explainer", "measure", "mean", "ci95", "n"])
         for mode, by_explainer in summary["similarity"].items():
@@ -287,7 +288,7 @@ def write_csvs(summary: dict, out_dir: Path) -> None:
                     for s, e in enumerate(entries):
                         writer.writerow([mode, s, e["stage"], name, measure, e["mean"], e["ci95"], e["n"]])
     if summary["random_logit"]:
-        with (out_dir / "random_logit.csv").open("w", newline="") as f:
+        with atomic_open(out_dir / "random_logit.csv", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["explainer", "measure", "mean", "ci95", "n"])
             for name, by_measure in summary["random_logit"].items():
@@ -310,7 +311,7 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
                                         out_dir / f"maps_{mode}.png", f"{mode} randomisation"))  # fmt: skip
     write_json(out_dir / "sanity.json", summary)
     write_csvs(summary, out_dir)
-    (out_dir / "table.md").write_text(markdown_table(summary))
+    write_text(out_dir / "table.md", markdown_table(summary))
     columns = ["mode", "stage", "explainer", "measure", "mean", "ci95", "n"]
     rows = [[mode, e["stage"], name, measure, e["mean"], e["ci95"], e["n"]]
             for mode, by_explainer in summary["similarity"].items() for name, by_measure in by_explainer.items()

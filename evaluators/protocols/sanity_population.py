@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import atomic_open, write_text
 from datamodules.errors import InputError
 from datamodules.files import write_json
 from evaluators.inputs.members import Members
@@ -160,7 +161,7 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
     ``table.md``, ``similarity_<mode>.png`` (seed-level means, t-interval bands), W&B, and
     last ``sanity.json`` (its presence marks a finished run)."""
     key = ["mode", "stage_index", "stage", "explainer", "measure"]
-    with (out_dir / "members.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "members.csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["member", *key, "mean", "ci95", "n"])
         for member, similarity in summary["member_similarity"].items():
@@ -181,7 +182,7 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
               *SEED_COLUMNS], logit_rows), "stability": (stability_columns, stability_rows)}  # fmt: skip
     for name, (columns, rows) in tables.items():
         if rows or name != "random_logit":
-            with (out_dir / f"{name}.csv").open("w", newline="") as f:
+            with atomic_open(out_dir / f"{name}.csv", newline="") as f:
                 csv.writer(f).writerows([columns, *rows])
     pngs = []
     for mode, by_explainer in summary["similarity"].items():
@@ -189,7 +190,7 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
         title = f"{mode} randomisation, {len(summary['members'])} members (t-interval over members)"
         pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
     text = markdown(summary)
-    (out_dir / "table.md").write_text(text)
+    write_text(out_dir / "table.md", text)
     log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], tables, {p.stem: p for p in pngs})
     write_json(out_dir / "sanity.json", summary)
     print(text)

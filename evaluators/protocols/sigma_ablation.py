@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamodules.files import write_json
+from datamodules.files import write_json, save_figure, write_text
 from evaluators.metrics.agreement_functional import sign_agreement
 from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
@@ -89,7 +89,7 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
     lines = ["layer,sigma,sa,test_acc,test_acc_std"] + [
         f"{r['layer']},{r['sigma']},{r['sa']:.6f},{r['test_acc']:.6f},{r['test_acc_std']:.6f}" for r in summary["rows"]
     ]
-    (out_dir / "sigma_ablation.csv").write_text("\n".join(lines) + "\n")
+    write_text(out_dir / "sigma_ablation.csv", "\n".join(lines) + "\n")
     fig, (ax_sa, ax_acc) = plt.subplots(1, 2, figsize=(11, 4), dpi=110)
     for layer in sorted({r["layer"] for r in summary["rows"]}):
         rows = [r for r in summary["rows"] if r["layer"] == layer]
@@ -103,5 +103,5 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: {cfg['part']} perturbations, {cfg['n_perturb']} per model")
     fig.tight_layout()
-    fig.savefig(out_dir / "sigma_ablation.png")
+    save_figure(fig, out_dir / "sigma_ablation.png")
     plt.close(fig)

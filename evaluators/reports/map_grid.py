@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import save_figure
+
 BLANK_KINDS = ("all_zero", "constant")
 
 
@@ -72,6 +74,6 @@ def plot_map_grid(x: torch.Tensor, maps: dict[str, torch.Tensor], normalization,
         ax.set_xticks([])
         ax.set_yticks([])
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path

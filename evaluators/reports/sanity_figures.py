@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from datamodules.files import save_figure
 from evaluators.reports.map_grid import blank_kinds
 
 
@@ -66,7 +67,7 @@ def plot_stage_maps(x: torch.Tensor, maps: dict[str, torch.Tensor], stages: list
         fig.suptitle(title, fontsize=8, y=1 - 0.1 / (cell * rows + 0.6), va="top")
     fig.subplots_adjust(left=1.0 / (cell * cols + 1.0), right=0.99, bottom=0.01, top=1 - 0.6 / (cell * rows + 0.6),
                         wspace=0.05, hspace=0.05)  # fmt: skip
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -99,7 +100,7 @@ def plot_similarity_curves(similarity: dict[str, dict[str, list[dict]]], stages:
     if title:
         fig.suptitle(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 

@@ -48,12 +48,12 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
 from datamodules.errors import InputError
 from datamodules.files import write_json
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.roar_shards import ShardedDataModule, served_from_files
+from datamodules.run_folders import launched_rank
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
 from evaluators.maps.image_explainers import rows_within
@@ -334,16 +334,6 @@ def ranking_store(clean: pl.LightningModule, data, grid: RoarGrid, estimator: st
         return run(shard)
     run((rank, world))
     return run(None, descending=True)
-
-
-def launched_rank() -> tuple[int, int]:
-    """(rank, world size) of this process as the Trainer will see them, read before the process
-    group exists: Lightning's own detection of torchrun and SLURM's srun; (0, 1) alone."""
-    for environment in (TorchElasticEnvironment, SLURMEnvironment):
-        if environment.detect():
-            found = environment()
-            return found.global_rank(), max(found.world_size(), 1)
-    return 0, 1
 
 
 def streamed_data(clean: pl.LightningModule, data, grid: RoarGrid, cell: Cell, rankings_dir: Path,

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from datamodules.errors import InputError
-from datamodules.files import atomic_write
+from datamodules.files import atomic_write, write_text
 from evaluators.inputs.config import resolve_device
 from evaluators.protocols.roar.grid import (RoarGrid, estimator_options, fresh_models, ranking_store, run_grid,
                                             stacked_retraining)
@@ -133,5 +133,5 @@ def evaluate_roar(cfg: RoarConfig, run_dir: Path, shard: tuple[int, int] | None 
 def write_roar_report(summary: dict, out_dir: Path) -> None:
     """Print the results table and write it as ``table.md`` (the other files are written by ``collect``)."""
     table = markdown_table(summary["rows"])
-    (out_dir / "table.md").write_text(table)
+    write_text(out_dir / "table.md", table)
     print(table, end="")

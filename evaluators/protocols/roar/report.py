@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from datamodules.files import write_json
+from datamodules.files import write_json, atomic_open, save_figure
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS
 from evaluators.protocols.roar.grid import CLEAN, RoarGrid, read_cells
 from evaluators.reports.wandb_log import log_report
@@ -37,7 +37,7 @@ def collect(out_dir: Path, grid: RoarGrid, config: dict, log_to: str) -> dict:
     cells = read_cells(out_dir, grid)
     rows = result_rows(cells, grid)
     summary = {"config": config, "rows": rows, "cells": cells}
-    with (out_dir / "roar.csv").open("w", newline="") as f:
+    with atomic_open(out_dir / "roar.csv", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
@@ -79,7 +79,7 @@ def _panels(n: int):
 def _save(plt, fig, axes, ylabel: str, path: Path) -> Path:
     axes[0].set_ylabel(ylabel)
     fig.tight_layout()
-    fig.savefig(path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
