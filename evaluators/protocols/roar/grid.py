@@ -263,8 +263,14 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
     else:
         modified = [modified_data(clean, data, grid, cell, cache_dir) for cell in cells]
         tests = [m.modified_split("test") for m in modified]
-    no_retrain = [cell_accuracy(clean, m, test, f"ROAR cell {cell.name!r}: the clean model")
-                  for cell, m, test in zip(cells, modified, tests)]  # before retraining: a NaN model stops here
+
+    def clean_accuracy() -> list[torch.Tensor]:
+        return [cell_accuracy(clean, m, test, f"ROAR cell {cell.name!r}: the clean model")
+                for cell, m, test in zip(cells, modified, tests)]  # fmt: skip
+
+    # in memory: before retraining, so a NaN clean model stops the cell before any work; shards: once
+    # the retraining's prepare_data has written them (once per node, under a launcher too)
+    no_retrain = clean_accuracy() if stream_dirs is None else None
     if stacked_retraining(clean):
         trainer = make_trainer(grid, default_epochs, root)
         population = fresh_population(clean, seeds, len(cells))
@@ -276,12 +282,13 @@ def run_cells(clean: pl.LightningModule, data, grid: RoarGrid, cells: list[Cell]
                            for c, (cell, test) in enumerate(zip(cells, tests))])  # fmt: skip
     else:  # one image cell at a time
         acc = []
-        for model in fresh_models(clean, seeds):
+        for seed, model in zip(seeds, fresh_models(clean, seeds)):
             trainer = make_trainer(grid, default_epochs, root)
             trainer.fit(model, datamodule=modified[0])
-            what = f"ROAR cell {cells[0].name!r}: the model retrained with seed {model.hparams.seed}"
+            what = f"ROAR cell {cells[0].name!r}: the model retrained with seed {seed}"
             acc.append(cell_accuracy(model.to(clean.device).eval(), modified[0], tests[0], what))
         acc = torch.stack(acc)[None]
+    no_retrain = clean_accuracy() if no_retrain is None else no_retrain
     seconds = (time.perf_counter() - start) / len(cells)
     return [cell_record(cell, seeds, a, clean_acc, seconds)
             for cell, a, clean_acc in zip(cells, acc, no_retrain)], trainer.global_rank  # fmt: skip
