@@ -70,15 +70,15 @@ fashion-mnist:
 
 # The German Credit MLP (seed 0), then 100 seeds of it trained at once: one model's
 # accuracy on the 200 test rows moves by about 2 points with the seed alone, and its last
-# bits with the CPU; the mean over the seeds does not (README, "Same seed, same numbers").
+# bits with the CPU; the mean over the seeds does not (docs/reliability.md, "Same seed, same numbers").
 # Last, the seed-0 model in portable mode: the same accuracy and weights on any x86-64 CPU.
 demo: install
 	$(PY) train.py
 	$(PY) train.py --config configs/population.yaml --model.size 100 --trainer.enable_progress_bar false
 	$(PY) train.py --portable --trainer.enable_progress_bar false
 
-# The paper's figures and tables, each after the population it needs (see README,
-# "From the demo to every paper figure"). DATASET: heloc, german, adult, default_credit
+# The paper's figures and tables, each after the population it needs (see docs/reproducing.md,
+# "The commands, in order"). DATASET: heloc, german, adult, default_credit
 # or gmsc; DATA_DIR: the folder holding the raw files; ARGS: more evaluate.py options.
 DATASET ?= german
 DATA_DIR ?= ../shared/data
@@ -104,7 +104,7 @@ figure9: population
 sigma: population
 	$(PY) evaluate.py sigma --config configs/sigma/$(DATASET).yaml --data_dir $(DATA_DIR) $(ARGS)
 
-# The image protocols' models (README, "Image protocols"), each trained once into the fixed
+# The image protocols' models (docs/reproducing.md, "Image protocols"), each trained once into the fixed
 # folder that configs/aggregation, optimised, roar and consistency name; a folder with a
 # config.yaml but no metrics.json is an interrupted run, which is resumed. CIFAR10: the
 # CIFAR-10 archive (its name names the run's dataset folder); TRAIN_ARGS: more train.py options.

@@ -2,7 +2,7 @@
 
 By default PyTorch picks the fastest kernels the CPU has, whose sums run in different
 orders on different CPUs, and training turns those last bits into different models
-(measurements: README, "Same seed, same numbers"). Portable mode fixes every choice that
+(measurements: docs/reliability.md, "Same seed, same numbers"). Portable mode fixes every choice that
 depends on the CPU:
 
 * ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility, the code branch

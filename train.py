@@ -1,4 +1,4 @@
-"""Train a model composed from configs/ (LightningCLI; see README "Configuration").
+"""Train a model composed from configs/ (LightningCLI; see docs/getting-started.md "Configuration").
 
     python train.py                                   # German Credit MLP, embedded data
     python train.py --config configs/heloc.yaml --data.data_dir ../shared/data

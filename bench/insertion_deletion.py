@@ -89,7 +89,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_RUN = Path(os.environ.get("RELIABLE_EXPLANATIONS_CIFAR10_RUN",
                                     ROOT / "runs" / "cifar10-jpeg" / "resnet8-seed0"))
 N_IMAGES, STEPS, SEED = 100, 32, 0
-# rows per forward pass: 64 on a CPU (the README's CPU figures); on a GPU all 100 x 33 rows
+# rows per forward pass: 64 on a CPU (the CPU figures of docs/performance.md); on a GPU all 100 x 33 rows
 # in one pass, since a ResNet-8 at 32x32 is launch-bound there (the H100 figure of 2026-11-26
 # used 64; 4096 is not yet measured)
 MAX_BATCH = {"cpu": 64, "cuda": 4096}

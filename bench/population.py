@@ -21,7 +21,7 @@ accuracy in (a), (b) and (c). Members are bit-exact on the CPUs measured (200 of
 both settings), but that rests on the population's products rounding as ``nn.Linear``'s
 do, which another CPU's kernels need not; there the rounding grows through training (with
 one product reordered, 40 of 200 Adult members ended with another accuracy after two
-epochs, README), so equality of all is not asked. A member trained from another seed
+epochs, docs/performance.md), so equality of all is not asked. A member trained from another seed
 matches its partner's accuracy only by chance (``identical_other_seeds``: member i of (c)
 against model i + 1 of (a): 8 and 17 of 200 on Adult and German, measured), so seeds
 shifted or members mixed up fail.

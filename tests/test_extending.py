@@ -1,4 +1,4 @@
-"""The README's "Extending" examples run as written, each as a module of its own in a fresh
+"""The "Extending" examples (docs/extending.md) run as written, each as a module of its own in a fresh
 folder, the registries restored afterwards (what an example registers, no other test sees);
 then the behaviour their prose promises is checked against an independent reference: a
 float64 Jacobian, scikit-learn's own counts, the accuracies Lightning's test loop stored in
@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "extending.md"
 EXAMPLES = ("explainer", "dataset", "protocol", "metric", "aggregator")
 MARK = re.compile(r"<!-- extending: (\w+) -->\n```python\n(.*?)\n```", re.S)
 
 
 def examples() -> dict[str, str]:
-    """The README's marked examples: name -> code."""
-    return dict(MARK.findall((ROOT / "README.md").read_text()))
+    """The page's marked examples: name -> code."""
+    return dict(MARK.findall(PAGE.read_text()))
 
 
 def check_explainer(ns: dict) -> None:
@@ -128,7 +129,7 @@ CHECKS = {"explainer": check_explainer, "dataset": check_dataset, "protocol": ch
 
 
 def test_readme_marks_each_example_once():
-    found = MARK.findall((ROOT / "README.md").read_text())
+    found = MARK.findall(PAGE.read_text())
     assert sorted(name for name, _ in found) == sorted(EXAMPLES)
 
 
@@ -159,5 +160,5 @@ def test_readme_example_runs(name, tmp_path, monkeypatch, registries, request):
     monkeypatch.chdir(tmp_path)
     module = types.ModuleType(f"readme_{name}")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # a script's classes need it (dataclasses look it up)
-    exec(compile(examples()[name], f"README.md ({name} example)", "exec"), module.__dict__)
+    exec(compile(examples()[name], f"docs/extending.md ({name} example)", "exec"), module.__dict__)
     CHECKS[name](module.__dict__)

@@ -1,5 +1,5 @@
-"""A user's image folder and a stock torchvision network, no code of theirs (README "Your own data",
-"An image folder"): torchvision's ResNet-18 trained as a ``lightning_modules.Classifier`` on a tiny
+"""A user's image folder and a stock torchvision network, no code of theirs (docs/your_data.md,
+"An image folder, end to end"): torchvision's ResNet-18 trained as a ``lightning_modules.Classifier`` on a tiny
 folder, a population of two seeds through the consistency protocol, one run through aggregation,
 optimised aggregation and a small ROAR grid, each read from the generic configs
 ``configs/<protocol>/image_folder.yaml`` at the smallest sizes."""

@@ -1,6 +1,6 @@
 """How many inputs of a split a protocol option that counts them takes (``n_points``,
 ``n_inputs``, ``n_images``, ``n_background``, ``n_baselines``, ...), one rule for every protocol
-(README, "Options that count inputs"):
+(docs/reliability.md, "When something is wrong"):
 
 * a positive number the split holds: that many;
 * more than the split holds: an ``InputError`` naming the option, the number asked and the

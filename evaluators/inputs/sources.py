@@ -35,8 +35,8 @@ POPULATION_FILE = "a population file written by train.py"
 RUN_FOLDER = "a run folder written by train.py"
 MEMBER_FOLDER = "a folder of image runs written by train.py"
 
-# The fixed paths that the Makefile's targets and the documented commands train (README, "From
-# the demo to every paper figure" and "Image protocols"), and that the configs name: an evaluator
+# The fixed paths that the Makefile's targets and the documented commands train (docs/reproducing.md, "The
+# commands, in order" and "Image protocols"), and that the configs name: an evaluator
 # that misses one says which command makes it. tests/test_config_paths.py checks that each
 # command makes its path and that every config's run or population is one a command makes.
 MADE_BY = {
