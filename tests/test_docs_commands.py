@@ -2,8 +2,9 @@
 (tests/test_readme_commands.py, tests.helpers ``command_blocks`` and ``run_block``): a block
 marked ``<!-- fails -->`` must end as bad input ends (status 2, one line on standard error
 holding what the command's comment shows of it); a block marked long is skipped, and on these
-pages it must say why, ``<!-- long: trains for minutes -->``; every other block must succeed,
-within a few seconds (a slower one is marked long)."""
+pages it says why: in its marker, ``<!-- long: trains for minutes -->``, or in its commands'
+``#`` comments (``# 500 images, 50 min``); every other block must succeed, within a few
+seconds (a slower one is marked long)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def test_every_block_is_run_or_marked_with_a_reason():
     assert BLOCKS  # the pages hold command blocks
     for page, block in BLOCKS:
         assert block.marker in ("", "long", "fails"), f"{page}:{block.line}: unknown marker {block.marker!r}"
-        assert block.marker != "long" or block.reason, (
+        reason = block.reason or " ".join(comment for _, comment in block.commands).strip()
+        assert block.marker != "long" or reason, (
             f"{page}:{block.line}: a long block says why it is not run: <!-- long: <reason> -->")
         assert block.commands, f"{page}:{block.line}: an empty command block"
 

@@ -42,8 +42,28 @@ def write_pages() -> None:
         source = ROOT / Path(*parts)
         source = source / "__init__.py" if source.is_dir() else source.with_suffix(".py")
         mkdocs_gen_files.set_edit_path(f"api/{name}.md", source.relative_to(ROOT))
+    with mkdocs_gen_files.open("api/index.md", "w") as index:
+        index.write(overview())
     with mkdocs_gen_files.open("api/SUMMARY.md", "w") as summary:
+        summary.write("* [Overview](index.md)\n")
         summary.writelines(nav.build_literate_nav())
+
+
+def overview() -> str:
+    """api/index.md: every module with the first paragraph of its docstring, package by package."""
+    import ast
+
+    lines = ["# API reference\n", "Generated from the docstrings of the packages' public modules "
+             "(`make docs`; `tools/docs_api.py` lists them, so a new module gets its page).\n"]
+    for name in public_modules():
+        path = ROOT / Path(*name.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = " ".join(doc.split("\n\n")[0].split())  # the docstring's first paragraph
+        if "." not in name:
+            lines.append(f"\n## `{name}`\n")
+        lines.append(f"- [`{name}`]({name}.md){': ' + first if first else ''}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
