@@ -27,6 +27,7 @@ def test_api_pages_cover_every_public_module():
         assert package in names
     assert "evaluators.protocols.roar.grid" in names and "datamodules.errors" in names  # recursive
     assert not [name for name in names if any(part.startswith("_") for part in name.split("."))]
+    assert not (ROOT / "docs" / "api").exists()  # the pages exist only inside a build, never in docs/
 
 
 def test_site_builds_strict(tmp_path):

@@ -69,5 +69,5 @@ def overview() -> str:
 if __name__ == "__main__":
     print("\n".join(public_modules()))
     sys.exit(0)
-else:  # run by mkdocs-gen-files
+elif __name__ == "<run_path>":  # run by mkdocs-gen-files (runpy.run_path); not when a test imports it
     write_pages()
