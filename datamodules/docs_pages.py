@@ -7,8 +7,10 @@ where that line names an option (``--model_class``, ``option device='tpu'``, ``u
 the task the option serves, from :func:`page_for`: the option's own page where the option
 serves one task whatever the command (``OPTION_PAGES``, exact names or dotted prefixes), else
 the page of the command it was given to (``COMMAND_PAGES``: evaluate.py's protocol, train.py,
-another entry point). Pages are paths from the checkout's root; tests/test_docs_pages.py
-checks that each exists, so a page that moves is renamed here.
+another entry point). Pages are paths from the checkout's root; an entry may list several, of
+which the first that exists in the checkout is named (a page that the documentation is growing
+into, then the one that holds the text today). tests/test_docs_pages.py checks that each entry
+names a page that exists.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+
 # The page of each entry point and evaluate.py command: where its options are described.
-COMMAND_PAGES = {
-    "train.py": "README.md",  # data, model, trainer and population options; a page per kind below
-    "describe.py": "README.md",  # python -m datamodules.describe: the datasets and any table
-    "evaluate.py": "README.md",
+COMMAND_PAGES: dict[str, str | tuple[str, ...]] = {
+    "train.py": ("docs/getting-started.md", "README.md"),  # and a page per option family below
+    "describe.py": ("docs/your_data.md", "README.md"),  # python -m datamodules.describe
+    "evaluate.py": ("docs/getting-started.md", "README.md"),
     "evaluate.py run": "docs/your_model.md",
     "evaluate.py explain": "docs/explainers.md",
-    "evaluate.py consistency": "docs/table1.md",
-    "evaluate.py landscape": "README.md",
-    "evaluate.py sigma": "README.md",
+    "evaluate.py consistency": ("docs/consistency.md", "docs/table1.md"),
+    "evaluate.py landscape": ("docs/landscape.md", "README.md"),
+    "evaluate.py sigma": ("docs/landscape.md", "README.md"),
     "evaluate.py aggregation": "docs/aggregation.md",
     "evaluate.py optimised": "docs/optimised_aggregation.md",
     "evaluate.py roar": "docs/roar.md",
@@ -35,7 +39,7 @@ COMMAND_PAGES = {
 
 # Options that serve one task whichever command they are given to. A key ending in "." is a
 # prefix: every option under it (train.py's dotted options).
-OPTION_PAGES = {
+OPTION_PAGES: dict[str, str | tuple[str, ...]] = {
     "model_class": "docs/your_model.md",
     "model_args": "docs/your_model.md",
     "data_config": "docs/your_model.md",
@@ -45,8 +49,17 @@ OPTION_PAGES = {
     "shard": "docs/roar.md",
     "rankings_only": "docs/roar.md",
     "rankings_shard_size": "docs/roar.md",
-    "population.": "docs/tabular_population.md",
+    "portable": ("docs/reliability.md", "README.md"),
+    "population.": ("docs/populations.md", "docs/tabular_population.md"),
+    "data.": ("docs/your_data.md", "README.md"),
 }
+
+
+def existing(pages: str | tuple[str, ...]) -> str:
+    """The first of ``pages`` that exists in the checkout (the last where none does)."""
+    pages = (pages,) if isinstance(pages, str) else pages
+    return next((page for page in pages if (ROOT / page).is_file()), pages[-1])
+
 
 # How a one-line message names an option: a command-line flag, "option NAME", "option(s)
 # ['NAME', ...]", jsonargparse's "Option 'NAME'" and "key 'NAME'".
@@ -77,11 +90,12 @@ def page_for(message: str, program: str, argv: list[str]) -> str | None:
         return None
     for option in options:
         if option in OPTION_PAGES:
-            return OPTION_PAGES[option]
-        for key, page in OPTION_PAGES.items():
+            return existing(OPTION_PAGES[option])
+        for key, pages in OPTION_PAGES.items():
             if key.endswith(".") and option.startswith(key):
-                return page
-    return COMMAND_PAGES.get(command_of(program, argv))
+                return existing(pages)
+    pages = COMMAND_PAGES.get(command_of(program, argv))
+    return None if pages is None else existing(pages)
 
 
 def with_page(message: str, program: str, argv: list[str]) -> str:
