@@ -4,7 +4,8 @@
 (`train.py`, `evaluate.py`, `python -m datamodules.describe`) run their ``main``
 through ``run_entry_point``: an ``InputError`` (also one that a library wrapped, e.g.
 jsonargparse while instantiating) or a bad command line ends with its message on one
-line of standard error and exit status 2; any other exception with its type and
+line of standard error and exit status 2 (a message that names an option also names the
+documentation page that describes it: ``datamodules.docs_pages``); any other exception with its type and
 message on one line and status 1; out of disk space (``DiskFull``, or an ``OSError`` ENOSPC
 or EDQUOT) with status 2 and the folder; Ctrl-C with status 130. No traceback, unless the
 command line holds ``--debug`` or the environment sets ``RELIABLE_EXPLANATIONS_DEBUG=1``.
@@ -109,7 +110,12 @@ def run_entry_point(main: Callable[[list[str]], object], argv: list[str] | None 
             raise
         cause = input_error_in(err) or disk_full_in(err)
         if cause is not None:
-            print(f"error: {one_line(cause)}", file=sys.stderr)
+            message = one_line(cause)
+            if isinstance(cause, InputError):
+                from datamodules.docs_pages import with_page
+
+                message = with_page(message, getattr(getattr(main, "__code__", None), "co_filename", ""), argv)
+            print(f"error: {message}", file=sys.stderr)
             sys.exit(2)
         print(f"error: {type(err).__name__}: {one_line(err)} (run with --debug for the traceback)", file=sys.stderr)
         sys.exit(1)

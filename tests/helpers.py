@@ -6,9 +6,11 @@ import contextlib
 import importlib
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -55,6 +57,58 @@ class PoisonMember(pl.Callback):
                 next(pl_module.nets[self.member].parameters()).fill_(float("nan"))
             else:  # stacked parameters (PopulationMLP): the member is dim 0
                 next(pl_module.parameters())[self.member].fill_(float("nan"))
+
+
+class Block(NamedTuple):
+    """A ```bash block of a Markdown page: the line of its opening fence (from 1), its marker
+    (``long``, ``fails`` or ""), the marker's reason (``<!-- long: trains for minutes -->``; ""
+    where none) and its commands, each with its trailing ``#`` comment."""
+
+    line: int
+    marker: str
+    reason: str
+    commands: list[tuple[str, str]]
+
+
+def command_blocks(page: Path) -> list[Block]:
+    """Every ```bash block of ``page``, continuation lines joined. A block's marker is the HTML
+    comment on the line just above its fence: ``<!-- long -->`` or ``<!-- long: <reason> -->``
+    (not run: minutes or more, or needs what a test does not have), ``<!-- fails -->`` (every
+    command ends as bad input ends: status 2, one line on standard error), none (every command
+    must succeed). Used by tests/test_readme_commands.py and tests/test_docs_commands.py."""
+    lines = page.read_text().splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if line.strip() != "```bash":
+            continue
+        marker = re.fullmatch(r"<!--\s*(\w+)(?::\s*(.*?))?\s*-->", lines[i - 1].strip() if i else "")
+        end = lines.index("```", i + 1)
+        text = "\n".join(lines[i + 1 : end]).replace("\\\n", " ")
+        split = (re.match(r"(.*?)(?:\s#\s?(.*))?$", t) for t in text.splitlines())
+        commands = [(m.group(1).strip(), m.group(2) or "") for m in split if m.group(1).strip()]
+        found.append(Block(i + 1, marker.group(1) if marker else "", (marker and marker.group(2)) or "", commands))
+    return found
+
+
+def run_block(block: Block, cwd: Path = ROOT, timeout: float = 300) -> None:
+    """Run ``block``'s commands verbatim, as a reader of the page runs them: in a shell whose
+    ``python`` is the project's environment, from the checkout. A ``fails`` block's commands
+    must each end with status 2 and one line on standard error that starts with "error: " and
+    holds what the command's comment shows of it (parts separated by "..."); any other block's
+    must succeed."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("RELIABLE_EXPLANATIONS_DEBUG", None)
+    for command, comment in block.commands:
+        result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=timeout)  # fmt: skip
+        if block.marker == "fails":
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 2 and len(lines) == 1, (command, result.stderr)
+            assert lines[0].startswith("error: "), (command, lines[0])
+            for shown in comment.split("..."):  # what the page shows of the message is in it
+                assert shown.strip(" ;:") in lines[0], (command, shown, lines[0])
+        else:
+            assert result.returncode == 0, (command, result.stderr[-2000:])
 
 
 def assert_one_line_error(result, message: str, status: int = 2) -> None:

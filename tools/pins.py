@@ -1,6 +1,6 @@
 """Print the dependency pins declared in setup.cfg, for the Makefile.
 
-`pins.py`           -> install_requires + the `test` extra (one pip command line)
+`pins.py`           -> install_requires + the `test` and `docs` extras (one pip command line)
 `pins.py --no-deps` -> the `data` and `test_no_deps` extras, installed without dependencies
 `pins.py --key`     -> a short hash of all of them, naming the shared environment
 """
@@ -18,7 +18,8 @@ def _lines(section: str, key: str) -> list[str]:
     return [line.strip() for line in cfg[section][key].splitlines() if line.strip()]
 
 
-regular = _lines("options", "install_requires") + _lines("options.extras_require", "test")
+regular = (_lines("options", "install_requires") + _lines("options.extras_require", "test")
+           + _lines("options.extras_require", "docs"))
 no_deps = _lines("options.extras_require", "data") + _lines("options.extras_require", "test_no_deps")
 
 if "--key" in sys.argv:

@@ -24,7 +24,7 @@ and g_j ≥ f for every j (the multiplier of Σω = 1 is 2f, those of ω ≥ 0 a
   of smallest norm in the convex hull of the k columns p_i of Γ^{1/2} (p_iᵀp_j = Γ_ij, so
   Γ^{1/2} is never formed). A corral S of affinely independent points starts at the
   column of smallest Γ_ii. Each step solves, for every unfinished input at once, the
-  equality-constrained QP on S, the bordered system [[Γ_SS, 1], [1ᵀ, 0]] [α_S; ν] = [0; 1]
+  equality-constrained QP on S, the bordered system ``[[Γ_SS, 1], [1ᵀ, 0]] [α_S; ν] = [0; 1]``
   (non-singular because S is affinely independent; padded to (k + 1) × (k + 1) with
   identity rows off S), and then either (major cycle) α_S > 0: ω = α, and ω is returned
   when (gap) ≤ 2 (10⁻¹⁰ f + 10⁻¹²) in normalised units, else the vertex
