@@ -2,7 +2,8 @@
 --model.net.model_name M --model.net.num_classes 10`` and a torchvision constructor with several
 ``--model.net.*`` options train from the command line on an image folder (16x16, 3 classes, two
 batches), as a ``Classifier`` run and as a ``ModulePopulation``; the run goes through ``evaluate.py
-run`` and ``explain``, each population through the consistency protocol. Before, the first ended in
+run`` and ``explain``, each population (a folder of two runs, a population file) through the
+consistency protocol. Before, the first ended in
 "Option 'num_classes' is not accepted" and a function's second option in jsonargparse's
 "unexpected keyword argument 'linked_targets'"."""
 
@@ -25,8 +26,8 @@ from tests.test_images_data import make_folder
 from tests.test_own_images import generic
 
 TIMM = ["--model.net", "timm.create_model", "--model.net.model_name", "test_resnet", "--model.net.num_classes", "10"]
-TORCHVISION = ["--model.net", "torchvision.models.resnet18", "--model.net.num_classes", "3",
-               "--model.net.zero_init_residual", "true"]  # fmt: skip
+TORCHVISION = ["--model.net", "torchvision.models.mobilenet_v3_small", "--model.net.num_classes", "3",
+               "--model.net.dropout", "0.1"]  # fmt: skip
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"]  # fmt: skip
 
@@ -40,13 +41,14 @@ def folder(tmp_path_factory) -> Path:
     return tmp
 
 
-def train(tmp: Path, model: str, net: list[str], name: str, *more: str) -> Path:
-    """A train.py run (in process) of ``model`` around ``net`` on the folder; its run folder."""
+def train(tmp: Path, model: str, net: list[str], name: str, *more: str, output: str = "runs") -> Path:
+    """A train.py run (in process) of ``model`` around ``net`` on the folder, under ``tmp/output``;
+    its run folder."""
     result = run_in_process("train.py", "--data", "ImageFolderDataModule", "--data.root", str(tmp / "pics"),
                             "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--model", model, *net,
-                            *more, *QUIET, "--output_dir", str(tmp / "runs"), "--run_name", name)  # fmt: skip
+                            *more, *QUIET, "--output_dir", str(tmp / output), "--run_name", name)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    return tmp / "runs" / "pics" / name
+    return tmp / output / "pics" / name
 
 
 def consistency(population: Path, tmp: Path) -> dict:
@@ -65,14 +67,23 @@ def test_the_options_of_a_network_by_name_become_one_option():
                                         "dict_kwargs": {"num_classes": "10"}}  # a **kwargs option  # fmt: skip
     assert args[at + 2:] == ["--seed_everything", "1"]
     (spec,) = [json.loads(a) for a in one_net_option(TORCHVISION) if a.startswith("{")]
-    assert spec == {"class_path": "torchvision.models.resnet18",  # resnet18(*, weights, progress, **kwargs)
-                    "dict_kwargs": {"num_classes": "3", "zero_init_residual": "true"}}  # fmt: skip
+    assert spec == {"class_path": "torchvision.models.mobilenet_v3_small",  # (*, weights, progress, **kwargs)
+                    "dict_kwargs": {"num_classes": "3", "dropout": "0.1"}}  # fmt: skip
     as_given = ["--model.net.model_name", "m"]  # a network named in a config file: as given
     assert one_net_option(as_given) == as_given
 
 
-def test_a_timm_classifier_trains_and_goes_through_run_and_explain(folder):
-    run = train(folder, "lightning_modules.Classifier", TIMM, "timm")
+@pytest.fixture(scope="module")
+def timm_runs(folder) -> Path:
+    """Two Classifier runs of timm's create_model, seeds 0 and 1, in one folder: a population."""
+    for seed in (0, 1):
+        train(folder, "lightning_modules.Classifier", TIMM, f"seed{seed}", "--seed_everything", str(seed),
+              output="timm")
+    return folder / "timm" / "pics"
+
+
+def test_a_timm_classifier_trains_and_goes_through_run_and_explain(timm_runs):
+    run = timm_runs / "seed0"
     net = yaml.safe_load((run / "config.yaml").read_text())["model"]["init_args"]["net"]
     assert net["dict_kwargs"] == {"num_classes": 3, "in_chans": 3}  # the data's, over the 10 given
     result = run_in_process("evaluate.py", "run", str(run))
@@ -85,6 +96,11 @@ def test_a_timm_classifier_trains_and_goes_through_run_and_explain(folder):
                             "--log_to", "none")  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert list(run.glob("explanations-*/explanations.png"))
+
+
+def test_a_folder_of_timm_runs_goes_through_consistency(timm_runs, tmp_path):
+    rows = consistency(timm_runs, tmp_path)
+    assert 0.0 <= rows["sa"]["mean"] <= 1.0 and 0.0 <= rows["watson_c"]["mean"] <= 1.0
 
 
 @pytest.mark.parametrize("net", [TIMM, TORCHVISION], ids=["timm", "torchvision"])
