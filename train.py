@@ -203,9 +203,12 @@ class TrainCLI(LightningCLI):
         A failure leaves no new run folder behind (:func:`remove_untrained_run`)."""
         try:
             self._instantiate_classes()
-        except BaseException:
+        except BaseException as err:
             remove_untrained_run(self.new_folders)
             release(self.run_dir)
+            short = short_instantiation_error(str(err)) if isinstance(err, ValueError) else None
+            if short is not None:
+                raise InputError(short) from None
             raise
 
     def _instantiate_classes(self) -> None:
@@ -220,6 +223,17 @@ class TrainCLI(LightningCLI):
             self._set_seed()
             super().instantiate_classes()
         drop_unaccepted_links(self.model)
+
+
+def short_instantiation_error(message: str) -> str | None:
+    """jsonargparse's failure to build a class of the config ("Does not validate against any of
+    the Union subtypes"), cut to the class it was building and the first error (a network's own,
+    e.g. timm's "Unknown model (name)"); None for another message."""
+    errors = re.findall(r"^\s+- (.+)$", message, re.M)
+    built = re.search(r"Given value: Namespace\(class_path='([\w.]+)'", message)
+    if not message.startswith("Does not validate against any of the Union subtypes") or not errors or not built:
+        return None
+    return f"building {built.group(1)} from the options: {errors[0]}; see train.py --help"
 
 
 def drop_unaccepted_links(model: pl.LightningModule) -> None:

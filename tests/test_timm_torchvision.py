@@ -21,7 +21,7 @@ import evaluate
 from evaluators.inputs.runs import load_run
 from lightning_modules.net_options import net_kwargs, one_net_option
 from lightning_modules.population_io import load_population
-from tests.helpers import run_in_process
+from tests.helpers import assert_one_line_error, run_in_process
 from tests.test_images_data import make_folder
 from tests.test_own_images import generic
 
@@ -41,12 +41,17 @@ def folder(tmp_path_factory) -> Path:
     return tmp
 
 
+def train_args(tmp: Path, model: str, net: list[str], name: str, *more: str, output: str = "runs") -> list[str]:
+    """train.py's options for ``model`` around ``net`` on the folder, run ``name`` under ``tmp/output``."""
+    return ["--data", "ImageFolderDataModule", "--data.root", str(tmp / "pics"), "--data.cache_dir", str(tmp / "cache"),
+            "--data.batch_size", "4", "--model", model, *net, *more, *QUIET, "--output_dir", str(tmp / output),
+            "--run_name", name]  # fmt: skip
+
+
 def train(tmp: Path, model: str, net: list[str], name: str, *more: str, output: str = "runs") -> Path:
     """A train.py run (in process) of ``model`` around ``net`` on the folder, under ``tmp/output``;
     its run folder."""
-    result = run_in_process("train.py", "--data", "ImageFolderDataModule", "--data.root", str(tmp / "pics"),
-                            "--data.cache_dir", str(tmp / "cache"), "--data.batch_size", "4", "--model", model, *net,
-                            *more, *QUIET, "--output_dir", str(tmp / output), "--run_name", name)  # fmt: skip
+    result = run_in_process("train.py", *train_args(tmp, model, net, name, *more, output=output))
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp / output / "pics" / name
 
@@ -80,6 +85,13 @@ def timm_runs(folder) -> Path:
         train(folder, "lightning_modules.Classifier", TIMM, f"seed{seed}", "--seed_everything", str(seed),
               output="timm")
     return folder / "timm" / "pics"
+
+
+def test_a_network_that_cannot_be_built_ends_in_one_line_naming_it(folder):
+    unknown = ["--model.net", "timm.create_model", "--model.net.model_name", "no_such_net"]
+    result = run_in_process("train.py", *train_args(folder, "lightning_modules.Classifier", unknown, "unknown"))
+    assert_one_line_error(result, "building lightning_modules.Classifier from the options: Unknown model (no_such_net)")
+    assert not (folder / "runs" / "pics" / "unknown").exists()
 
 
 def test_a_timm_classifier_trains_and_goes_through_run_and_explain(timm_runs):
