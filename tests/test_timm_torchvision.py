@@ -74,8 +74,11 @@ def test_the_options_of_a_network_by_name_become_one_option():
     (spec,) = [json.loads(a) for a in one_net_option(TORCHVISION) if a.startswith("{")]
     assert spec == {"class_path": "torchvision.models.mobilenet_v3_small",  # (*, weights, progress, **kwargs)
                     "dict_kwargs": {"num_classes": "3", "dropout": "0.1"}}  # fmt: skip
-    as_given = ["--model.net.model_name", "m"]  # a network named in a config file: as given
-    assert one_net_option(as_given) == as_given
+    equals = one_net_option(["--model.net=timm.create_model", "--model.net.dict_kwargs.drop_rate=0.1"])
+    assert equals == ["--model.net", '{"class_path": "timm.create_model", "dict_kwargs": {"drop_rate": "0.1"}}']
+    for as_given in (["--model.net.model_name", "m"],  # a network named in a config file
+                     ["--model.net", "m.Net", "--model.net.norm.init_args.eps", "1"]):  # an option of a nested class
+        assert one_net_option(as_given) == as_given
 
 
 @pytest.fixture(scope="module")
