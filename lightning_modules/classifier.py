@@ -10,11 +10,12 @@ has a ``val`` split), ``test/loss`` and ``test/acc``, per epoch (means over the 
 From train.py the network is given by class path, a class or a function (``--model.net
 torchvision.models.resnet18``, ``--model.net timm.create_model --model.net.model_name resnet18``);
 its options ``in_features``, ``num_classes`` and ``in_channels`` / ``in_chans``, where it takes
-them, are taken from the datamodule (``net_options.net_options_from_data``). The initial weights are drawn from the
-global RNG, which train.py seeds with ``seed_everything``: that option is a member's seed.
-Given the network as its config (``{"class_path", "init_args"}``, as a run's hyperparameters
-hold it) and a ``seed``, the network is built from that seed alone (the global RNG neither
-read nor advanced): how ROAR retrains a ``Classifier`` run from seeds.
+them, are taken from the datamodule (``net_options.net_options_from_data``). The initial
+weights are drawn from the global RNG, which train.py seeds with ``seed_everything``: that
+option is a member's seed. Given the network as its config (``{"class_path", "init_args"}``
+and any ``dict_kwargs``, as a run's hyperparameters hold it) and a ``seed``, the network is
+built from that seed alone (the global RNG neither read nor advanced): how ROAR retrains a
+``Classifier`` run from seeds.
 """
 
 from __future__ import annotations
