@@ -98,9 +98,9 @@ class Classifier(CrossEntropySteps, pl.LightningModule):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(net, dict) and isinstance(net.get("class_path"), str):
-            net = build_seeded(net, seed)
-        if not isinstance(net, nn.Module):
+        # a config is built under its own name: save_hyperparameters reads ``net`` from this frame
+        module = build_seeded(net, seed) if isinstance(net, dict) and isinstance(net.get("class_path"), str) else net
+        if not isinstance(module, nn.Module):
             raise InputError(f"option net: a {type(net).__name__}; expected an nn.Module (its class path)")
         if optimizer not in OPTIMIZERS:
             raise InputError(f"option optimizer={optimizer!r}; expected one of {list(OPTIMIZERS)}")
@@ -112,7 +112,7 @@ class Classifier(CrossEntropySteps, pl.LightningModule):
             self.save_hyperparameters()
         if isinstance(self.hparams.get("net"), nn.Module):  # made in Python, not from a config: not a plain value,
             del self.hparams["net"], self.hparams["seed"]  # nor one to rebuild from a seed
-        self.net = net
+        self.net = module
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Keep the network's config and seed that the checkpoint holds (Lightning rebuilds the

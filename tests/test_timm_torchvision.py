@@ -2,10 +2,10 @@
 --model.net.model_name M --model.net.num_classes 10`` and a torchvision constructor with several
 ``--model.net.*`` options train from the command line on an image folder (16x16, 3 classes, two
 batches), as a ``Classifier`` run and as a ``ModulePopulation``; the run goes through ``evaluate.py
-run`` and ``explain``, each population (a folder of two runs, a population file) through the
-consistency protocol. Before, the first ended in
-"Option 'num_classes' is not accepted" and a function's second option in jsonargparse's
-"unexpected keyword argument 'linked_targets'"."""
+run``, ``explain`` and a ROAR retraining, each population (a folder of two runs, a population
+file) through the consistency protocol. Before, the first ended in "Option 'num_classes' is not
+accepted" and a function's second option in jsonargparse's "unexpected keyword argument
+'linked_targets'"."""
 
 from __future__ import annotations
 
@@ -116,6 +116,19 @@ def test_a_timm_classifier_trains_and_goes_through_run_and_explain(timm_runs):
 def test_a_folder_of_timm_runs_goes_through_consistency(timm_runs, tmp_path):
     rows = consistency(timm_runs, tmp_path)
     assert 0.0 <= rows["sa"]["mean"] <= 1.0 and 0.0 <= rows["watson_c"]["mean"] <= 1.0
+
+
+def test_roar_retrains_a_timm_run_from_its_network_config(timm_runs, tmp_path):
+    run = timm_runs / "seed0"
+    config = generic("roar", tmp_path, run=str(run), retrainings=1, fractions=[0.0], estimators={"random": {}},
+                     trainer={"max_epochs": 1, "accelerator": "cpu"})  # fmt: skip
+    (row,) = evaluate.main(["roar", "--config", str(config)])["rows"]
+    model, data, _ = load_run(run)
+    x, y = data.probe(12, "test")
+    with torch.no_grad():
+        clean = (model.eval()(x).argmax(-1) == y).double().mean().item()
+    assert row["no_retrain_acc"] == pytest.approx(clean, abs=1e-9)  # nothing removed at fraction 0
+    assert row["k"] == 1 and 0.0 <= row["retrain_mean"] <= 1.0  # retrained once: 3 logits, from its seed
 
 
 @pytest.mark.parametrize("net", [TIMM, TORCHVISION], ids=["timm", "torchvision"])
