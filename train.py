@@ -56,6 +56,7 @@ from evaluators.inputs.config import read_yaml
 from evaluators.inputs.model_fit import check_resumed_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
 from lightning_modules.checkpoint_io import atomic_checkpoints
+from lightning_modules.net_options import net_options_from_data, one_net_option, set_net_options
 from lightning_modules.population_base import Population
 from lightning_modules.population_fit import drop_below_mean, fit_population, write_reports
 from lightning_modules.population_io import save_population
@@ -202,9 +203,12 @@ class TrainCLI(LightningCLI):
         A failure leaves no new run folder behind (:func:`remove_untrained_run`)."""
         try:
             self._instantiate_classes()
-        except BaseException:
+        except BaseException as err:
             remove_untrained_run(self.new_folders)
             release(self.run_dir)
+            short = short_instantiation_error(str(err)) if isinstance(err, ValueError) else None
+            if short is not None:
+                raise InputError(short) from None
             raise
 
     def _instantiate_classes(self) -> None:
@@ -213,8 +217,7 @@ class TrainCLI(LightningCLI):
         net = getattr(self.config.model.init_args, "net", None)
         changed = net_options_from_data(net, self.datamodule)
         if changed:
-            for key, value in changed.items():
-                net.init_args[key] = value
+            set_net_options(net, changed)
             if hasattr(self, "config_dump"):  # LightningCLI's copy of the config, the model's hparams
                 del self.config_dump
             self._set_seed()
@@ -222,19 +225,15 @@ class TrainCLI(LightningCLI):
         drop_unaccepted_links(self.model)
 
 
-NET_OPTIONS = {"in_features": "num_features", "num_classes": "num_classes", "in_channels": "in_channels",
-               "in_chans": "in_channels"}  # a network's option: the datamodule's property that sets it
-
-
-def net_options_from_data(net: Namespace | None, data) -> dict:
-    """The options of a network config (``class_path``, ``init_args``) that the datamodule
-    sets and that differ from it: ``in_features`` (a table's encoded width), ``num_classes``,
-    ``in_channels`` / ``in_chans`` (images), each where the network's signature has it."""
-    if not isinstance(net, Namespace) or not isinstance(getattr(net, "init_args", None), Namespace):
-        return {}
-    values = {option: getattr(data, prop) for option, prop in NET_OPTIONS.items()
-              if option in net.init_args and hasattr(type(data), prop)}  # fmt: skip
-    return {option: value for option, value in values.items() if net.init_args[option] != value}
+def short_instantiation_error(message: str) -> str | None:
+    """jsonargparse's failure to build a class of the config ("Does not validate against any of
+    the Union subtypes"), cut to the class it was building and the first error (a network's own,
+    e.g. timm's "Unknown model (name)"); None for another message."""
+    errors = re.findall(r"^\s+- (.+)$", message, re.M)
+    built = re.search(r"Given value: Namespace\(class_path='([\w.]+)'", message)
+    if not message.startswith("Does not validate against any of the Union subtypes") or not errors or not built:
+        return None
+    return f"building {built.group(1)} from the options: {errors[0]}; see train.py --help"
 
 
 def drop_unaccepted_links(model: pl.LightningModule) -> None:
@@ -517,7 +516,7 @@ def main(args: list[str] | None = None) -> dict | None:
     """Train, test on the held-out split and return the test metrics (None if interrupted)."""
     args = list(sys.argv[1:] if args is None else args)
     portable.enable_if_asked(args)  # in-process callers: an error unless the process started in the mode
-    args = resume_args(args)
+    args = one_net_option(resume_args(args))
     check_config_files(args)
     defaults = default_configs(args)
     try:

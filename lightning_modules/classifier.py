@@ -7,13 +7,15 @@ on every parameter; no schedule). It logs what the project's classifiers log, so
 folders read alike: ``train/loss``, ``train/acc``, ``val/loss``, ``val/acc`` (where the data
 has a ``val`` split), ``test/loss`` and ``test/acc``, per epoch (means over the inputs).
 
-From train.py the network is given by class path (``--model.net torchvision.models.resnet18``);
-its options ``in_features``, ``num_classes`` and ``in_channels``, where it has them, are taken
-from the datamodule (``train.net_options_from_data``). The initial weights are drawn from the
-global RNG, which train.py seeds with ``seed_everything``: that option is a member's seed.
-Given the network as its config (``{"class_path", "init_args"}``, as a run's hyperparameters
-hold it) and a ``seed``, the network is built from that seed alone (the global RNG neither
-read nor advanced): how ROAR retrains a ``Classifier`` run from seeds.
+From train.py the network is given by class path, a class or a function (``--model.net
+torchvision.models.resnet18``, ``--model.net timm.create_model --model.net.model_name resnet18``);
+its options ``in_features``, ``num_classes`` and ``in_channels`` / ``in_chans``, where it takes
+them, are taken from the datamodule (``net_options.net_options_from_data``). The initial
+weights are drawn from the global RNG, which train.py seeds with ``seed_everything``: that
+option is a member's seed. Given the network as its config (``{"class_path", "init_args"}``
+and any ``dict_kwargs``, as a run's hyperparameters hold it) and a ``seed``, the network is
+built from that seed alone (the global RNG neither read nor advanced): how ROAR retrains a
+``Classifier`` run from seeds.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from torch import nn
 
 from datamodules.errors import InputError
 from lightning_modules.image_classifier import CrossEntropySteps
+from lightning_modules.net_options import net_kwargs
 
 Optimizer = Literal["adam", "adamw", "sgd"]
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -49,12 +52,13 @@ def check_logits(logits: torch.Tensor, rows: int, num_classes: int | None, where
 
 
 def build_seeded(config: dict, seed: int | None) -> nn.Module:
-    """The network of ``config`` (class path and init arguments), its weights drawn from ``seed``."""
+    """The network of ``config`` (class path, init arguments and any ``dict_kwargs``:
+    ``net_options.net_kwargs``), its weights drawn from ``seed``."""
     if seed is None:
         raise InputError("option seed: None with a network config; expected the seed to draw its weights from")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return instantiate_class((), copy.deepcopy(config))
+        return instantiate_class((), copy.deepcopy(net_kwargs(config)))
 
 
 def build_optimizer(parameters, hp) -> torch.optim.Optimizer:
@@ -94,9 +98,9 @@ class Classifier(CrossEntropySteps, pl.LightningModule):
         seed: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(net, dict) and isinstance(net.get("class_path"), str):
-            net = build_seeded(net, seed)
-        if not isinstance(net, nn.Module):
+        # a config is built under its own name: save_hyperparameters reads ``net`` from this frame
+        module = build_seeded(net, seed) if isinstance(net, dict) and isinstance(net.get("class_path"), str) else net
+        if not isinstance(module, nn.Module):
             raise InputError(f"option net: a {type(net).__name__}; expected an nn.Module (its class path)")
         if optimizer not in OPTIMIZERS:
             raise InputError(f"option optimizer={optimizer!r}; expected one of {list(OPTIMIZERS)}")
@@ -108,7 +112,7 @@ class Classifier(CrossEntropySteps, pl.LightningModule):
             self.save_hyperparameters()
         if isinstance(self.hparams.get("net"), nn.Module):  # made in Python, not from a config: not a plain value,
             del self.hparams["net"], self.hparams["seed"]  # nor one to rebuild from a seed
-        self.net = net
+        self.net = module
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Keep the network's config and seed that the checkpoint holds (Lightning rebuilds the

@@ -31,6 +31,7 @@ from datamodules.errors import InputError
 from lightning_modules.classifier import OPTIMIZERS, Classifier, Optimizer, build_optimizer, build_seeded, check_logits
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.interface import check_num_classes, tabular_class
+from lightning_modules.net_options import net_kwargs
 from lightning_modules.population_base import Population, seed_list
 
 Inputs = Literal["images", "rows"]
@@ -70,7 +71,7 @@ class ModulePopulation(Population, ImageNetworks):
             raise InputError(f"options explain_output={explain_output!r}, optimizer={optimizer!r}, lr={lr}; expected "
                              f"'logit' or 'probability', one of {list(OPTIMIZERS)} and lr > 0")  # fmt: skip
         self.seeds = seed_list(size, first_seed, seeds)
-        self.net_config = {"class_path": config["class_path"], "init_args": dict(config.get("init_args") or {})}
+        self.net_config = net_kwargs(config)  # a factory's ``dict_kwargs`` (timm's num_classes) among its init_args
         self.hparams.net, self.hparams.seeds = copy.deepcopy(self.net_config), self.seeds
         self.INPUTS = inputs  # what the members take (``ImageNetworks.INPUTS``)
         self.nets = nn.ModuleList(build_seeded(self.net_config, s) for s in self.seeds)

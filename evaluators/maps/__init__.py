@@ -7,6 +7,8 @@ classifier of the model contract (``lightning_modules.interface``; docs/explaine
   positive class, a multi-class model's predicted class) by the spec's ``fixed``
   implementation through ``tabular_explainers.explain_fixed``, its overrides per model kind
   first (stacked populations, chunked ensembles, batched DeepSHAP); draws from ``seeds.call_seed``;
+  a spec without ``fixed`` (a user's ``Explainer(run)``) by its ``run`` of that output (a
+  population member by member);
 * any other classifier -> the logit of ``target`` (default: the predicted class) by the
   spec's ``run`` (``image_explainers``); each input's draws from its own seed.
 """
@@ -24,7 +26,8 @@ from datamodules.errors import InputError
 from evaluators.maps import image_explainers as per_input
 from evaluators.maps import tabular_explainers as fixed
 from evaluators.maps.seeds import call_seed, check_seed, image_seeds, input_index
-from lightning_modules.interface import default_targets, fixed_target
+from lightning_modules.interface import default_targets, fixed_target, output_kind
+from lightning_modules.population_base import Population
 
 INPUT_DIMS = {"rows": 2, "images": 4}
 TAKES = {"rows": "rows (N, d)", "images": "images (N, C, H, W)", "any": "inputs (N, ...)"}
@@ -34,8 +37,8 @@ TAKES = {"rows": "rows (N, d)", "images": "images (N, C, H, W)", "any": "inputs 
 class Explainer:
     """One explainer (docs/explainers.md). ``run(model, x, target, max_batch, **draws,
     **options)``: its maps of any classifier's logit of ``target`` (N,); ``fixed(model, x,
-    **options)``: of a scalar output, or with option ``target`` (N,) of an (N, K) one (None: not
-    for a model with a default class); ``takes``:
+    **options)``: of a scalar output, or with option ``target`` (N,) of an (N, K) one, for a model
+    with a default class (None: ``run`` of its explained output there); ``takes``:
     ``"rows"``, ``"images"`` or ``"any"`` inputs; ``rows_per_input(options)``: rows one input
     becomes in its forward passes; ``draws``: ``"per_input"`` or ``"seed"``; ``batched``: a
     population in one call; ``linear``: linear in the explained function."""
@@ -117,11 +120,31 @@ def explain(model: nn.Module, x: torch.Tensor, method: str, target=None, seed: i
                          f"{tuple(getattr(x, 'shape', ()))}")  # fmt: skip
     check_seed(seed)
     input_index(index, len(x))
-    if fixed_target(model) is not None:
-        targets = default_targets(model, x, target)
-        return fixed.explain_fixed(model, x, method, spec, targets, seed=call_seed(seed, index), **options)
-    draws = {"per_input": {"seeds": image_seeds(seed, index, len(x))}, "seed": {"seed": seed}}.get(spec.draws, {})
-    return per_input.explain_classifier(model, x, spec.run, draws, target, max_batch, **options)
+    if fixed_target(model) is None:
+        return per_input.explain_classifier(model, x, spec.run, _draws(spec, seed, index, len(x)), target, max_batch,
+                                            **options)  # fmt: skip
+    targets = default_targets(model, x, target)
+    if spec.fixed is None:
+        return _run_of_explained_output(model, x, spec, targets, seed, index, max_batch, output_kind(model), **options)
+    return fixed.explain_fixed(model, x, method, spec, targets, seed=call_seed(seed, index), **options)
+
+
+def _draws(spec: Explainer, seed: int, index, n: int) -> dict:
+    """The random draws a spec's ``run`` takes: a seed per input, one seed, or none."""
+    return {"per_input": {"seeds": image_seeds(seed, index, n)}, "seed": {"seed": seed}}.get(spec.draws, {})
+
+
+def _run_of_explained_output(model: nn.Module, x: torch.Tensor, spec: Explainer, targets: torch.Tensor, seed: int,
+                             index, max_batch: int | None, output: str, **options) -> torch.Tensor:  # fmt: skip
+    """A spec without a ``fixed`` implementation (a user's ``Explainer(run)``, README "Extending") on a
+    model with a default class: its ``run`` of the model's explained output (``output``, logits or
+    probabilities of every class: ``tabular_explainers.ExplainedOutput``) for ``targets`` (N,); a
+    population (``PopulationMLP``, a ``ModulePopulation`` of rows) member by member, (M, N, d)."""
+    if isinstance(model, Population):
+        return torch.stack([_run_of_explained_output(model.member(i), x, spec, targets, seed, index, max_batch, output,
+                                                     **options) for i in range(model.size)])  # fmt: skip
+    return per_input.explain_classifier(fixed.ExplainedOutput(model, None, output), x, spec.run,
+                                        _draws(spec, seed, index, len(x)), targets, max_batch, **options)  # fmt: skip
 
 
 __all__ = ["EXPLAINERS", "Explainer", "explain", "explainer_names", "input_kind"]

@@ -29,16 +29,17 @@ from lightning_modules.stacked import stacked_forward
 class ExplainedOutput(nn.Module):
     """Wraps a model so that ``forward`` returns its explained output of class ``target`` (by
     default the positive class), shape (N,), or with ``target=None`` of every class, (N, K), for
-    the explainer's ``target`` to pick."""
+    the explainer's ``target`` to pick; ``output``: ``"logit"`` or ``"probability"`` (None: the
+    model's own, ``interface.output_kind``)."""
 
-    def __init__(self, model: nn.Module, target: int | None = POSITIVE_CLASS) -> None:
+    def __init__(self, model: nn.Module, target: int | None = POSITIVE_CLASS, output: str | None = None) -> None:
         super().__init__()
-        self.model, self.target = model, target
+        self.model, self.target, self.output = model, target, output or output_kind(model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.target is None:
-            return class_scores(self.model, x, output_kind(self.model))
-        return explained_output(self.model, x, self.target, output_kind(self.model))
+            return class_scores(self.model, x, self.output)
+        return explained_output(self.model, x, self.target, self.output)
 
 
 class PopulationAsBatch(nn.Module):
