@@ -52,6 +52,9 @@ OPTION_PAGES: dict[str, str | tuple[str, ...]] = {
     "portable": ("docs/reliability.md", "README.md"),
     "population.": ("docs/populations.md", "docs/tabular_population.md"),
     "data.": ("docs/your_data.md", "README.md"),
+    # CSVDataModule's options as its own messages name them (option drop, max_categories=1000, ...)
+    **dict.fromkeys(["categorical", "numeric", "drop", "missing", "max_categories", "integer_categories",
+                     "unseen_category"], "docs/your_data.md"),
 }
 
 

@@ -219,7 +219,7 @@ def check_cardinality(path: Path | str, column: str, values: pd.Series, rows: in
                          f"holds {distinct:,} distinct values ({shorten(first, 60)}, ...): one-hot encoding would "
                          f"make {distinct:,} columns, {format_bytes(8.0 * distinct * rows)} for {rows:,} rows; "
                          f"expected at most max_categories={max_categories} (leave the column out: option drop; "
-                         "or declare it numeric, or raise max_categories)")
+                         f"{'' if rule == 'text' else 'or declare it numeric, '}or raise max_categories)")
     return distinct
 
 

@@ -3,12 +3,11 @@
 marked ``<!-- fails -->`` must end as bad input ends (status 2, one line on standard error
 holding what the command's comment shows of it); a block marked long is skipped, and on these
 pages it says why: in its marker, ``<!-- long: trains for minutes -->``, or in its commands'
-``#`` comments (``# 500 images, 50 min``); every other block must succeed, within a few
-seconds (a slower one is marked long)."""
+``#`` comments (``# 500 images, 50 min``); every other block must succeed (each command
+within ``run_block``'s time-out; a block that takes minutes is marked long, not timed here:
+a timing on a loaded 2-core machine says little)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -16,7 +15,6 @@ from tests.helpers import ROOT, command_blocks, run_block
 
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 BLOCKS = [(page.relative_to(ROOT).as_posix(), block) for page in PAGES for block in command_blocks(page)]
-SECONDS = 60  # an unmarked block's budget, all its commands together (a loaded 2-core machine)
 
 
 def test_every_block_is_run_or_marked_with_a_reason():
@@ -36,7 +34,4 @@ def test_every_block_is_run_or_marked_with_a_reason():
 @pytest.mark.parametrize("page, block", [(p, b) for p, b in BLOCKS if b.marker != "long"],
                          ids=lambda v: v if isinstance(v, str) else str(v.line))  # fmt: skip
 def test_docs_block_runs_verbatim(page, block, data_dir):
-    start = time.monotonic()
-    run_block(block, timeout=SECONDS)
-    took = time.monotonic() - start
-    assert took < SECONDS, f"{page}:{block.line} took {took:.0f} s: mark it <!-- long: <reason> -->"
+    run_block(block)
