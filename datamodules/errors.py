@@ -43,6 +43,11 @@ def input_error_in(err: BaseException | None) -> InputError | None:
     return None
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` agreeing in number, the count with thousands separators: "1 row", "7,000 rows"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def shorten(values, limit: int = 300, render=repr) -> str:
     """``values`` joined by ", " (each by ``render``: ``repr`` quotes text as ``'abc'``),
     as many of the first as fit in about ``limit`` characters, then "and N more": so a

@@ -248,7 +248,7 @@ def test_train_on_a_csv_then_evaluate_the_run(table, tmp_path, capsys):
     [
         (None, ["--data.target", "outcome"], "scores.csv: no column 'outcome' (option target); expected one of"),
         ("one_class", [], "the target column 'label' holds 1 class ['bad']; expected at least 2 classes"),
-        ("text", ["--data.numeric", "[income]"], "numeric column 'income' holds 'unknown' (data row 3, 1 such rows)"),
+        ("text", ["--data.numeric", "[income]"], "numeric column 'income' holds 'unknown' (data row 3, 1 such row)"),
         ("unseen", ["--data.split_column", "split", "--data.unseen_category", "error"], "column 'city' holds 'lima'"),
         ("missing_file", [], "nothing.csv: file not found (option path)"),
         (None, ["--data.columns", "[income, salary]"], "option columns names ['salary'], not columns of the table"),

@@ -108,7 +108,7 @@ def test_a_category_seen_only_at_test_time_is_all_zero_with_one_warning(tmp_path
         x_test, _ = dm.test_tensors
     warnings = [r.getMessage() for r in caplog.records if "not in the training split" in r.getMessage()]
     assert len(warnings) == 1 and short(warnings[0], table["path"]), warnings
-    assert "column 'claims': 41 rows" in warnings[0] and "'9' (1 rows)" in warnings[0] and " more;" in warnings[0]
+    assert "column 'claims': 41 rows" in warnings[0] and "'9' (1 row)" in warnings[0] and " more;" in warnings[0]
     assert "encoded as all-zero one-hot (option unseen_category: error refuses them)" in warnings[0]
     claims = [i for i, name in enumerate(dm.feature_names) if name.startswith("claims=")]
     mean, std = (torch.tensor(dm.fitted_transform[k], dtype=torch.float64)[claims] for k in ("mean", "std"))
@@ -127,7 +127,7 @@ def test_a_stray_word_in_a_numeric_column_is_named_as_written(tmp_path):
     frame.to_csv(path, index=False)
     result = run_in_process("train.py", *train_args({"path": str(path), "target": "y"}), "--trainer.max_epochs", "1",
                             "--log_to", "none", "--output_dir", str(tmp_path / "runs"))  # fmt: skip
-    assert_one_line_error(result, "column 'income' holds 1 non-numeric values among 199 numbers: 'abc' (first at "
+    assert_one_line_error(result, "column 'income' holds 1 non-numeric value among 199 numbers: 'abc' (first at "
                                   "data row 58); expected numbers")  # fmt: skip
     assert short(result.stderr, path) and not (tmp_path / "runs").exists()
     frame.loc[100:159, "income"] = [f"n/a-{i}" for i in range(60)]  # 61 stray values: the first ones, then how many
