@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from sklearn.model_selection import train_test_split
 
-from datamodules.errors import InputError, counted, shorten
+from datamodules.errors import InputError, number_of, shorten
 from datamodules.table_columns import (
     INFERENCE_RULE,
     MAX_CATEGORIES,
@@ -84,12 +84,12 @@ def encode(frame: pd.DataFrame, features: list[dict], impute: set[str], unseen: 
             count, row = first_rows(unknown)
             if unseen == "error":
                 raise InputError(f"{source}: column {column!r} holds {strings[row]!r} ({row_name(row)}, "
-                                 f"{counted(count, 'such row')}), a category not in the training split "
+                                 f"{number_of(count, 'such row')}), a category not in the training split "
                                  f"[{shorten(feature['categories'])}]; "
                                  "expected one of them (option unseen_category: ignore encodes it as all-zero)")
             values = strings[unknown].value_counts()
-            listed = shorten(values.items(), 120, lambda v: f"{v[0]!r} ({counted(v[1], 'row')})")
-            log.warning(f"{source}: column {column!r}: {counted(count, 'row')} (first at {row_name(row)}) "
+            listed = shorten(values.items(), 120, lambda v: f"{v[0]!r} ({number_of(v[1], 'row')})")
+            log.warning(f"{source}: column {column!r}: {number_of(count, 'row')} (first at {row_name(row)}) "
                         f"{'holds' if count == 1 else 'hold'} values not in the training split: {listed}; "
                         "encoded as all-zero one-hot (option unseen_category: error refuses them)")  # fmt: skip
         categories = np.asarray(feature["categories"], dtype=object)
@@ -290,7 +290,7 @@ class CSVDataModule(TabularDataModule):
         count, row = first_rows((values.notna() & numbers.isna()) | np.isinf(numbers))
         if count:
             raise InputError(f"{self.path}: numeric column {column!r} holds {values[row]!r} ({self._row_name(row)}, "
-                             f"{counted(count, 'such row')}); expected finite numbers (or declare it "
+                             f"{number_of(count, 'such row')}); expected finite numbers (or declare it "
                              "categorical)")  # fmt: skip
         return numbers
 

@@ -43,7 +43,7 @@ def input_error_in(err: BaseException | None) -> InputError | None:
     return None
 
 
-def counted(n: int, noun: str, plural: str | None = None) -> str:
+def number_of(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun`` agreeing in number, the count with thousands separators: "1 row", "7,000 rows"."""
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 

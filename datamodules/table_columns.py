@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from datamodules.errors import InputError, counted, shorten
+from datamodules.errors import InputError, number_of, shorten
 
 MAX_CATEGORIES = 1000
 INFERENCE_RULE = ("numbers, integers included, are numeric; text and booleans are categorical (declare kinds with "
@@ -202,8 +202,8 @@ def check_numbers_in_text(path: Path | str, column: str, values: pd.Series, row_
         return
     first = values.index[stray][0]
     others = pd.unique(values[stray].astype(str))
-    raise InputError(f"{path}: column {column!r} holds {counted(int(stray.sum()), 'non-numeric value')} among "
-                     f"{counted(int((~stray).sum()), 'number')}: {shorten(others, 60)} (first at {row_name(first)}); "
+    raise InputError(f"{path}: column {column!r} holds {number_of(int(stray.sum()), 'non-numeric value')} among "
+                     f"{number_of(int((~stray).sum()), 'number')}: {shorten(others, 60)} (first at {row_name(first)}); "
                      "expected "
                      "numbers (an empty cell is a missing value: option missing), or declare the column categorical "
                      "or drop it (options categorical, drop)")  # fmt: skip
