@@ -47,13 +47,13 @@ $(VENV)/.complete: $(ENV_DIR)/.complete
 	ln -sfn "$(ENV_DIR)" "$(VENV)"
 
 # This checkout installed into the environment as editable, so a script or notebook anywhere
-# imports datamodules, evaluators, lightning_modules and callbacks from it (setup.cfg's packages;
+# imports foundation, datamodules, evaluators, lightning_modules and callbacks from it (setup.cfg's packages;
 # pyproject.toml names the build backend). Checkouts with the same pins share one environment:
 # it imports from the checkout that ran `make install` last (train.py, evaluate.py and the tests
 # always import from their own checkout). Skipped where it already points here.
 editable: $(VENV)/.complete
-	@if [ "$$(cd / && $(abspath $(PY)) -c 'import datamodules, os; print(os.path.realpath(datamodules.__file__))' \
-	  2>/dev/null)" != "$(shell pwd -P)/datamodules/__init__.py" ]; then \
+	@if [ "$$(cd / && $(abspath $(PY)) -c 'import foundation, os; print(os.path.realpath(foundation.__file__))' \
+	  2>/dev/null)" != "$(shell pwd -P)/foundation/__init__.py" ]; then \
 	  echo ">> installing $(shell pwd -P) into $(VENV) (editable)"; \
 	  $(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || exit 1; fi
 

@@ -50,15 +50,15 @@ import pytorch_lightning as pl
 import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
-from datamodules.errors import InputError, OneLineParser, run_entry_point
-from datamodules.files import json_text, write_text
 from evaluators.inputs.config import load_config, population_kind
+from foundation.errors import InputError, OneLineParser, run_entry_point
+from foundation.files import json_text, write_text
 from evaluators.inputs.model_inputs import MODEL_INPUTS, OPTIONS as MODEL_INPUT_OPTIONS
-from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found, RUN_FOLDER
-from datamodules.run_folders import LOCK, hold, new_folder, release
 from evaluators.inputs.runs import load_run
+from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found, RUN_FOLDER
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS, Protocol
+from foundation.run_folders import LOCK, hold, new_folder, release
 from train import ROOT
 
 if portable.is_active():
@@ -85,7 +85,7 @@ def evaluate_run(
 
 def new_report_dir(cfg) -> Path:
     """``<output_dir>/<dataset>-<stamp>``, made now, never an existing folder and held by this
-    process (``datamodules.run_folders.new_folder``), holding the run's ``config.yaml``."""
+    process (``foundation.run_folders.new_folder``), holding the run's ``config.yaml``."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = new_folder(Path(cfg.output_dir) / f"{cfg.report_name()}-{stamp}")
     try:

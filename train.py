@@ -49,12 +49,11 @@ from pytorch_lightning.callbacks import ModelCheckpoint, ProgressBar
 from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
-from datamodules.errors import InputError, one_line, run_entry_point
-from datamodules.files import write_json, write_text
-from datamodules.run_folders import claim_run_folder, release
-from evaluators.inputs.config import read_yaml
 from evaluators.inputs.model_fit import check_resumed_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
+from foundation.errors import InputError, one_line, run_entry_point
+from foundation.files import read_yaml, write_json, write_text
+from foundation.run_folders import claim_run_folder, release
 from lightning_modules.checkpoint_io import atomic_checkpoints
 from lightning_modules.net_options import net_options_from_data, one_net_option, set_net_options
 from lightning_modules.population_base import Population

@@ -25,8 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import image_explainers as bench  # noqa: E402
-from evaluators.maps.image_explainers import predicted_class, resolve_max_batch  # noqa: E402
+from foundation.batching import resolve_max_batch  # noqa: E402
 from lightning_modules.image_classifier import create_image_model  # noqa: E402
+from lightning_modules.interface import default_classes  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
                  bench.N_CHECK_224)]  # fmt: skip
     for label, model, x, steps, n_check in settings:
         model.eval()
-        target, max_batch = predicted_class(model, x), resolve_max_batch(None, x)
+        target, max_batch = default_classes(model, x), resolve_max_batch(None, x)
         x_naive = x.nextafter(torch.tensor(float("inf"))) if args.perturb == "ulp" else x
         for method in bench.METHODS:
             if method not in bench.DETERMINISTIC:

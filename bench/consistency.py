@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.files import json_text  # noqa: E402
 from evaluators.metrics.agreement_functional import ley_agreements  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 
 M, N, D, K = 50, 1000, 23, 5
 

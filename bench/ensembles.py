@@ -36,11 +36,10 @@ from captum.attr import Saliency
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._agreement import check_float32, check_float64  # noqa: E402
-from datamodules.files import json_text  # noqa: E402
-from lightning_modules import MLPClassifier  # noqa: E402
-from lightning_modules.curves import MLPCurve  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
-from lightning_modules import PopulationMLP  # noqa: E402
+from foundation.files import json_text  # noqa: E402
+from lightning_modules import MLPClassifier, PopulationMLP  # noqa: E402
+from lightning_modules.curves import MLPCurve  # noqa: E402
 from lightning_modules.ensembles import build_ensemble  # noqa: E402
 
 D, N_INPUTS, N_T, N_PERTURB, N_CHECK = 61, 1000, 25, 50, 8

@@ -61,12 +61,14 @@ from captum import attr
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._agreement import check_float32, check_float64  # noqa: E402
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
-from datamodules.files import json_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
-from evaluators.maps.image_explainers import last_conv_block, predicted_class, resolve_max_batch  # noqa: E402
+from evaluators.maps.image_explainers import last_conv_block  # noqa: E402
+from foundation.batching import resolve_max_batch  # noqa: E402
+from foundation.devices import resolve_device  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier, create_image_model  # noqa: E402
+from lightning_modules.interface import default_classes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shared" / "data"))
@@ -146,7 +148,7 @@ def check(model, x: torch.Tensor, target: torch.Tensor, method: str, steps: int,
 
 def compare(model, x: torch.Tensor, steps: int, label: str, methods: list[str], max_batch: int, n_check: int) -> dict:
     model.eval()
-    target = predicted_class(model, x)
+    target = default_classes(model, x)
     per_row = seconds_per_row(model, x, max_batch)
     times = {}
     for method in methods:

@@ -57,9 +57,9 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.files import json_text  # noqa: E402
 from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, epoch_generator  # noqa: E402
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 from lightning_modules.image_classifier import SGD_MOMENTUM, ImageClassifier, parameter_groups  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

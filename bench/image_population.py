@@ -40,8 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules import FashionMNISTDataModule  # noqa: E402
-from datamodules.files import json_text  # noqa: E402
-from evaluators.inputs.config import read_yaml  # noqa: E402
+from foundation.files import json_text, read_yaml  # noqa: E402
 from lightning_modules import ImageClassifier, ImagePopulation  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

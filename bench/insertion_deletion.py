@@ -77,11 +77,11 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.files import json_text  # noqa: E402
-from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.maps.image_explainers import reduce_map  # noqa: E402
 from evaluators.metrics.insertion_deletion import insertion_deletion_curves  # noqa: E402
+from foundation.devices import resolve_device  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 from lightning_modules.image_classifier import create_image_model  # noqa: E402
 from lightning_modules.interface import class_probabilities  # noqa: E402
 

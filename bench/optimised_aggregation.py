@@ -40,7 +40,7 @@ Each way computes the input's own maps at x once per method.
 Check (``check``): (a) and (b) give the same weights on (a)'s inputs, to ``TOLERANCE`` (1e-5). Both
 draw the same fitting samples (same seed and input index) and the same noise-tunnel noise
 (each map's from its own seed: an input's from (``SEED``, 0), its noisy copy s's from
-(``derived_seed(SEED, 1)``, s), ``evaluators.maps.seeds``), on any device. Explainers tied
+(``derived_seed(SEED, 1)``, s), ``foundation.seeds``), on any device. Explainers tied
 on every sample (``tied_groups``: GuidedBackprop and Saliency, DeepLift and InputxGrad on the ResNet-8,
 whose ReLUs are functions Captum cannot hook) leave the minimiser free along their
 difference (cvxpy's interior point splits the weight, Wolfe's method puts it on one):
@@ -84,18 +84,18 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
-from datamodules.files import json_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.inputs.config import resolve_device  # noqa: E402
-from evaluators.maps.image_explainers import predicted_class  # noqa: E402
 from evaluators.aggregators.optimised_aggregators import explainer_maps, optimised_aggregation  # noqa: E402
-from evaluators.maps.seeds import derived_seed  # noqa: E402
 from evaluators.aggregators.simplex_qp import solve_simplex_qp  # noqa: E402
 from evaluators.metrics.model_scores import explained_scores  # noqa: E402
 from evaluators.metrics.perturbations import (  # noqa: E402
     BLUR_SIGMA, RADIUS, SHARE, gaussian_blur, subset_choices, superpixels, uniform_noise, unit_masks,
 )  # fmt: skip
+from foundation.devices import resolve_device  # noqa: E402
+from foundation.files import json_text  # noqa: E402
+from foundation.seeds import derived_seed  # noqa: E402
 from lightning_modules.image_classifier import create_image_model  # noqa: E402
+from lightning_modules.interface import default_classes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shared" / "data"))
@@ -204,7 +204,7 @@ def naive_weights(model, x: torch.Tensor, explainers: dict, method: str, m: int,
     weights, gammas, start = [], [], time.perf_counter()
     for i in range(len(x)):
         xi = x[i:i + 1]
-        target = predicted_class(model, xi)
+        target = default_classes(model, xi)
         maps = explainer_maps(model, xi, target, explainers, max_batch=max_batch, seed=SEED)
         gamma = (naive_faith_gamma(model, xi, target, maps, m) if method == "agg_faith"
                  else naive_robust_gamma(model, xi, target, explainers, maps, m, max_batch))  # fmt: skip
@@ -280,7 +280,7 @@ def measure(model, x: torch.Tensor, n_naive: int, explainers: dict, samples: dic
             label: str) -> dict:  # fmt: skip
     """Per method: (b) timed on each of the first ``n_naive`` inputs alone (the same input
     index as (a) there), then on the rest in one call; (a) on the first ``n_naive``; the check."""
-    explainer_maps(model, x[:1], predicted_class(model, x[:1]), explainers, max_batch=max_batch)  # warm-up
+    explainer_maps(model, x[:1], default_classes(model, x[:1]), explainers, max_batch=max_batch)  # warm-up
     alone = [x[i:i + 1] for i in range(n_naive)]
     result = {}
     for method in METHODS:

@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from datamodules import FinancialDataModule  # noqa: E402
-from datamodules.files import json_text  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 from lightning_modules import MLPClassifier, PopulationMLP  # noqa: E402
 from lightning_modules.population_fit import auto_chunk_size, fit_population  # noqa: E402
 

@@ -42,12 +42,12 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from datamodules import FinancialDataModule  # noqa: E402
-from datamodules.files import json_text  # noqa: E402
 from datamodules.image_batches import EpochShuffle  # noqa: E402
 from datamodules.images import MNIST5kDataModule  # noqa: E402
 from datamodules.roar import model_inputs, remove_top, training_fill  # noqa: E402
 from evaluators.protocols.roar.estimators import estimator_maps  # noqa: E402
 from evaluators.protocols.roar.grid import CLEAN, RoarGrid, grid_cells, read_cells, run_grid  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 from lightning_modules import ImageClassifier, MLPClassifier  # noqa: E402
 
 TABULAR = RoarGrid(estimators={"saliency": {}, "smoothgrad": {"nt_samples": 15}, "vargrad": {"nt_samples": 15},

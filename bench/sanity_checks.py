@@ -68,10 +68,10 @@ import torch
 from captum import attr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.files import json_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
-from evaluators.inputs.config import resolve_device  # noqa: E402
 from evaluators.sanity import model_randomisation, randomisable_layers  # noqa: E402
+from foundation.devices import resolve_device  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 from lightning_modules.image_classifier import create_image_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

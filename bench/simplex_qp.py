@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from datamodules.files import json_text  # noqa: E402
 from evaluators.aggregators.simplex_qp import enumerate_supports, solve_simplex_qp  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 
 K_VALUES, B_VALUES, REPEATS = (7, 12), (1, 100, 2000), 3
 RELATIVE, ABSOLUTE = 1e-6, 1e-12

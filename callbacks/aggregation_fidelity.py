@@ -36,19 +36,20 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import WandbLogger
 
-from datamodules.errors import InputError
-from evaluators.inputs.finite import check_finite
-from evaluators.reports.map_grid import plot_map_grid
-from evaluators.maps import explain
-from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.aggregators.normalisations import NORMALISATIONS
-from evaluators.aggregators.pixel_aggregators import aggregate_all
 from evaluators.aggregators.optimised_aggregators import (
     VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
 )  # fmt: skip
+from evaluators.aggregators.pixel_aggregators import aggregate_all
 from evaluators.aggregators.registry import aggregator_names
+from evaluators.inputs.finite import check_finite
+from evaluators.maps import explain
+from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
+from evaluators.reports.map_grid import plot_map_grid
+from foundation.errors import InputError
+from lightning_modules.interface import default_classes
 from evaluators.metrics.registry import METRICS as REGISTRY
 from evaluators.metrics.relative_stability import STABILITIES
 from lightning_modules.interface import eval_mode
@@ -134,7 +135,7 @@ class AggregationFidelity(pl.Callback):
             tabular = x.dim() == 2
             with eval_mode(pl_module):
                 explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
-                target = predicted_class(pl_module, x)  # the default target: a tabular model's positive class
+                target = default_classes(pl_module, x)  # the default target: a tabular model's positive class
                 maps, weights = self._maps(pl_module, x, target, explainers, stats)
                 scores = self._scores(pl_module, x, maps, stats)
                 if "relative_stability" in self.metrics:
@@ -216,7 +217,7 @@ class AggregationFidelity(pl.Callback):
         folder = Path(trainer.log_dir or trainer.default_root_dir) / "aggregation"
         folder.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
-            predicted = predicted_class(pl_module, x)
+            predicted = default_classes(pl_module, x)
         classes = trainer.datamodule.classes
         titles = [f"{classes[int(a)]} → {classes[int(b)]}" for a, b in zip(y, predicted)]
         path = folder / f"epoch-{trainer.current_epoch}-step-{trainer.global_step}.png"

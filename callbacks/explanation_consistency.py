@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
-from datamodules.errors import InputError
-from evaluators.metrics.agreement import METRICS, PairwiseAgreement
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from evaluators.metrics.agreement import METRICS, PairwiseAgreement
+from foundation.errors import InputError
 from lightning_modules.interface import fixed_target
 
 

@@ -4,12 +4,12 @@
 import importlib
 
 from datamodules.csv_table import CSVDataModule
-from datamodules.errors import InputError
 from datamodules.image_base import ImageDataModule
 from datamodules.image_cache import unpack_archive
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
 from datamodules.specs import DATASETS, DatasetSpec, get_spec
 from datamodules.tabular import FinancialDataModule, TabularDataModule, TwoMoonsDataModule
+from foundation.errors import InputError
 
 
 def data_location_option(class_path: str) -> str:

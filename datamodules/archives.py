@@ -25,7 +25,7 @@ import posixpath
 import tarfile
 from pathlib import Path
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 def _inside(name: str) -> bool:

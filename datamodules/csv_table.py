@@ -24,7 +24,6 @@ import pandas as pd
 import torch
 from sklearn.model_selection import train_test_split
 
-from datamodules.errors import InputError, number_of, shorten
 from datamodules.table_columns import (
     INFERENCE_RULE,
     MAX_CATEGORIES,
@@ -37,6 +36,7 @@ from datamodules.table_columns import (
     sorted_labels,
 )
 from datamodules.tabular import TabularDataModule
+from foundation.errors import InputError, number_of, shorten
 
 log = logging.getLogger(__name__)
 

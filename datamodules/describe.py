@@ -18,12 +18,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from datamodules.errors import InputError, OneLineParser, run_entry_point
 from datamodules.image_cache import describe_archive, is_archive
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
 from datamodules.specs import DATASETS
 from datamodules.table_columns import INFERENCE_RULE, MAX_CATEGORIES, describe_table, is_table_file
 from datamodules.tabular import FinancialDataModule
+from foundation.errors import InputError, OneLineParser, run_entry_point
 
 BUILT_IN_IMAGE_SETS = {"mnist5k": MNIST5kDataModule, "fashion_mnist": FashionMNISTDataModule}
 

@@ -11,10 +11,10 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, SequentialSampler
 
-from datamodules.errors import InputError
 from datamodules.image_batches import EpochShuffle, InMemoryImageBatches, _whole_batch, channel_stats
 from datamodules.image_files import SPLITS
 from datamodules.label_permutation import check_permute_labels, permuted_labels
+from foundation.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from PIL import Image
 
 from datamodules.archives import extract_members
-from datamodules.errors import InputError
 from datamodules.image_files import IMAGE_EXTENSIONS, SPLITS
+from foundation.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 SPLITS = ("train", "val", "test")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".ppm", ".pgm", ".tif", ".tiff", ".webp")

@@ -32,7 +32,7 @@ files are common in folders copied between machines and carry no labels.
 
 The cache (default ``~/.cache/reliable-explanations/images``, option ``cache_dir``)
 holds unpacked archives, decoded uint8 tensors and normalisation statistics. Every entry
-file is written by :func:`datamodules.files.atomic_write` (a temporary name moved into
+file is written by :func:`foundation.files.atomic_write` (a temporary name moved into
 place with ``os.replace``) and an unpacked archive is moved into place likewise, so an
 interrupted run never leaves a half-written entry that a later run would use. Decoded
 tensors and statistics are keyed by the image files' names, sizes and modification
@@ -62,8 +62,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
-from datamodules.errors import InputError
-from datamodules.files import atomic_write, write_json
 from datamodules.image_base import ImageDataModule
 from datamodules.image_batches import EpochShuffle
 from datamodules.image_cache import _cache_root, _locked, _short_hash, archive_name, is_archive, unpack_archive
@@ -71,6 +69,8 @@ from datamodules.image_files import (
     IMAGE_EXTENSIONS, SPLITS, ImageFileDataset, _fingerprint, _find_split_root, _geometry, _header, _open_image,
     _scan_split,
 )  # fmt: skip
+from foundation.errors import InputError
+from foundation.files import atomic_write, write_json
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 def check_permute_labels(value) -> int | None:

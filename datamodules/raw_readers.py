@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 # --- shared checks ---------------------------------------------------------
 

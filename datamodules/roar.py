@@ -49,7 +49,7 @@ from functools import cached_property, partial
 import pytorch_lightning as pl
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 FRACTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
 UNITS = ("element", "pixel")

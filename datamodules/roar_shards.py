@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamodules.errors import InputError, DiskFull
-from datamodules.files import dead_writer, temporary_name, write_json, fsync
 from datamodules.roar import ModifiedDataModule, _check_datamodule
+from foundation.errors import InputError, DiskFull
+from foundation.files import dead_writer, temporary_name, write_json, fsync
 
 FORMAT = 1
 SHARD_IMAGES = 1024  # images per shard (150 MB at 3 × 224 × 224)

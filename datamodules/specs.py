@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules import raw_readers
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from datamodules.errors import InputError, number_of, shorten
+from foundation.errors import InputError, number_of, shorten
 
 MAX_CATEGORIES = 1000
 INFERENCE_RULE = ("numbers, integers included, are numeric; text and booleans are categorical (declare kinds with "

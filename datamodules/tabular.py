@@ -21,9 +21,9 @@ from sklearn.datasets import make_moons
 from sklearn.model_selection import train_test_split
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
-from datamodules.errors import InputError
 from datamodules.label_permutation import check_permute_labels, permuted_labels
 from datamodules.specs import DATASETS, get_spec
+from foundation.errors import InputError
 
 log = logging.getLogger(__name__)
 

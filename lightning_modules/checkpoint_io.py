@@ -4,7 +4,7 @@ Lightning's own ``TorchCheckpointIO`` writes through an fsspec transaction whose
 lies in the system's temporary folder: on another file system than the run, its commit copies the
 file onto ``last.ckpt``, and a full disk there leaves a truncated ``last.ckpt`` that no
 ``--resume`` can read. :class:`AtomicCheckpointIO` writes the same bytes with
-``datamodules.files.write_bytes`` (beside the checkpoint, fsync, ``os.replace``): the previous
+``foundation.files.write_bytes`` (beside the checkpoint, fsync, ``os.replace``): the previous
 checkpoint stays until the new one is whole, and a full disk ends with one line naming the folder
 and the checkpoint's size.
 """
@@ -19,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
-from datamodules.files import write_bytes
+from foundation.files import write_bytes
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -29,7 +29,7 @@ import torch
 from pytorch_lightning.cli import instantiate_class
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.image_classifier import CrossEntropySteps
 from lightning_modules.net_options import net_kwargs
 

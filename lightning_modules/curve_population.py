@@ -22,9 +22,10 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
-from lightning_modules.curves import CurveKind, MLPCurve, curve_coefficients, curve_layers
+from lightning_modules.curve_model import CurveKind, curve_coefficients, curve_layers
+from lightning_modules.curves import MLPCurve
 from lightning_modules.mlp import LossOn, MLPClassifier, adam, check_loss_on, classification_loss
 from lightning_modules.stacked import stack_linears, stacked_backward, stacked_forward
 

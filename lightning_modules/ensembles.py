@@ -35,7 +35,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.interface import default_output, tabular_class
 from lightning_modules.stacked import rows_per_pass, stacked_forward
 

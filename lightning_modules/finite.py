@@ -24,8 +24,8 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
+from foundation.errors import InputError
 
 
 def kinds(values: torch.Tensor) -> str:

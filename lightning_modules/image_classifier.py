@@ -41,7 +41,7 @@ from torch import nn
 from torch.nn import functional as F
 from torchvision.models import resnet as tv_resnet
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.finite import check_outputs
 
 Optimizer = Literal["sgd", "adamw"]

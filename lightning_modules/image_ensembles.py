@@ -14,7 +14,7 @@ act on every member's ReLU modules) explains it like one model. With the members
   weight or bias (``layer``: index into the member's ``nn.Conv2d``/``nn.Linear`` layers in
   module order, 0 the first, Ley et al.'s choice); the noise is drawn as
   ``ensembles.perturb_stack`` draws it for MLPs (variants of member i are i·m .. i·m+m-1);
-* ``connect``: models at ``n_t`` values of t on curves (``curves.CurveModel``) joining
+* ``connect``: models at ``n_t`` values of t on curves (``curve_model.CurveModel``) joining
   disjoint pairs of members, each shaped like its curve's start member and with its
   BatchNorm statistics recomputed at its t on training data (``CurveModel.network_at``);
 * ``combine``: the curve samples, each perturbed as in ``perturb``.
@@ -43,8 +43,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
-from lightning_modules.curves import CurveModel
+from foundation.errors import InputError
+from lightning_modules.curve_model import CurveModel
 from lightning_modules.ensembles import Part, Reduction, perturb_stack
 from lightning_modules.interface import output_kind
 

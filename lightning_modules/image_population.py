@@ -48,7 +48,8 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
+from lightning_modules.finite import check_member_outputs
 from lightning_modules.image_classifier import (
     ImageClassifier,
     Optimizer,
@@ -57,7 +58,6 @@ from lightning_modules.image_classifier import (
     configure_image_optimizer,
     parameter_groups,
 )
-from lightning_modules.finite import check_member_outputs
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
 

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.batching import resolve_max_batch
+from foundation.errors import InputError
 
 POSITIVE_CLASS = 1  # the class a binary tabular model explains by default (Ley et al.: label 1)
 PREDICTED = "predicted"  # the default of a multi-class tabular model: each input's predicted class
@@ -52,12 +53,6 @@ def output_kind(model: nn.Module) -> str:
     return getattr(model, "explain_output", None) or getattr(getattr(model, "hparams", None), "explain_output", "logit")
 
 
-def model_device(model: nn.Module, x: torch.Tensor) -> torch.device:
-    """The device of the model's parameters (x's device for a model without any)."""
-    parameter = next(model.parameters(), None)
-    return x.device if parameter is None else parameter.device
-
-
 @contextmanager
 def eval_mode(model: nn.Module):
     """``model`` in eval mode for the block, its previous mode restored afterwards."""
@@ -73,6 +68,13 @@ def predicted_class(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The argmax of ``class_probabilities`` (N,); a population's ((M, N, K)): of its members' mean."""
     probabilities = class_probabilities(model, x)
     return (probabilities.mean(0) if probabilities.dim() == 3 else probabilities).argmax(-1)
+
+
+def default_classes(model: nn.Module, x: torch.Tensor, max_batch: int | None = None) -> torch.Tensor:
+    """The explained class per input by default (:func:`default_targets`: the model's
+    ``explained_class`` where it is an int, else the argmax of the class probabilities), (N,),
+    in chunks of ``max_batch`` inputs (``foundation.batching.resolve_max_batch``)."""
+    return default_targets(model, x, None, resolve_max_batch(max_batch, x))
 
 
 def default_targets(model: nn.Module, x: torch.Tensor, target=None, rows: int | None = None) -> torch.Tensor:

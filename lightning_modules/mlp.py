@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.finite import check_outputs
 from lightning_modules.interface import check_num_classes, default_output, tabular_class
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.classifier import OPTIMIZERS, Classifier, Optimizer, build_optimizer, build_seeded, check_logits
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.interface import check_num_classes, tabular_class

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.ensembles import MLPEnsemble, Reduction
 from lightning_modules.interface import check_num_classes, default_output, tabular_class
 from lightning_modules.mlp import (

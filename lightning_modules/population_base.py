@@ -16,7 +16,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.finite import check_member_outputs
 

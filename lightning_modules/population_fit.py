@@ -18,8 +18,8 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from datamodules.files import save_figure, write_text
 from datamodules.tabular import TabularDataModule
+from foundation.files import save_figure, write_text
 from lightning_modules.allocator import HEAP_BLOCK_BYTES
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_population, save_population

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from datamodules import data_location_option
-from datamodules.errors import InputError
-from datamodules.files import atomic_write
 from datamodules.specs import DATASETS
+from foundation.errors import InputError
+from foundation.files import atomic_write
 from lightning_modules.image_population import ImagePopulation
 from lightning_modules.module_population import ModulePopulation
 from lightning_modules.population import PopulationMLP

@@ -112,7 +112,7 @@ def run_block(block: Block, cwd: Path = ROOT, timeout: float = 300) -> None:
 
 
 def assert_one_line_error(result, message: str, status: int = 2) -> None:
-    """An entry point's bad-input ending (``datamodules.errors.run_entry_point``): the exit
+    """An entry point's bad-input ending (``foundation.errors.run_entry_point``): the exit
     status, one line on standard error that starts with "error: " and holds ``message``."""
     lines = result.stderr.strip().splitlines()
     assert result.returncode == status, result.stderr[-3000:]
@@ -121,11 +121,11 @@ def assert_one_line_error(result, message: str, status: int = 2) -> None:
 
 def run_in_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """``python <entry point> args...`` (``evaluate.py``, ``train.py`` or ``-m <module>``) run in this
-    process the way its ``__main__`` block runs it (``datamodules.errors.run_entry_point``), with its
+    process the way its ``__main__`` block runs it (``foundation.errors.run_entry_point``), with its
     exit status and printed text as a ``CompletedProcess``. The error paths each entry point takes are
     the same in and out of process; a test per entry point still runs it as a real subprocess
     (imports, ``sys.argv``, portable mode's variables), the rest save its ~6 s of imports."""
-    from datamodules.errors import run_entry_point
+    from foundation.errors import run_entry_point
 
     if args[0] == "-m":
         module, argv, prog = args[1], list(args[2:]), f"python -m {args[1]}"

@@ -13,15 +13,16 @@ import torch
 
 import evaluate
 import train
-from datamodules.errors import InputError
-from evaluators.maps import explain
-from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
+from evaluators.maps import explain
+from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
+from foundation.errors import InputError
+from lightning_modules.interface import default_classes
 from evaluators.inputs import runs as run_inputs
-from evaluators.protocols import aggregation
 from evaluators.inputs.runs import load_run
+from evaluators.protocols import aggregation
 
 
 def small_config(tmp_path, run, **extra) -> dict:
@@ -55,7 +56,7 @@ def test_report_rows_files_and_scores_equal_a_direct_computation(tiny_run, tmp_p
     model, data, _ = load_run(tiny_run)
     data.setup("test")
     x, _ = data.probe(4, "test")
-    target = predicted_class(model, x)
+    target = default_classes(model, x)
     maps = []
     for k, name in enumerate(["saliency", "gradcam"]):
         torch.manual_seed(k)

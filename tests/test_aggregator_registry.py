@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, VAR_EPS, aggregator_options
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS
 from evaluators.aggregators.registry import AGGREGATORS, aggregator, aggregator_names
+from foundation.errors import InputError
 
 
 def test_one_registry_holds_both_kinds():

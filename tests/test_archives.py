@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from datamodules.errors import InputError
 from datamodules.image_cache import unpack_archive
+from foundation.errors import InputError
 
 
 @pytest.fixture(params=["native", "no-filters"])

@@ -106,13 +106,13 @@ def test_agreement_checks_pass_on_gate_flips_and_fail_on_a_wrong_map():
 
 def test_image_explainers_check(monkeypatch):
     bench = load_bench("image_explainers")
-    from evaluators.maps.image_explainers import predicted_class
+    from lightning_modules.interface import default_classes
     from lightning_modules.image_classifier import create_image_model
 
     torch.manual_seed(0)
     model = create_image_model("resnet8", num_classes=10, in_channels=3).eval()
     x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-    target = predicted_class(model, x)
+    target = default_classes(model, x)
     maps = {}
     for method in ("saliency", "integrated_gradients", "gradcam"):
         naive = bench.one_per_call(model, x, target, method, 3)

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.errors import InputError
 from evaluators.metrics.complexity import Complexity, Sparseness, complexity, sparseness
 from evaluators.metrics.registry import METRICS, score
+from foundation.errors import InputError
 
 
 def gini_by_differences(a: np.ndarray) -> float:

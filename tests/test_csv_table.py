@@ -19,7 +19,7 @@ import evaluate
 import train
 from datamodules import CSVDataModule, FinancialDataModule, InputError
 from datamodules import describe as describe_cli
-from datamodules.errors import run_entry_point
+from foundation.errors import run_entry_point
 
 
 def make_table(n: int = 90, classes: tuple[str, ...] = ("bad", "good"), seed: int = 0) -> pd.DataFrame:

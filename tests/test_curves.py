@@ -12,7 +12,8 @@ from torch.nn import functional as F
 
 from datamodules import TwoMoonsDataModule
 from lightning_modules import MLPClassifier
-from lightning_modules.curves import CurveModel, MLPCurve, curve_coefficients
+from lightning_modules.curve_model import CurveModel, curve_coefficients
+from lightning_modules.curves import MLPCurve
 from lightning_modules.stacked import stacked_forward
 
 

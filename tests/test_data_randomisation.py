@@ -16,9 +16,9 @@ from skimage.metrics import structural_similarity
 import evaluate
 import train
 from datamodules import ImageFolderDataModule, TwoMoonsDataModule
-from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
+from foundation.errors import InputError
 from lightning_modules.population_io import load_population, population_datamodule
 from tests.test_images_data import make_folder
 

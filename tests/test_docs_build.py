@@ -2,7 +2,7 @@
 error: a broken link or anchor, a page left out of the nav, a docstring that does not render.
 Into a temporary folder, with no network (nothing in the build fetches; mkdocs and its plugins
 are pinned in setup.cfg's docs extra, so a missing one fails here rather than skips). And the API
-reference has a page for every public module of the four packages (tools/docs_api.py)."""
+reference has a page for every public module of the five packages (tools/docs_api.py)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def api_modules() -> list[str]:
 
 def test_api_pages_cover_every_public_module():
     names = api_modules()
-    for package in ("lightning_modules", "datamodules", "callbacks", "evaluators"):
+    for package in ("foundation", "lightning_modules", "datamodules", "callbacks", "evaluators"):
         assert package in names
-    assert "evaluators.protocols.roar.grid" in names and "datamodules.errors" in names  # recursive
+    assert "evaluators.protocols.roar.grid" in names and "foundation.errors" in names  # recursive
     assert not [name for name in names if any(part.startswith("_") for part in name.split("."))]
     assert not (ROOT / "docs" / "api").exists()  # the pages exist only inside a build, never in docs/
 
@@ -39,4 +39,4 @@ def test_site_builds_strict(tmp_path):
     site = tmp_path / "site"
     for name in api_modules():
         assert (site / "api" / f"{name}.html").is_file(), name
-    assert "run_entry_point" in (site / "api" / "datamodules.errors.html").read_text()
+    assert "run_entry_point" in (site / "api" / "foundation.errors.html").read_text()

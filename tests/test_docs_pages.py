@@ -1,11 +1,11 @@
-"""An error message that names an option names the page that describes it (datamodules.docs_pages,
-appended by datamodules.errors.run_entry_point), and every page the table names exists."""
+"""An error message that names an option names the page that describes it (foundation.docs_pages,
+appended by foundation.errors.run_entry_point), and every page the table names exists."""
 
 from __future__ import annotations
 
 import pytest
 
-from datamodules.docs_pages import COMMAND_PAGES, OPTION_PAGES, existing, named_options, page_for, with_page
+from foundation.docs_pages import COMMAND_PAGES, OPTION_PAGES, existing, named_options, page_for, with_page
 from tests.helpers import ROOT, assert_one_line_error, run_in_process
 
 

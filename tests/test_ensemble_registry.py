@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules import ImagePopulation, PopulationMLP
-from lightning_modules.curves import CurveModel, MLPCurve
+from lightning_modules.curve_model import CurveModel
+from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import build_ensemble
 from lightning_modules.interface import class_probabilities
 

@@ -16,9 +16,9 @@ import torchvision
 from captum import attr
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.maps import EXPLAINERS, explain, explainer_names
-from evaluators.maps.seeds import image_seeds
+from foundation.errors import InputError
+from foundation.seeds import image_seeds
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.image_classifier import SeparateReluBasicBlock
 from lightning_modules.interface import class_probabilities, default_targets

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.errors import InputError
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.seeds import call_seed, derived_seed, image_seeds
+from foundation.errors import InputError
+from foundation.seeds import call_seed, derived_seed, image_seeds
 from lightning_modules.image_classifier import create_image_model
 from lightning_modules.mlp import MLPClassifier
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 from captum import attr
 
-from lightning_modules import MLPClassifier, PopulationMLP
-from datamodules.errors import InputError
-from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 from evaluators.maps import EXPLAINERS, explain
+from foundation.errors import InputError
+from lightning_modules import MLPClassifier, PopulationMLP
+from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 
 DETERMINISTIC = ["saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift",
                  "feature_ablation", "deepshap"]  # fmt: skip

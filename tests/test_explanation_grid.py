@@ -9,10 +9,10 @@ import torch
 from PIL import Image
 
 import evaluate
-from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
+from foundation.errors import InputError
 
 
 def test_grid_png_and_json_hold_every_method_and_image(tiny_run):

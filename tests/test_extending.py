@@ -106,7 +106,7 @@ def check_aggregator(ns: dict) -> None:
     import torch
 
     from callbacks import AggregationFidelity
-    from datamodules.errors import InputError
+    from foundation.errors import InputError
     from evaluators.aggregators.pixel_aggregators import aggregate
     from evaluators.aggregators.registry import aggregator_names
     from evaluators.protocols.roar.estimators import estimator_names

@@ -15,12 +15,12 @@ from scipy import sparse
 from scipy.sparse.linalg import spsolve
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import SubsetSamples, subset_perturbations
 from evaluators.metrics.perturbations import gaussian_blur, pixel_groups
 from evaluators.metrics.relative_stability import RelativeStability, relative_stability
 from evaluators.metrics.road import PERCENTAGES, ROADLeRF, ROADMoRF, linear_imputation, road_curves
+from foundation.errors import InputError
 from tests.tiny_models import tiny_conv_net, tiny_mlp
 
 

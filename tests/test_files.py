@@ -1,10 +1,10 @@
-"""datamodules.files.atomic_write: the whole new file or the old one, and no temporary left."""
+"""foundation.files.atomic_write: the whole new file or the old one, and no temporary left."""
 
 from __future__ import annotations
 
 import pytest
 
-from datamodules.files import atomic_open, atomic_write
+from foundation.files import atomic_open, atomic_write
 
 
 def test_atomic_write_replaces_the_file_through_a_hidden_temporary_beside_it(tmp_path):

@@ -20,12 +20,12 @@ import yaml
 from torch import nn
 
 import evaluate
-from datamodules.errors import InputError
 from evaluators.inputs.chunks import streamed_references
 from evaluators.inputs.runs import load_run, reference_inputs
 from evaluators.metrics.insertion_deletion import insertion_deletion_curves
 from evaluators.metrics.road import road_curves
 from evaluators.protocols import aggregation
+from foundation.errors import InputError
 from tests.test_images_data import make_folder
 
 AGGREGATION = {

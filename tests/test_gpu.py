@@ -12,7 +12,7 @@ weights, 32x32 random images) are compared in float64, where the two devices dif
 by the order of their sums (float32 would add cuDNN's TF32 convolutions, about 1e-3
 relative): logits to 1e-10, and explain's saliency, integrated gradients, GradCAM
 and RISE (masks drawn on the CPU from its seed) to 1e-7 relative. SmoothGrad's noise
-comes from a generator on the input's device seeded per image (``evaluators.maps.seeds``),
+comes from a generator on the input's device seeded per image (``foundation.seeds``),
 so a GPU run draws other numbers than a CPU run of the same seed: one test draws the GPU
 run's noise on the CPU (the same numbers) and checks the maps to 1e-7; another keeps the
 GPU's own noise and checks only that the map is as far from a CPU map as two CPU maps of
@@ -33,9 +33,9 @@ import torch
 import evaluate
 import train
 from datamodules import FinancialDataModule
-from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
-from evaluators.maps import EXPLAINERS, explain
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
+from evaluators.maps import EXPLAINERS, explain
+from evaluators.metrics.agreement_functional import angular_difference, ley_agreements
 from lightning_modules import ImageClassifier, MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve

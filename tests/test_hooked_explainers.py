@@ -14,9 +14,9 @@ from captum import attr
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
 from evaluators.maps import explain
 from evaluators.maps.hooks import hookable
+from foundation.errors import InputError
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 

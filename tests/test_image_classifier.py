@@ -19,7 +19,7 @@ from torch import nn
 import evaluate
 import train
 from datamodules import ImageFolderDataModule, InputError, MNIST5kDataModule
-from datamodules.errors import input_error_in
+from foundation.errors import input_error_in
 from lightning_modules import ImageClassifier, create_image_model
 from lightning_modules.image_classifier import lr_factor
 from tests.test_images_data import make_folder

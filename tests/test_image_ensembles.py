@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.maps import explain
-from lightning_modules.curves import CurveModel
+from foundation.errors import InputError
+from lightning_modules.curve_model import CurveModel
 from lightning_modules.ensembles import build_ensemble
 from lightning_modules.image_ensembles import ImageEnsemble, ImageNetworks, weight_layers
 from lightning_modules.interface import class_probabilities

@@ -12,12 +12,11 @@ import torch
 from captum import attr
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import (
-    last_conv_block, reduce_map, resolve_max_batch, rise_masks, rows_within, upsample_masks,
-)  # fmt: skip
-from evaluators.maps.seeds import image_seeds
+from evaluators.maps.image_explainers import last_conv_block, reduce_map, rise_masks, upsample_masks
+from foundation.batching import resolve_max_batch, rows_within
+from foundation.errors import InputError
+from foundation.seeds import image_seeds
 from lightning_modules.image_classifier import create_image_model
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}

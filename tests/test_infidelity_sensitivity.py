@@ -18,7 +18,6 @@ from scipy import ndimage, stats
 from skimage.segmentation import slic
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.maps import explain
 from evaluators.metrics.infidelity import Infidelity, infidelity, subset_perturbations
 from evaluators.metrics.perturbations import (
@@ -31,6 +30,7 @@ from evaluators.metrics.perturbations import (
     unit_masks,
 )
 from evaluators.metrics.sensitivity import AverageSensitivity, MaxSensitivity, sensitivities
+from foundation.errors import InputError
 from lightning_modules import MLPClassifier
 
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.metrics.insertion_deletion import (
     BASELINES,
     DeletionAUC,
@@ -20,6 +19,7 @@ from evaluators.metrics.insertion_deletion import (
     insertion_deletion_curves,
     rise_blur_kernel,
 )
+from foundation.errors import InputError
 from lightning_modules.ensembles import MLPEnsemble
 from tests.tiny_models import tiny_conv_net as tiny_cnn, tiny_mlp
 

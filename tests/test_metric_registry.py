@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.metrics.complexity import complexity, sparseness
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
@@ -17,6 +16,7 @@ from evaluators.metrics.registry import METRICS, metric_spec, score
 from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
+from foundation.errors import InputError
 
 MEANS = torch.full((5,), 0.1, dtype=torch.float64)  # tabular rows: the replaced features' values
 OPTIONS = {"insertion": {"steps": 3, "baseline": "zero"}, "deletion": {"steps": 3, "baseline": "zero"},

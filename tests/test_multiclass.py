@@ -16,14 +16,14 @@ import evaluate
 import train
 from datamodules import InputError
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.seeds import call_seed, seeded_generators
+from foundation.seeds import call_seed, seeded_generators
 from lightning_modules import MLPClassifier, PopulationMLP, load_population
-from lightning_modules.curves import MLPCurve
 from lightning_modules.curve_population import curves_between
+from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.population_io import save_population
-from tests.multiclass_data import BlobsDataModule
 from tests.helpers import naive_single_saliency_sa
+from tests.multiclass_data import BlobsDataModule
 
 OLD_FILE = Path(__file__).resolve().parent / "fixtures" / "old_files" / "population.pt"
 DATA = "tests.multiclass_data.BlobsDataModule"

@@ -18,20 +18,20 @@ from torch import nn
 
 import evaluate
 from datamodules import FinancialDataModule
-from datamodules.errors import InputError, run_entry_point
-from evaluators.inputs.finite import check_finite
-from evaluators.maps import EXPLAINERS
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.optimised_aggregators import (
     OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate,
 )
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
+from evaluators.inputs.finite import check_finite
+from evaluators.maps import EXPLAINERS
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import Infidelity, infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC, auc, insertion_deletion_curves
 from evaluators.metrics.relative_stability import RelativeStability, relative_stability
 from evaluators.metrics.road import ROADLeRF, ROADMoRF, road_curves
 from evaluators.metrics.sensitivity import AverageSensitivity, MaxSensitivity, map_distances, sensitivities
+from foundation.errors import InputError, run_entry_point
 from tests.tiny_models import tiny_conv_net, tiny_mlp
 
 BAD = {"NaN": math.nan, "infinite": math.inf, "-inf": -math.inf}

@@ -13,8 +13,6 @@ import torch
 from scipy import ndimage
 from torch import nn
 
-from datamodules.errors import InputError
-from evaluators.maps import explain
 from evaluators.aggregators.optimised_aggregators import (
     OPTIMISED_AGGREGATORS,
     VAR_EPS,
@@ -25,9 +23,11 @@ from evaluators.aggregators.optimised_aggregators import (
     optimised_aggregation,
     robust_gamma,
 )
+from evaluators.maps import explain
 from evaluators.metrics.infidelity import infidelity, least_squares_scale, subset_perturbations
 from evaluators.metrics.perturbations import gaussian_blur, subset_choices, superpixels, uniform_noise
 from evaluators.metrics.sensitivity import sensitivities
+from foundation.errors import InputError
 from tests.tiny_models import tiny_mlp
 
 EXPLAINERS = {"saliency": {}, "input_x_gradient": {}, "integrated_gradients": {"n_steps": 8}}

@@ -14,15 +14,15 @@ import torch
 import yaml
 
 import evaluate
-from evaluators.maps.image_explainers import predicted_class
 from evaluators.aggregators.optimised_aggregators import combine, explainer_maps, optimised_aggregation
+from lightning_modules.interface import default_classes
 from evaluators.protocols import optimised_aggregation as protocol
+from evaluators.inputs.runs import load_run
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
-from evaluators.inputs.runs import load_run
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
 STABILITY = {"stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc"}
@@ -47,7 +47,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
     model, data, _ = load_run(tiny_run)
     data.setup("test")
     x, _ = data.probe(3, "test")
-    target = predicted_class(model, x)
+    target = default_classes(model, x)
     for method in ("agg_robust", "agg_faith", "agg_opt"):
         _, weights = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4)
         torch.testing.assert_close(torch.tensor(summary["weights"][method], dtype=torch.float64), weights.cpu(),
@@ -201,7 +201,7 @@ def test_absolute_false_keeps_the_signs_in_weights_and_scores(tiny_run, tmp_path
     model, data, _ = load_run(tiny_run)
     data.setup("test")
     x, _ = data.probe(3, "test")
-    target = predicted_class(model, x)
+    target = default_classes(model, x)
     for method in ("agg_robust", "agg_faith"):
         _, signed = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4, absolute=False)
         _, unsigned = optimised_aggregation(model, x, method, EXPLAINERS, n_samples=4)
@@ -221,7 +221,7 @@ def test_map_metrics_add_the_maps_sparseness_and_complexity_columns(tiny_run, tm
     model, data, _ = load_run(tiny_run)
     data.setup("test")
     x, _ = data.probe(3, "test")
-    stack = explainer_maps(model, x, predicted_class(model, x), EXPLAINERS)
+    stack = explainer_maps(model, x, default_classes(model, x), EXPLAINERS)
     rows = {"saliency": stack[:, 0], "agg_mean": stack.mean(1)}
     for row, maps in rows.items():
         for name, function in (("sparseness", sparseness), ("complexity", complexity)):

@@ -13,9 +13,9 @@ from scipy import integrate
 from scipy.stats import norm, spearmanr
 from sklearn.neural_network import BernoulliRBM
 
-from datamodules.errors import InputError
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from foundation.errors import InputError
 
 SHAPES = {2: (3, 4, 5), 1: (3, 7)}  # map_dims -> (N, *S)
 OPTIONS = {  # non-default options, besides the defaults ({})

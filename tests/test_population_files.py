@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules import ImagePopulation, PopulationMLP, load_member, load_population, save_population
 
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from scipy.stats import kendalltau, pearsonr, rankdata, spearmanr
 
-from datamodules.errors import InputError
 from evaluators.metrics import agreement_functional
 from evaluators.metrics.agreement import PairwiseAgreement
 from evaluators.metrics.agreement_functional import average_ranks, pairwise_rank_agreement, rank_correlation
+from foundation.errors import InputError
 
 
 def tied(seed: int, m: int = 4, n: int = 25, d: int = 8) -> torch.Tensor:

@@ -11,10 +11,10 @@ import pytorch_lightning as pl
 import torch
 from skimage.filters import sobel
 
-from datamodules.errors import InputError
 from datamodules.images import FashionMNISTDataModule, _ArraysDataModule
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs, remove_top, removed_count
 from datamodules.tabular import FinancialDataModule
+from foundation.errors import InputError
 from evaluators.protocols.roar import maps as roar_maps
 from evaluators.maps import explain
 from evaluators.protocols.roar.estimators import estimator_maps, random_scores, sobel_scores

@@ -14,12 +14,12 @@ import torch
 
 import evaluators.protocols.roar.grid as roar_grid
 from callbacks import ROAR
-from datamodules.errors import InputError
 from datamodules.roar import RemoveAndRetrainDataModule
 from datamodules.tabular import TwoMoonsDataModule
 from evaluators.protocols.roar.grid import Cell, RoarGrid, grid_cells, parse_shard, run_grid, shard_cells
 from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.report import collect
+from foundation.errors import InputError
 from lightning_modules.mlp import MLPClassifier
 
 QUICK = {"accelerator": "cpu", "max_epochs": 1}

@@ -16,9 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from datamodules.errors import InputError
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import FRACTIONS, RemoveAndRetrainDataModule, remove_top
+from foundation.errors import InputError
 from evaluators.protocols.roar import grid as grid_module
 from evaluators.protocols.roar import maps as roar_maps
 from evaluators.protocols.roar.grid import RoarGrid

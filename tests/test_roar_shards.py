@@ -16,10 +16,10 @@ import pytest
 import torch
 from PIL import Image
 
-from datamodules.errors import InputError
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import ModifiedDataModule, RemoveAndRetrainDataModule, remove_top, training_fill
 from datamodules.roar_shards import ShardedDataModule, ShardImages, roar_datamodule, stored_size, write_modified_split
+from foundation.errors import InputError
 from tests.test_images_data import make_folder
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ import scipy.stats
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.sanity import (RandomisationScores, model_randomisation, other_classes, randomisable_layers,
                                random_logit, randomised_models)
+from foundation.errors import InputError
 from lightning_modules.image_classifier import create_image_model
 
 

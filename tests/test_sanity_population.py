@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import kendalltau
 
 import evaluate
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from evaluators.protocols import sanity
 from evaluators.protocols.data_randomisation import DataRandomisationConfig
 from tests.test_sanity_protocol import cnn_run  # noqa: F401  (the tiny small-CNN run fixture)

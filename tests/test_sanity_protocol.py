@@ -17,12 +17,13 @@ from skimage.metrics import structural_similarity
 
 import evaluate
 import train
-from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import predicted_class, reduce_map
+from evaluators.maps.image_explainers import reduce_map
 from evaluators.protocols import sanity
 from evaluators.sanity import other_classes, randomised_models
+from foundation.errors import InputError
+from lightning_modules.interface import default_classes
 from tests.test_images_data import make_folder
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
@@ -89,7 +90,7 @@ def test_report_equals_scipy_and_skimage_on_maps_recomputed_by_hand(cnn_run, fre
     model, data, _ = load_run(cnn_run)
     data.setup("test")
     x, _ = data.probe(6, "test")  # spread through the split as every protocol takes them
-    target = predicted_class(model, x)  # the original model's class, explained at every stage
+    target = default_classes(model, x)  # the original model's class, explained at every stage
     layers = [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     assert summary["stages"]["cascading"] == ["original", *layers[::-1]]  # from the top layer down
     rows = {(r["mode"], r["stage"], r["explainer"], r["measure"]): r for r in read_csv(folder / "sanity.csv")}
@@ -116,7 +117,7 @@ def test_random_logit_compares_a_random_other_class_with_the_explained_one(cnn_r
     model, data, _ = load_run(cnn_run)
     data.setup("test")
     x, _ = data.probe(6, "test")
-    target = predicted_class(model, x)
+    target = default_classes(model, x)
     other = other_classes(target, 3, 3)  # the random other class of each input, from the config's seed
     assert bool((other != target).all())
     own, others = hand_maps(model, x, target, "saliency", seed=3), hand_maps(model, x, other, "saliency", seed=3)

@@ -12,8 +12,8 @@ import pytest
 from scipy.stats import kendalltau
 
 import evaluate
-from datamodules.errors import InputError
 from evaluators.protocols import aggregation, optimised_aggregation
+from foundation.errors import InputError
 from tests.helpers import noisy_member_copies
 
 AGGREGATION = {"n_inputs": 4, "explainers": {"saliency": {}, "gradcam": {}, "input_x_gradient": {}},

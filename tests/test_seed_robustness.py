@@ -10,10 +10,10 @@ import pytest
 import torch
 from scipy.stats import kendalltau
 
-from datamodules.errors import InputError
 from evaluators.metrics.seed_robustness import (
     best_rows, finding_survival, kendall_taus, member_interval, ranking_stability,
 )  # fmt: skip
+from foundation.errors import InputError
 
 
 def test_member_interval_is_the_t_interval_over_members():

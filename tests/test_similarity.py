@@ -12,8 +12,8 @@ import torch
 from skimage.feature import hog
 from skimage.metrics import structural_similarity
 
-from datamodules.errors import InputError
 from evaluators.metrics.similarity import MEASURES, average_ranks, hog_features, similarity
+from foundation.errors import InputError
 
 
 def maps(n=6, h=32, w=32, seed=0, ties=False):

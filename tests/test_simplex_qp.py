@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datamodules.errors import InputError
 from evaluators.aggregators import simplex_qp
 from evaluators.aggregators.simplex_qp import MAX_EXPLAINERS, enumerate_supports, solve_simplex_qp
+from foundation.errors import InputError
 
 RELATIVE, ABSOLUTE = 1e-6, 1e-12
 

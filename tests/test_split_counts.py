@@ -9,9 +9,9 @@ import torch
 
 import evaluate
 from datamodules import FinancialDataModule
-from datamodules.errors import InputError
 from evaluators.inputs.counts import counted
 from evaluators.protocols.roar.grid import estimator_options
+from foundation.errors import InputError
 
 
 def test_the_rule():

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from tests.conftest import DATA_DIR
 from tools.table1 import main, ordering_holds, summary
 

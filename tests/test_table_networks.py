@@ -13,7 +13,7 @@ import torch
 
 import evaluate
 import train
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from evaluators.inputs.assemble import main as assemble_main
 from evaluators.inputs.runs import load_run
 from evaluators.protocols.population_sets import disjoint_sets

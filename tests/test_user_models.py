@@ -13,7 +13,7 @@ import yaml
 
 import evaluate
 import train
-from datamodules.errors import InputError, run_entry_point
+from foundation.errors import InputError, run_entry_point
 from evaluators.inputs.assemble import main as assemble_main
 from evaluators.inputs.runs import load_run
 from lightning_modules.population_io import load_population
@@ -203,7 +203,7 @@ def test_a_corrupt_model_file_ends_in_one_line_and_status_2(cnn_run, tmp_path, c
 
 
 def test_connect_names_a_layer_that_curves_cannot_carry():
-    from lightning_modules.curves import CurveModel
+    from lightning_modules.curve_model import CurveModel
 
     def net():
         return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))

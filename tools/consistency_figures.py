@@ -25,8 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from datamodules.files import save_figure  # noqa: E402
 from evaluators.protocols.consistency import plot_agreement  # noqa: E402
+from foundation.files import save_figure  # noqa: E402
 
 
 def read(report: str) -> dict:

@@ -1,6 +1,6 @@
 """Write the API reference's pages while `mkdocs build` runs (the mkdocs-gen-files plugin, mkdocs.yml).
 
-One page per public module of the four packages (recursively; a module or package whose name
+One page per public module of the five packages (recursively; a module or package whose name
 starts with "_" other than ``__init__`` is private), at ``api/<dotted.name>.md``, each holding
 the module's mkdocstrings block, and ``api/SUMMARY.md``, the section's navigation (read by
 mkdocs-literate-nav). Nothing is written into docs/: the pages exist only in the build, so a
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("lightning_modules", "datamodules", "callbacks", "evaluators")
+PACKAGES = ("foundation", "lightning_modules", "datamodules", "callbacks", "evaluators")
 
 
 def public_modules() -> list[str]:

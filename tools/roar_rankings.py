@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamodules.files import json_text
 from datamodules.images import ImageFolderDataModule
 from datamodules.roar import FRACTIONS, removed_count
 from evaluators.protocols.roar.estimators import estimator_maps
 from evaluators.protocols.roar.rankings import order_levels, ranking_pass, removal_order
+from foundation.files import json_text
 from lightning_modules.image_classifier import create_image_model
 
 

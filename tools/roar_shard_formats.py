@@ -36,9 +36,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from datamodules.files import json_text  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
 from evaluators.protocols.roar.estimators import sobel_scores  # noqa: E402
+from foundation.files import json_text  # noqa: E402
 
 SHARD = 256
 BATCH = 64

@@ -32,14 +32,14 @@ import pytorch_lightning as pl
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
-from datamodules.errors import InputError, run_entry_point  # noqa: E402
-from datamodules.files import json_text, write_json  # noqa: E402, write_text  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from datamodules.roar import remove_top  # noqa: E402
 from datamodules.roar_shards import SHARD_IMAGES, ShardedDataModule, stored_size  # noqa: E402
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS  # noqa: E402
 from evaluators.protocols.roar.grid import parse_shard  # noqa: E402
 from evaluators.protocols.roar.rankings import streamed_fill  # noqa: E402
+from foundation.errors import InputError, run_entry_point  # noqa: E402
+from foundation.files import json_text, write_json  # noqa: E402, write_text  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier  # noqa: E402
 
 

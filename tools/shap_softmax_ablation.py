@@ -33,15 +33,15 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
-from datamodules.errors import InputError, run_entry_point  # noqa: E402
-from datamodules.files import write_json  # noqa: E402, write_text  # noqa: E402
 from evaluators.inputs.config import load_config  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
 from evaluators.metrics.agreement_functional import ley_agreements  # noqa: E402
-from evaluators.protocols.population_sets import disjoint_sets  # noqa: E402
 from evaluators.protocols.consistency import (  # noqa: E402
     ConsistencyConfig, deepshap_background, explanation_seed, set_ensemble,
 )  # fmt: skip
+from evaluators.protocols.population_sets import disjoint_sets  # noqa: E402
+from foundation.errors import InputError, run_entry_point  # noqa: E402
+from foundation.files import write_json  # noqa: E402, write_text  # noqa: E402
 
 STRATEGIES = ("single", "average", "perturb")
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the checkout
-from datamodules.errors import InputError, run_entry_point  # noqa: E402
+from foundation.errors import InputError, run_entry_point  # noqa: E402
 
 ORDER = ["single", "average", "majority", "perturb", "connect", "combine"]
 PAPER_VALUES = Path(__file__).resolve().parent.parent / "docs" / "paper_values" / "ley2023_table1.csv"

@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import torch
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
+from foundation.errors import InputError
 
 
 def _flat(maps: torch.Tensor, map_dims: int) -> torch.Tensor:

@@ -69,16 +69,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
-from evaluators.inputs.finite import check_finite
-from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import reduce_map, resolve_max_batch
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
-from evaluators.maps.seeds import derived_seed, input_index
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
+from evaluators.inputs.finite import check_finite
+from evaluators.maps import explain, explainer_names
+from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
-from evaluators.metrics.model_scores import check_inputs, model_device, resolve_targets
+from evaluators.metrics.model_scores import check_inputs, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
     COMPACTNESS,
@@ -90,6 +88,10 @@ from evaluators.metrics.perturbations import (
     gaussian_blur,
     uniform_noise,
 )
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
+from foundation.seeds import derived_seed, input_index
 from lightning_modules.interface import eval_mode
 
 M_AGG = 50  # Decker et al.: weights fitted on 50 samples

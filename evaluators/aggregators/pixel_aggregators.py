@@ -49,10 +49,10 @@ import numpy as np
 import torch
 from sklearn.neural_network import BernoulliRBM
 
-from datamodules.errors import InputError
-from evaluators.inputs.finite import check_finite
 from evaluators.aggregators.normalisations import check_maps, linear, normalise
+from evaluators.inputs.finite import check_finite
 from evaluators.metrics.perturbations import check_count
+from foundation.errors import InputError
 
 
 def _real(option: str, value, expected: str = "a finite real number", valid: Callable = lambda v: True) -> float:

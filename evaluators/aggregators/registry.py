@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from evaluators.aggregators import optimised_aggregators as optimised
 from evaluators.aggregators import pixel_aggregators as pixel
 

@@ -64,7 +64,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 GAP_RELATIVE = 1e-10
 GAP_ABSOLUTE = 1e-12

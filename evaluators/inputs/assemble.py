@@ -28,10 +28,9 @@ from pathlib import Path
 import pytorch_lightning as pl
 import yaml
 
-from datamodules.errors import InputError, OneLineParser, run_entry_point
-from datamodules.files import json_text
-from evaluators.inputs.config import read_yaml
 from evaluators.inputs.runs import load_run
+from foundation.errors import InputError, OneLineParser, run_entry_point
+from foundation.files import json_text, read_yaml
 from lightning_modules.image_ensembles import network
 from lightning_modules.module_population import ModulePopulation
 from lightning_modules.population_io import save_population

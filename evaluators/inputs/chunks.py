@@ -11,7 +11,7 @@ class and the shared references (training sample, statistics). ``chunk_size``:
 * an integer c: chunk j holds inputs j·c … j·c + c − 1, read from the split's dataset (an
   image folder served from files, ``ImageFolderDataModule``'s per-file dataset, decodes only
   those images) when its results are computed, and caches them in
-  ``inputs/chunk-<j, 5 digits>/``, each file written whole (``datamodules.files.atomic_write``).
+  ``inputs/chunk-<j, 5 digits>/``, each file written whole (``foundation.files.atomic_write``).
   A chunk whose files exist is read, never recomputed; ``inputs/chunking.json`` records c and
   the number of inputs, and a resume with others is refused.
 
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import torch
 
-from datamodules.errors import InputError
-from datamodules.files import write_json
 from evaluators.inputs.counts import counted
 from evaluators.inputs.runs import Inputs, load_inputs, read_items, reference_inputs, test_reader
-from evaluators.maps.image_explainers import predicted_class
+from foundation.errors import InputError
+from foundation.files import write_json
+from lightning_modules.interface import default_classes
 
 CHUNKING = "chunking.json"
 
@@ -92,7 +92,7 @@ class InputSource:
         sample, stats, self.tabular = (reference_inputs(data, n_baselines, seed, device, defaults) if read_whole
                                        else streamed_references(data, n_baselines, device, defaults))  # fmt: skip
         x = self.read([0])
-        self.head = Inputs(x, predicted_class(model, x, max_batch), sample, stats, self.tabular)
+        self.head = Inputs(x, default_classes(model, x, max_batch), sample, stats, self.tabular)
 
     def read(self, positions: list[int]) -> torch.Tensor:
         """The inputs at ``positions`` (0 … N − 1), on the device."""
@@ -102,7 +102,7 @@ class InputSource:
 
     def _load(self, start: int, stop: int) -> Inputs:
         x = self.read(list(range(start, stop)))
-        return replace(self.head, x=x, target=predicted_class(self.model, x, self.max_batch))
+        return replace(self.head, x=x, target=default_classes(self.model, x, self.max_batch))
 
     def chunks(self, run_dir: Path) -> Iterator[Chunk]:
         """The chunks in order, their folders under ``run_dir`` (see the module's docstring)."""

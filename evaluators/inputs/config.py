@@ -9,43 +9,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-import torch
-import yaml
-
-from datamodules.errors import InputError
+from evaluators.inputs.image_members import ImageMembers, image_source_name, is_image_source, load_image_members
 from evaluators.inputs.sources import (
     MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, TABLE_POPULATIONS, check_kind, not_found,
 )  # fmt: skip
+from foundation.devices import resolve_device
+from foundation.errors import InputError
+from foundation.files import read_yaml
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import ROW_KINDS, load_population, population_datamodule, read_population_file
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
-    from evaluators.inputs.image_members import ImageMembers
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto``: the first CUDA device where one exists, else the CPU; or ``cpu``,
-    ``cuda``, ``cuda:<index>``."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise InputError(f"option device={name!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:<index>'")
-    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
-        raise InputError(f"option device={name!r}: no such CUDA device on this machine")
-    return device
-
 
 def population_kind(source: str | Path) -> str:
     """The kind of population ``source`` (a file or a folder) holds (``evaluators.inputs.sources``);
     a file that is not a population file counts as tabular (the tabular loader names the problem)."""
-    from evaluators.inputs.image_members import is_image_source
-
     if is_image_source(source):
         return "image population"
     try:
@@ -81,8 +61,6 @@ class PopulationSource:
     @property
     def images(self) -> bool:
         """Whether ``population`` is an image population (a file or a folder of runs)."""
-        from evaluators.inputs.image_members import is_image_source
-
         return is_image_source(self.population)
 
     def found_kind(self) -> str:
@@ -91,8 +69,6 @@ class PopulationSource:
     def report_name(self) -> str:
         """The report folder's prefix: the population's dataset."""
         if self.images:
-            from evaluators.inputs.image_members import image_source_name
-
             return image_source_name(self.population)
         return read_population_file(self.population, mmap=True)["metadata"]["dataset"]["dataset"]
 
@@ -103,8 +79,6 @@ class PopulationSource:
         payload holds its metadata)."""
         device = resolve_device(self.device)
         if self.images:
-            from evaluators.inputs.image_members import load_image_members
-
             return load_image_members(self.population, device, self.data_dir)
         population, payload = load_population(self.population, kind=ROW_KINDS)
         return population.to(device), payload, population_datamodule(payload, self.data_dir)
@@ -126,18 +100,6 @@ def conforms(value, hint) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, hint)
-
-
-def read_yaml(path: Path, option: str = "--config"):
-    """A YAML file's content; a missing file or a YAML error names the file and line."""
-    if not path.is_file():
-        raise InputError(f"{option} {path}: file not found")
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"{option} {path}: not valid YAML: {getattr(err, 'problem', None) or err}{where}") from None
 
 
 def load_config(path: Path, cls, overrides: dict):

@@ -15,7 +15,7 @@ import numbers
 import warnings
 from dataclasses import fields
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 def counted(option: str, asked, available: int, split: str, unit: str = "inputs", default: int | None = None) -> int:

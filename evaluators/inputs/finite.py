@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 def check_finite(values: torch.Tensor, what: str, unit: str = "map", unit_dims: int | None = None,

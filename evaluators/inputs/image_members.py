@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from datamodules.errors import InputError
 from evaluators.inputs.runs import load_run
+from foundation.errors import InputError
 from lightning_modules.image_ensembles import ImageNetworks, network
 from lightning_modules.population_io import (
     IMAGE_KINDS, load_population, population_datamodule, population_inputs, read_population_file,

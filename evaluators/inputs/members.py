@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 import yaml
 
-from datamodules.errors import InputError
+from evaluators.inputs.image_members import image_source_name, is_image_source, load_image_members
 from evaluators.inputs.model_inputs import OPTIONS
 from evaluators.inputs.sources import POPULATIONS, check_kind, run_kind
+from foundation.errors import InputError
 from lightning_modules.population_io import (
     IMAGE_KINDS, load_population, population_datamodule, read_population_file,
 )  # fmt: skip
@@ -60,8 +61,6 @@ def population_path(source: str | Path) -> Path | None:
 
 def population_name(path: Path) -> str:
     """The dataset a population was trained on (a report folder's prefix)."""
-    from evaluators.inputs.image_members import image_source_name
-
     if path.is_dir():
         return image_source_name(path)
     return read_population_file(path, mmap=True)["metadata"]["dataset"]["dataset"]
@@ -78,8 +77,6 @@ def load_members(path: Path, device: torch.device, data_dir: str | None = None, 
     """The members of the population at ``path`` (``population_path``) on ``device``,
     checked to be of the config's ``kind`` of data (``tabular``, ``image`` or None);
     ``file_options`` (``model_options``), which a population's members do not take, must be unset."""
-    from evaluators.inputs.image_members import is_image_source, load_image_members
-
     given = sorted(name for name, value in (file_options or {}).items() if value)
     if given:
         raise InputError(f"option(s) {given} with {where}={str(path)!r}, a population; expected them unset (they "

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from datamodules.errors import InputError, one_line
 from evaluators.inputs.sources import RUN_KINDS, check_checkpoint, data_kind
 from evaluators.inputs.user_models import PROBE_ROWS
+from foundation.errors import InputError, one_line
 from lightning_modules.classifier import check_logits
 
 

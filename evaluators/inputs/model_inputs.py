@@ -31,7 +31,7 @@ import math
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from lightning_modules.classifier import Classifier
 
 MODEL_INPUTS = ("data", "raw")

@@ -17,15 +17,14 @@ from pytorch_lightning.cli import instantiate_class
 from torchvision.transforms.functional import gaussian_blur
 
 from datamodules import data_location_option
-from datamodules.errors import InputError
-from datamodules.files import atomic_write
 from evaluators.inputs.counts import counted
-from evaluators.maps.image_explainers import predicted_class
-from evaluators.inputs.config import read_yaml
 from evaluators.inputs.model_fit import check_run_model, probe_inputs
 from evaluators.inputs.model_inputs import OPTIONS, adapted, preprocessing_line
 from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
 from evaluators.inputs.user_models import PROBE_ROWS, check_model_output, load_model_file
+from foundation.errors import InputError
+from foundation.files import atomic_write, read_yaml
+from lightning_modules.interface import default_classes
 
 
 def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | None = None,
@@ -166,7 +165,7 @@ def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_bat
         x, _ = data.probe(n_inputs, "test")
         counted("n_inputs", n_inputs, len(x), "test split", "images", defaults.get("n_inputs"))
         x = x.to(device)
-    return Inputs(x, predicted_class(model, x, max_batch), *reference_inputs(data, n_baselines, seed, device,
+    return Inputs(x, default_classes(model, x, max_batch), *reference_inputs(data, n_baselines, seed, device,
                                                                              defaults))  # fmt: skip
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from datamodules.errors import InputError
 from datamodules.specs import DATASETS
+from foundation.errors import InputError
 
 SINGLE_MODELS = ("tabular", "image")
 POPULATIONS = ("tabular population", "image population", "tabular network population")

@@ -31,7 +31,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from datamodules.errors import InputError, one_line
+from foundation.errors import InputError, one_line
 from lightning_modules.classifier import Classifier, check_logits
 
 MODEL_FILE = ("a train.py run folder, a Lightning checkpoint, a TorchScript or torch.export file, or a state dict "

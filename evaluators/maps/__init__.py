@@ -22,10 +22,10 @@ import torch
 from captum import attr
 from torch import nn
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 from evaluators.maps import image_explainers as per_input
 from evaluators.maps import tabular_explainers as fixed
-from evaluators.maps.seeds import call_seed, check_seed, image_seeds, input_index
+from foundation.seeds import call_seed, check_seed, image_seeds, input_index
 from lightning_modules.interface import default_targets, fixed_target, output_kind
 from lightning_modules.population_base import Population
 

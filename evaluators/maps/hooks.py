@@ -20,7 +20,7 @@ from torch import fx, nn
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 RELU_FUNCTIONS = frozenset({torch.relu, torch.relu_, F.relu, F.relu_, torch.Tensor.relu, torch.Tensor.relu_})
 RELU_METHODS = ("relu", "relu_")

@@ -25,13 +25,13 @@ from captum import attr
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
 from evaluators.maps.hooks import hookable
-from evaluators.maps.seeds import seeded_generators
-from lightning_modules.interface import default_targets, model_device
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
+from foundation.seeds import seeded_generators
+from lightning_modules.interface import default_targets
 
-MAX_BATCH = 256
-PIXELS_PER_PASS = {"cpu": 2**18, "accelerator": 2**22}
 NOISE_TUNNEL_BASES = ("saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift")
 REDUCTIONS = ("sum", "abs_sum", "max_abs")
 HOOKED = {attr.DeepLift: "deeplift", attr.GuidedBackprop: "guided_backprop"}  # explained on ``hooks.hookable``
@@ -40,25 +40,6 @@ HOOKED = {attr.DeepLift: "deeplift", attr.GuidedBackprop: "guided_backprop"}  # 
 def _chunks(n: int, size: int):
     for start in range(0, n, size):
         yield slice(start, min(start + size, n))
-
-
-def rows_within(x: torch.Tensor, max_rows: int, max_pixels: int) -> int:
-    """The most rows of inputs like ``x`` one pass may take: at most ``max_rows``, holding at
-    most ``max_pixels`` input pixels (H·W; a tabular row counts as one); at least 1."""
-    pixels = math.prod(x.shape[2:]) if x.dim() > 2 else 1
-    return max(1, min(max_rows, max_pixels // pixels))
-
-
-def resolve_max_batch(max_batch: int | None, x: torch.Tensor) -> int:
-    """Rows per forward (and backward) pass for inputs ``x``: ``max_batch`` where given (a
-    positive integer), else :func:`rows_within` ``MAX_BATCH`` rows and ``PIXELS_PER_PASS``
-    pixels on x's kind of device."""
-    if max_batch is None:
-        return rows_within(x, MAX_BATCH, PIXELS_PER_PASS["cpu" if x.device.type == "cpu" else "accelerator"])
-    if isinstance(max_batch, bool) or not isinstance(max_batch, numbers.Integral) or max_batch < 1:
-        raise InputError(f"option max_batch={max_batch!r}; expected a positive integer (rows per forward pass) "
-                         "or None (the default for the inputs' size and device)")  # fmt: skip
-    return int(max_batch)
 
 
 def _images_per_chunk(max_batch: int, rows_per_image: int) -> int:
@@ -343,12 +324,6 @@ def rise(model, x, target, max_batch, n_masks: int = 4000, s: int = 8, p: float 
                 score = scores.gather(2, ts[:, None, None].expand(-1, len(masks), 1))[..., 0]  # (images, m)
                 out[im] += torch.einsum("nm,mhw->nhw", score, masks[:, 0])
     return (out / (n_masks * p))[:, None].expand(-1, c, -1, -1).contiguous()
-
-
-def predicted_class(model: nn.Module, x: torch.Tensor, max_batch: int | None = None) -> torch.Tensor:
-    """The explained class per input by default (``interface.default_targets``: the argmax of
-    the class probabilities), (N,), in chunks of ``max_batch`` inputs (:func:`resolve_max_batch`)."""
-    return default_targets(model, x, None, resolve_max_batch(max_batch, x))
 
 
 def explain_classifier(model: nn.Module, x: torch.Tensor, run: Callable, draws: dict, target=None,

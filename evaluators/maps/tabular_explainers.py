@@ -17,11 +17,12 @@ import torch
 from captum import attr
 from torch import nn
 
-from datamodules.errors import InputError
-from evaluators.maps.seeds import seeded_generators
+from foundation.errors import InputError
+from foundation.seeds import seeded_generators
 from lightning_modules.ensembles import MLPEnsemble
-from lightning_modules.interface import POSITIVE_CLASS, check_classes, class_scores, explained_output, output_kind
-from lightning_modules.interface import uniform
+from lightning_modules.interface import (
+    POSITIVE_CLASS, check_classes, class_scores, explained_output, output_kind, uniform,
+)  # fmt: skip
 from lightning_modules.population import PopulationMLP
 from lightning_modules.stacked import stacked_forward
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.errors import InputError
 from evaluators.metrics.agreement_functional import AGREEMENTS, RANK_AGREEMENTS, angular_difference
 from evaluators.metrics.base import MeanOverInputs, finite_result
+from foundation.errors import InputError
 
 METRICS = (*AGREEMENTS, "angular", *RANK_AGREEMENTS)
 

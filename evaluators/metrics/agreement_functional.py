@@ -43,8 +43,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
+from foundation.errors import InputError
 
 PRA_MAX_PAIRS = 2**24  # feature pairs per map: exact counts in float32, and bounded memory
 PRA_CHUNK = 2**24  # models x individuals x pairs per Gram product of PRA

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torchmetrics import Metric
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 class MeanOverInputs(Metric):

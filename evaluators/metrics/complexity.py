@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from foundation.errors import InputError
 
 
 def check_maps(maps, x: torch.Tensor | None = None) -> torch.Tensor:

@@ -35,11 +35,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs
-from evaluators.metrics.model_scores import check_inputs, explained_scores, model_device, resolve_targets
+from evaluators.metrics.model_scores import check_inputs, explained_scores, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
     COMPACTNESS,
@@ -53,6 +51,9 @@ from evaluators.metrics.perturbations import (
     superpixels,
     unit_masks,
 )
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
 from lightning_modules.interface import eval_mode
 
 M_EVAL = 200  # Decker et al.: every metric on 200 fresh samples

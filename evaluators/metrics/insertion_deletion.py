@@ -73,11 +73,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs
-from evaluators.metrics.model_scores import check_inputs_and_maps, model_device, resolve_targets, target_outputs
+from evaluators.metrics.model_scores import check_inputs_and_maps, resolve_targets, target_outputs
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
 from lightning_modules.interface import eval_mode
 
 MODES = ("insertion", "deletion")

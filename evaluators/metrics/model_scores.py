@@ -23,12 +23,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.image_explainers import resolve_max_batch
-from lightning_modules.interface import check_classes, class_probabilities, default_targets, explained_output
-from lightning_modules.interface import fixed_target
-from lightning_modules.interface import model_device, output_kind  # noqa: F401 (model_device: the metrics' import)
+from foundation.batching import resolve_max_batch
+from foundation.errors import InputError
+from lightning_modules.interface import (
+    check_classes, class_probabilities, default_targets, explained_output, fixed_target, output_kind,
+)  # fmt: skip
 
 OUTPUTS = ("logit", "probability")
 MODEL_OUTPUT = "the model's output on the inputs scored (clean or perturbed)"

@@ -47,7 +47,7 @@ import torch
 from skimage.segmentation import slic
 from torchvision.transforms.functional import gaussian_blur as _torchvision_blur
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 STREAMS = {"evaluation": 0, "fitting": 1}
 KINDS = {"noise": 0, "subsets": 1}

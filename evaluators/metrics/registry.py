@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from datamodules.errors import InputError
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.complexity import Complexity, Sparseness, complexity, sparseness
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
@@ -19,6 +18,7 @@ from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC, ins
 from evaluators.metrics.relative_stability import RelativeStability, relative_stability
 from evaluators.metrics.road import ROADLeRF, ROADMoRF, road_curves
 from evaluators.metrics.sensitivity import AverageSensitivity, MaxSensitivity, sensitivities
+from foundation.errors import InputError
 
 
 @dataclass(frozen=True)

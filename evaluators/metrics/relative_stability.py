@@ -67,19 +67,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
-from evaluators.metrics.model_scores import (
-    OUTPUTS,
-    check_inputs_and_maps,
-    finite_outputs,
-    model_device,
-    resolve_targets,
-)
+from evaluators.metrics.model_scores import OUTPUTS, check_inputs_and_maps, finite_outputs, resolve_targets
 from evaluators.metrics.perturbations import RADIUS, check_count, check_real, uniform_noise
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
 from lightning_modules.interface import class_probabilities, eval_mode
 
 STABILITIES = ("ris", "rrs", "ros")

@@ -62,19 +62,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.insertion_deletion import check_part, skip_permutations, unit_ranks
 from evaluators.metrics.model_scores import (
-    OUTPUTS,
-    check_inputs_and_maps,
-    finite_outputs,
-    model_device,
-    resolve_targets,
-    target_outputs,
-)
+    OUTPUTS, check_inputs_and_maps, finite_outputs, resolve_targets, target_outputs,
+)  # fmt: skip
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
 from lightning_modules.interface import class_probabilities, eval_mode
 
 ORDERS = ("morf", "lerf")

@@ -30,7 +30,7 @@ from collections import Counter
 import torch
 from scipy.stats import t as student_t
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 def check_scores(scores: torch.Tensor, what: str) -> torch.Tensor:

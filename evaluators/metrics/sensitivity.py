@@ -33,12 +33,12 @@ from collections.abc import Callable
 
 import torch
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise
+from foundation.batching import resolve_max_batch
+from foundation.errors import InputError
 
 
 def _rows_target(target, inputs: slice, n_samples: int):

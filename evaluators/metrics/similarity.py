@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from datamodules.errors import InputError
 from evaluators.inputs.finite import check_finite
+from foundation.errors import InputError
 
 MEASURES = ("spearman_abs", "spearman", "ssim", "hog_pearson")
 IMAGE_ONLY = {"ssim": 7, "hog_pearson": 24}  # measure -> the least height and width it takes

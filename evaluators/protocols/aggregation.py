@@ -43,25 +43,24 @@ from pathlib import Path
 import torch
 import yaml
 
-from datamodules.files import atomic_open, save_figure, write_text
-from datamodules.errors import InputError
-from datamodules.files import write_json
-from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
-from evaluators.inputs.config import resolve_device
-from evaluators.inputs.counts import counted, default_of
-from evaluators.inputs.finite import check_finite
-from evaluators.inputs.members import load_members, model_options, population_name, population_path
-from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
-from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import aggregator_names
+from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
+from evaluators.inputs.counts import counted, default_of
+from evaluators.inputs.finite import check_finite
+from evaluators.inputs.members import load_members, model_options, population_name, population_path
+from evaluators.inputs.runs import cached, explainer_options, load_run
+from evaluators.maps import explain, explainer_names
+from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
-from evaluators.inputs.runs import cached, explainer_options, load_run
 from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
+from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.reports.wandb_log import check_log_to, log_report
+from foundation.devices import resolve_device
+from foundation.errors import InputError
+from foundation.files import atomic_open, save_figure, write_json, write_text
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
 # (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).

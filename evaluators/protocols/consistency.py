@@ -64,19 +64,21 @@ import numpy as np
 import torch
 from rich.progress import Progress
 
-from datamodules.errors import InputError
-from datamodules.files import atomic_write, write_json, save_figure, write_text
-from evaluators.metrics.agreement_functional import RANK_AGREEMENTS, angular_difference, ley_agreements
-from evaluators.metrics.agreement_functional import pair_separations
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map, rows_within
+from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
+from evaluators.metrics.agreement_functional import (
+    RANK_AGREEMENTS, angular_difference, ley_agreements, pair_separations,
+)  # fmt: skip
 from evaluators.protocols.population_sets import (
     CURVE_TRAINERS, disjoint_sets, member_pairs, split_per_set,
 )  # fmt: skip
+from foundation.batching import rows_within
+from foundation.errors import InputError
+from foundation.files import atomic_write, write_json, save_figure, write_text
 from lightning_modules.ensembles import build_ensemble
 from lightning_modules.interface import default_targets
 

@@ -41,10 +41,6 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import atomic_open, save_figure
-from datamodules.errors import InputError
-from datamodules.files import write_json
-from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted
 from evaluators.inputs.finite import check_finite
 from evaluators.inputs.image_members import load_image_members
@@ -52,6 +48,9 @@ from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.reports.map_grid import plot_map_grid
+from foundation.devices import resolve_device
+from foundation.errors import InputError
+from foundation.files import atomic_open, save_figure, write_json
 from lightning_modules.population_io import IMAGE_KINDS, load_population, population_datamodule, read_population_file
 
 Z95 = 1.959963984540054

@@ -23,15 +23,16 @@ from pathlib import Path
 
 import torch
 
-from datamodules.errors import InputError
-from datamodules.files import write_json
 from evaluators.inputs.counts import counted
 from evaluators.inputs.finite import check_finite
-from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
-from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import predicted_class, reduce_map
 from evaluators.inputs.runs import load_run
+from evaluators.maps import EXPLAINERS, explain
+from evaluators.maps.image_explainers import reduce_map
+from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
 from evaluators.reports.wandb_log import check_log_to, log_report
+from foundation.errors import InputError
+from foundation.files import write_json
+from lightning_modules.interface import default_classes
 
 
 N_IMAGES, N_BASELINES = 8, 16  # the defaults: test images in the grid, Gradient SHAP's training images
@@ -66,7 +67,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
         counted("n_baselines", n_baselines, len(references), "training split" if has_train else "test split",
                 "images", N_BASELINES)  # fmt: skip
         options["gradient_shap"] = {"baselines": references}
-    predicted = predicted_class(model, x)
+    predicted = default_classes(model, x)
     maps, seconds = {}, {}
     for method in methods:
         start = time.perf_counter()

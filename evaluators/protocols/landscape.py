@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from datamodules.files import write_json, save_figure, write_text
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
+from foundation.files import write_json, save_figure, write_text
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import MLPEnsemble, build_ensemble
 from lightning_modules.population import PopulationMLP

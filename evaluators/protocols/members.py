@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from datamodules.errors import InputError
-from datamodules.files import write_json, atomic_open, write_text
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
 from evaluators.reports.wandb_log import log_report
+from foundation.errors import InputError
+from foundation.files import write_json, atomic_open, write_text
 
 MEMBER_FILE = "member.json"
 

@@ -53,28 +53,27 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import atomic_open, save_figure, write_text
-from datamodules.errors import InputError
-from datamodules.files import write_json
-from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
-from evaluators.inputs.config import resolve_device
-from evaluators.inputs.counts import default_of
-from evaluators.inputs.members import load_members, model_options, population_name, population_path
-from evaluators.reports.map_grid import blank_note, count_blank_maps
-from evaluators.maps import explainer_names
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.aggregators.optimised_aggregators import (
     combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
-from evaluators.maps.seeds import derived_seed
 from evaluators.aggregators.registry import aggregator_names
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
+from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
+from evaluators.inputs.counts import default_of
+from evaluators.inputs.members import load_members, model_options, population_name, population_path
+from evaluators.maps import explainer_names
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
+from evaluators.reports.map_grid import blank_note, count_blank_maps
+from foundation.batching import resolve_max_batch
+from foundation.devices import resolve_device
+from foundation.errors import InputError
+from foundation.files import atomic_open, save_figure, write_json, write_text
+from foundation.seeds import derived_seed
 from evaluators.metrics.registry import METRICS as REGISTRY
+from evaluators.inputs.runs import cached, explainer_options, load_run
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
-from evaluators.inputs.runs import cached, explainer_options, load_run
 from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 

@@ -7,9 +7,10 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
+from lightning_modules.curve_model import CurveModel
 from lightning_modules.curve_population import curves_between
-from lightning_modules.curves import CurveModel, MLPCurve
+from lightning_modules.curves import MLPCurve
 
 
 def member_pairs(members: list[int]) -> list[tuple[int, int]]:

@@ -41,20 +41,20 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import atomic_open, write_text
-from datamodules.errors import InputError
-from datamodules.files import write_json
-from evaluators.inputs.config import resolve_device
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
+from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
 from evaluators.reports.wandb_log import check_log_to, log_report
 from evaluators.sanity import MODES, model_randomisation, random_logit
+from foundation.devices import resolve_device
+from foundation.errors import InputError
+from foundation.files import atomic_open, write_json, write_text
 
 MODE_OPTIONS = (*MODES, "both")
 IMAGE_ONLY_MEASURES = ("ssim", "hog_pearson")  # defined on 2-D maps: not for a table's feature vectors
@@ -103,8 +103,6 @@ class SanityConfig:
     output_dir: str = "runs/sanity"
 
     def __post_init__(self) -> None:
-        from evaluators.metrics.similarity import MEASURES
-
         resolve_device(self.device)
         check_log_to(self.log_to)
         for name, value, allowed in (("mode", self.mode, MODE_OPTIONS), ("reduction", self.reduction, REDUCTIONS)):
@@ -135,8 +133,6 @@ class SanityConfig:
     def checked_measures(self, tabular: bool) -> list[str]:
         """The measures to compute for a tabular or image model: the configured ones, refused
         where one needs 2-D maps and the model is tabular; by default every one that applies."""
-        from evaluators.metrics.similarity import MEASURES
-
         if self.measures is None:
             return [m for m in MEASURES if not (tabular and m in IMAGE_ONLY_MEASURES)]
         flat = [m for m in self.measures if m in IMAGE_ONLY_MEASURES]

@@ -28,14 +28,13 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import atomic_open, write_text
-from datamodules.errors import InputError
-from datamodules.files import write_json
 from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import member_interval
 from evaluators.protocols.members import evaluate_members, robustness
 from evaluators.reports.sanity_figures import plot_similarity_curves, stage_labels
 from evaluators.reports.wandb_log import log_report
+from foundation.errors import InputError
+from foundation.files import atomic_open, write_json, write_text
 
 KEPT = ("n_inputs", "measures", "stages", "layer_types", "similarity", "random_logit", "seconds")  # in member.json
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datamodules.files import write_json, save_figure, write_text
-from evaluators.metrics.agreement_functional import sign_agreement
-from datamodules.errors import InputError
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
+from evaluators.metrics.agreement_functional import sign_agreement
+from foundation.errors import InputError
+from foundation.files import write_json, save_figure, write_text
 from lightning_modules.ensembles import build_ensemble
 
 

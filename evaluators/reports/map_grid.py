@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import save_figure
+from foundation.files import save_figure
 
 BLANK_KINDS = ("all_zero", "constant")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from datamodules.files import save_figure
 from evaluators.reports.map_grid import blank_kinds
+from foundation.files import save_figure
 
 
 def _pyplot():

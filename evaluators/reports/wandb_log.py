@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 LOG_TO = ("wandb_offline", "wandb_online", "none")
 WANDB_PROJECT = "reliable-explanations"

@@ -36,8 +36,8 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
-from evaluators.maps.seeds import check_seed
+from foundation.errors import InputError
+from foundation.seeds import check_seed
 
 MODES = ("cascading", "independent")
 

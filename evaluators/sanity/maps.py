@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.metrics.similarity import MEASURES
-from lightning_modules.interface import default_targets, model_device
+from foundation.devices import model_device
+from foundation.errors import InputError
+from lightning_modules.interface import default_targets
 
 
 def explainer_options(explainers: Sequence[str] | Mapping[str, Mapping]) -> dict[str, dict]:

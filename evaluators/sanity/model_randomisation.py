@@ -22,10 +22,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from evaluators.maps.seeds import check_seed
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.sanity.layers import check_mode, randomised_models
 from evaluators.sanity.maps import maps_of, prepared
+from foundation.seeds import check_seed
 
 
 @dataclass(frozen=True)

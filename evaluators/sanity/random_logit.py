@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
-from evaluators.maps.seeds import check_seed
 from evaluators.metrics.similarity import similarity
 from evaluators.sanity.maps import maps_of, prepared
+from foundation.errors import InputError
+from foundation.seeds import check_seed
 
 
 def other_classes(target: torch.Tensor, num_classes: int, seed: int) -> torch.Tensor:

@@ -21,14 +21,15 @@ from torchmetrics import Metric
 
 import evaluators.aggregators
 import evaluators.metrics
-from datamodules.errors import InputError
 from datamodules.tabular import TwoMoonsDataModule
 from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.maps import EXPLAINERS
+from foundation.errors import InputError
 from evaluators.metrics.agreement import METRICS as AGREEMENT_METRICS
 from evaluators.metrics.agreement import PairwiseAgreement
-from evaluators.metrics.agreement_functional import angular_difference, feature_agreement, ley_agreements
-from evaluators.metrics.agreement_functional import watson_consistency
+from evaluators.metrics.agreement_functional import (
+    angular_difference, feature_agreement, ley_agreements, watson_consistency,
+)  # fmt: skip
 from evaluators.metrics.complexity import Sparseness
 from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.registry import METRICS, score

@@ -18,8 +18,8 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from datamodules.errors import InputError
-from datamodules.files import json_text, write_json
+from foundation.errors import InputError
+from foundation.files import json_text, write_json
 from lightning_modules import ImageClassifier, PopulationMLP
 from lightning_modules.finite import FiniteTraining
 from tests.helpers import PoisonMember, assert_one_line_error, run_in_process

@@ -20,8 +20,8 @@ import pytorch_lightning as pl
 import torch
 import yaml
 
-from datamodules.errors import DiskFull, InputError
-from datamodules.run_folders import LOCK, hold, new_folder, release
+from foundation.errors import DiskFull, InputError
+from foundation.run_folders import LOCK, hold, new_folder, release
 from tests.helpers import ROOT, assert_one_line_error, run_in_process
 
 FILL_ENV = "RELEXP_TEST_FILL"  # the mounted tmpfs that FillDisk fills
@@ -280,7 +280,7 @@ def test_full_disk_under_a_roar_shard_is_an_error_not_a_bus_error(small_disk):
 def test_ranks_other_than_the_launching_one_share_the_run_folder_and_hold_nothing(tmp_path, monkeypatch):
     """DDP ranks of one run never block each other: only the launching process (rank 0) makes and
     holds the folder; a rank that Lightning's launcher or torchrun started uses its path as it is."""
-    from datamodules.run_folders import claim_run_folder
+    from foundation.run_folders import claim_run_folder
 
     run = tmp_path / "german" / "ddp"
     folder, made = claim_run_folder(run, resume=False, named=True)

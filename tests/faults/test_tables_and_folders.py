@@ -22,7 +22,7 @@ from sklearn.model_selection import train_test_split
 import evaluate
 import train
 from datamodules import CSVDataModule, ImageFolderDataModule, InputError
-from datamodules.errors import shorten
+from foundation.errors import shorten
 from tests.helpers import assert_one_line_error, run_in_process
 from tests.test_images_data import make_folder
 

@@ -65,7 +65,8 @@ def _imports():
     from evaluators.protocols.roar.grid import RoarGrid, run_grid  # noqa: F401
     from lightning_modules import ImagePopulation, MLPClassifier, PopulationMLP, create_image_model  # noqa: F401
     from lightning_modules.curve_population import curves_between  # noqa: F401
-    from lightning_modules.curves import CurveModel, MLPCurve  # noqa: F401
+    from lightning_modules.curve_model import CurveModel  # noqa: F401
+    from lightning_modules.curves import MLPCurve  # noqa: F401
     from lightning_modules.ensembles import ENSEMBLES, build_ensemble  # noqa: F401
     from lightning_modules.image_ensembles import ImageNetworks  # noqa: F401
     from lightning_modules.population_fit import fit_population  # noqa: F401

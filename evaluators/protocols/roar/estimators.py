@@ -49,15 +49,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from datamodules.errors import InputError
 from datamodules.roar import RANDOM_STREAM, uniform_hash
-from evaluators.inputs.finite import check_finite
-from evaluators.maps import explain, explainer_names, input_kind
-from evaluators.maps.image_explainers import resolve_max_batch
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
-from lightning_modules.interface import default_targets, eval_mode, model_device
+from evaluators.inputs.finite import check_finite
+from evaluators.maps import explain, explainer_names, input_kind
+from foundation.batching import resolve_max_batch
+from foundation.devices import model_device
+from foundation.errors import InputError
+from lightning_modules.interface import default_targets, eval_mode
 
 CHUNK = 1024
 AGG_PREFIX = "agg:"

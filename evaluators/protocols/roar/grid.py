@@ -49,17 +49,17 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-from datamodules.errors import InputError
-from datamodules.files import write_json
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.roar_shards import ShardedDataModule, served_from_files
-from datamodules.run_folders import launched_rank
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
-from evaluators.maps.image_explainers import rows_within
 from evaluators.inputs.finite import check_finite
 from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, RankingStore, ranking_pass, streamed_fill
+from foundation.batching import rows_within
+from foundation.errors import InputError
+from foundation.files import write_json
+from foundation.run_folders import launched_rank
 from lightning_modules.interface import class_probabilities
 from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP

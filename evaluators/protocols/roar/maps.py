@@ -10,7 +10,7 @@ datamodule, tabular rows standardised; ``"test"`` is an image folder's ``val/`` 
 has no ``test/``).
 
 Cache: ``<cache_dir>/<split>-<estimator>-<key>.pt`` holding ``{"maps": float32 (N, ...),
-"key": ...}``, written whole or not at all (``datamodules.files.atomic_write``). The key
+"key": ...}``, written whole or not at all (``foundation.files.atomic_write``). The key
 is a SHA-256 over the model's state dict (parameters and buffers), the split's input tensor (so a changed dataset,
 normalisation or split misses), the estimator, its options (tensors by their bytes), the
 seed and the chunk size (noise estimators draw per chunk). A re-call with the same key
@@ -30,10 +30,10 @@ import torch
 from rich.progress import Progress
 from torch import nn
 
-from datamodules.errors import InputError
-from datamodules.files import atomic_write
 from datamodules.roar import model_inputs
 from evaluators.protocols.roar.estimators import CHUNK, estimator_maps
+from foundation.errors import InputError
+from foundation.files import atomic_write
 
 log = logging.getLogger(__name__)
 

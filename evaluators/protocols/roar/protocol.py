@@ -24,14 +24,14 @@ from pathlib import Path
 
 import yaml
 
-from datamodules.errors import InputError
-from datamodules.files import atomic_write, write_text
-from evaluators.inputs.config import resolve_device
+from evaluators.inputs.members import model_options
 from evaluators.protocols.roar.grid import (RoarGrid, estimator_options, fresh_models, ranking_store, run_grid,
                                             stacked_retraining)
 from evaluators.protocols.roar.rankings import SHARD_SIZE
 from evaluators.protocols.roar.report import collect, markdown_table
-from evaluators.inputs.members import model_options
+from foundation.devices import resolve_device
+from foundation.errors import InputError
+from foundation.files import atomic_write, write_text
 from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to

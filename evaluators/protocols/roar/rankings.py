@@ -50,12 +50,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from datamodules.errors import InputError
-from datamodules.files import atomic_write, dead_writer, json_text
 from datamodules.roar import FRACTIONS, TIE_STREAM, UNITS, ranked_scores, removed_count, uniform_hash
 from datamodules.roar_shards import stored_size
 from evaluators.protocols.roar.estimators import estimator_maps
 from evaluators.protocols.roar.maps import _canonical, model_digest
+from foundation.errors import InputError
+from foundation.files import atomic_write, dead_writer, json_text
 
 log = logging.getLogger(__name__)
 

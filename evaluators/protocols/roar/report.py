@@ -11,10 +11,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from datamodules.files import write_json, atomic_open, save_figure
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS
 from evaluators.protocols.roar.grid import CLEAN, RoarGrid, read_cells
 from evaluators.reports.wandb_log import log_report
+from foundation.files import write_json, atomic_open, save_figure
 
 COLUMNS = ["estimator", "fraction", "retrain_mean", "retrain_std", "no_retrain_acc", "k"]
 

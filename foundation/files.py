@@ -2,9 +2,10 @@
 :func:`write_text`, :func:`write_bytes`, :func:`save_figure` on it), used for every file the project writes, so
 that a reader, or a run resumed after a crash, a kill -9 or a full disk, finds the previous
 complete file or the whole new one, never a part (checkpoints: ``lightning_modules.checkpoint_io``).
-Out of disk space, a write raises ``datamodules.errors.DiskFull`` naming the folder and the
+Out of disk space, a write raises ``foundation.errors.DiskFull`` naming the folder and the
 bytes the write needed where known, which entry points end with on one line. Results files stay
-valid JSON: :func:`json_text` and :func:`write_json` (``null`` for a number that is not finite, and why)."""
+valid JSON: :func:`json_text` and :func:`write_json` (``null`` for a number that is not finite, and why).
+A YAML file is read by :func:`read_yaml`, which names the file and line of a problem."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
-from datamodules.errors import DiskFull, disk_full_in
+import yaml
+
+from foundation.errors import DiskFull, InputError, disk_full_in
 
 
 def temporary_name(path: Path) -> Path:
@@ -165,3 +168,15 @@ def write_json(path: Path, payload, reasons: Mapping[str, str] | None = None, in
     with :func:`atomic_write`."""
     text = json_text(payload, reasons, indent=indent, sort_keys=sort_keys)
     write_text(path, text)
+
+
+def read_yaml(path: Path, option: str = "--config"):
+    """A YAML file's content; a missing file or a YAML error names the file and line."""
+    if not path.is_file():
+        raise InputError(f"{option} {path}: file not found")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"{option} {path}: not valid YAML: {getattr(err, 'problem', None) or err}{where}") from None

@@ -5,7 +5,7 @@
 through ``run_entry_point``: an ``InputError`` (also one that a library wrapped, e.g.
 jsonargparse while instantiating) or a bad command line ends with its message on one
 line of standard error and exit status 2 (a message that names an option also names the
-documentation page that describes it: ``datamodules.docs_pages``); any other exception with its type and
+documentation page that describes it: ``foundation.docs_pages``); any other exception with its type and
 message on one line and status 1; out of disk space (``DiskFull``, or an ``OSError`` ENOSPC
 or EDQUOT) with status 2 and the folder; Ctrl-C with status 130. No traceback, unless the
 command line holds ``--debug`` or the environment sets ``RELIABLE_EXPLANATIONS_DEBUG=1``.
@@ -19,6 +19,8 @@ import os
 import shutil
 import sys
 from typing import Callable, NoReturn
+
+from foundation.docs_pages import with_page
 
 DEBUG_ENV = "RELIABLE_EXPLANATIONS_DEBUG"
 
@@ -117,8 +119,6 @@ def run_entry_point(main: Callable[[list[str]], object], argv: list[str] | None 
         if cause is not None:
             message = one_line(cause)
             if isinstance(cause, InputError):
-                from datamodules.docs_pages import with_page
-
                 message = with_page(message, getattr(getattr(main, "__code__", None), "co_filename", ""), argv)
             print(f"error: {message}", file=sys.stderr)
             sys.exit(2)

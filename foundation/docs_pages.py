@@ -1,7 +1,7 @@
 """Which documentation page explains an option: the one table behind "every error message that
 names an option names its page too".
 
-``run_entry_point`` (``datamodules.errors``) ends every entry point's bad input with one line;
+``run_entry_point`` (``foundation.errors``) ends every entry point's bad input with one line;
 where that line names an option (``--model_class``, ``option device='tpu'``, ``unknown option(s)
 ['n_inputs']``, jsonargparse's ``Option 'size'``) and names no page yet, it gains the page of
 the task the option serves, from :func:`page_for`: the option's own page where the option

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from datamodules.errors import InputError
+from foundation.errors import InputError
 
 
 def check_seed(seed) -> int:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
-from datamodules.errors import DiskFull, InputError, disk_full_in
-from datamodules.files import temporary_name
+from foundation.errors import DiskFull, InputError, disk_full_in
+from foundation.files import temporary_name
 
 LOCK = ".lock"
 _held: dict[Path, int] = {}  # a folder (resolved) -> the open lock file's descriptor, held by this process
