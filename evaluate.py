@@ -30,6 +30,13 @@ folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compare
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
 ``optimised``, ``sanity``: ``Protocol.resumable``) continues with ``--resume <folder>``.
+
+Every command that evaluates a model names it with the same options (``add_model_source``):
+``--run``, ``--population``, ``--checkpoint``, and a model file's ``--model_class``,
+``--model_args``, ``--data_config``, ``--model_inputs``, ``--model_mean``, ``--model_std``
+(docs/your_model.md); ``source_options`` maps them onto the command's config
+(``evaluators.inputs.model_source.ModelSource``, or a population protocol's ``population``)
+and refuses, in one line, a combination that makes no sense.
 """
 
 from __future__ import annotations

@@ -179,3 +179,22 @@ def test_the_generic_sanity_config_on_a_tiny_table_run(tmp_path):
     assert summary["random_logit"]["saliency"]["spearman"]["n"] == 6
     (folder,) = (tmp_path / "sanity").iterdir()
     assert (folder / "sanity.json").is_file()
+
+
+def test_the_generic_population_configs_take_a_population_by_run_or_population(tmp_path):
+    """configs/sigma/table.yaml with --run <a population's run folder>, configs/landscape/table.yaml
+    with --population <its file>, on a population of 4 MLPs of a tiny table, at tiny sizes."""
+    path = write_table(tmp_path / "tiny.csv", 2)
+    population = train.main(["--config", "configs/population.yaml", *data_args(path), "--model.size", "4",
+                             "--model.hidden", "[8]", "--trainer.max_epochs", "2", "--log_to", "none",
+                             "--trainer.enable_progress_bar", "false",
+                             "--output_dir", str(tmp_path / "runs")])["population"]  # fmt: skip
+    sigma = evaluate.main(["sigma", "--config", "configs/sigma/table.yaml", "--run", str(Path(population).parent),
+                           "--output_dir", str(tmp_path / "sigma"), "--set", "n_models=2", "--set", "n_perturb=2",
+                           "--set", "sigmas=[0.0, 0.1]", "--set", "layers=[0]", "--set", "device=cpu"])  # fmt: skip
+    assert sigma["config"]["population"] == population
+    landscape = evaluate.main(["landscape", "--config", "configs/landscape/table.yaml", "--population", population,
+                               "--output_dir", str(tmp_path / "landscape"), "--n_sets", "2", "--set", "n_models=2",
+                               "--set", "n_perturb=2", "--set", "n_t=2", "--set", "device=cpu",
+                               "--set", "ts_diagnostics=[0.0, 1.0]"])  # fmt: skip
+    assert landscape["config"]["population"] == population

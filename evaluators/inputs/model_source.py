@@ -58,7 +58,3 @@ class ModelSource:
     def __post_init__(self) -> None:
         resolve_device(self.device)
         own_statistics(self.model_inputs, self.model_mean, self.model_std)
-
-    def model_options(self) -> dict:
-        """The model file's options, as ``load_run`` and ``load_members`` take them."""
-        return {name: getattr(self, name) for name in FILE_OPTIONS}
