@@ -151,13 +151,21 @@ def test_the_config_sections_keep_their_field_names():
         assert [f.name for f in dataclasses.fields(PROTOCOLS[command].config)][:len(header)] == header
 
 
-@pytest.mark.parametrize("protocol", [p for p, spec in PROTOCOLS.items() if spec.source != "pair"])
-def test_every_model_protocol_has_generic_configs_for_a_table_and_an_image_folder(protocol):
-    """configs/<protocol>/table.yaml, its model named on the command line; image_folder.yaml where
-    the protocol takes image models (landscape and sigma take MLP populations only)."""
-    cfg = yaml.safe_load((ROOT / "configs" / protocol / "table.yaml").read_text())
-    assert cfg.get("run") is None and cfg.get("population") is None
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_every_protocol_has_generic_configs_for_a_table_and_an_image_folder(protocol, tmp_path):
+    """configs/<protocol>/table.yaml, its models named on the command line; image_folder.yaml where
+    the protocol takes image models (landscape and sigma take MLP populations only); each loads
+    once its models are named (a population protocol's: below, on a real population)."""
     images = "image population" in getattr(PROTOCOLS[protocol].config, "KINDS", ("image population",))
+    for name in ("table", "image_folder") if images else ("table",):
+        path = ROOT / "configs" / protocol / f"{name}.yaml"
+        cfg = yaml.safe_load(path.read_text())
+        if name == "table":
+            assert all(cfg.get(k) is None for k in ("run", "population", "true_labels", "permuted_labels"))
+        named = {"pair": {"true_labels": str(tmp_path), "permuted_labels": str(tmp_path)},
+                 "population": None}.get(PROTOCOLS[protocol].source, {"run": "some/run"})  # fmt: skip
+        if named is not None:
+            load_config(path, PROTOCOLS[protocol].config, named)
     assert (ROOT / "configs" / protocol / "image_folder.yaml").is_file() == images
 
 
@@ -198,3 +206,15 @@ def test_the_generic_population_configs_take_a_population_by_run_or_population(t
                                "--set", "n_perturb=2", "--set", "n_t=2", "--set", "device=cpu",
                                "--set", "ts_diagnostics=[0.0, 1.0]"])  # fmt: skip
     assert landscape["config"]["population"] == population
+
+
+def test_the_generic_data_randomisation_config_on_two_tiny_table_runs(tmp_path):
+    path = write_table(tmp_path / "tiny.csv", 2)
+    runs = [train.main([*data_args(path), "--model.hidden", "[8]", "--trainer.max_epochs", "2", "--log_to", "none",
+                        "--trainer.enable_progress_bar", "false", "--output_dir", str(tmp_path / "runs"),
+                        "--run_name", name, *permute])["run_dir"]
+            for name, permute in (("mlp-true", []), ("mlp-permuted", ["--data.permute_labels", "0"]))]  # fmt: skip
+    summary = evaluate.main(["data_randomisation", "--config", "configs/data_randomisation/table.yaml",
+                             "--set", f"true_labels={runs[0]}", "--set", f"permuted_labels={runs[1]}",
+                             "--set", "n_inputs=6", "--set", "device=cpu", "--output_dir", str(tmp_path / "out")])
+    assert summary
