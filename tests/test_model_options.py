@@ -121,7 +121,7 @@ def test_run_and_explain_take_the_model_as_argument_or_run(command, tmp_path):
     with pytest.raises(InputError, match=f"{command} a --run b: two models"):
         parsed(command, "a", "--run", "b")
     missing = tmp_path / "no_run"
-    with pytest.raises(InputError, match="no_run"):  # every option accepted; the missing folder is named
+    with pytest.raises(InputError, match="no_run: (path|folder) not found"):  # every option accepted; the folder named
         evaluate.main([command, "--run", str(missing), "--model_args", "{num_classes: 3}", "--checkpoint", "a.ckpt",
                        "--model_inputs", "raw"])  # fmt: skip
 
@@ -176,6 +176,10 @@ def test_the_generic_sanity_config_on_a_tiny_table_run(tmp_path):
     run = train.main([*data_args(path), "--model.hidden", "[8]", "--trainer.max_epochs", "2", "--log_to", "none",
                       "--trainer.enable_progress_bar", "false", "--output_dir", str(tmp_path / "runs"),
                       "--run_name", "mlp"])["run_dir"]  # fmt: skip
+    with pytest.raises(InputError, match=r"options \['data_config', 'model_class'\] with option run=.*a train.py run "
+                       "folder; expected them unset"):  # a run's checkpoint names its model and data
+        evaluate.main(["sanity", "--config", "configs/sanity/table.yaml", "--run", run, "--model_class", "m.M",
+                       "--data_config", "d.yaml", "--output_dir", str(tmp_path / "refused"), "--set", "device=cpu"])
     summary = evaluate.main(["sanity", "--config", "configs/sanity/table.yaml", "--run", run, "--checkpoint",
                              "last.ckpt", "--output_dir", str(tmp_path / "sanity"), "--set", "n_inputs=6",
                              "--set", "n_baselines=10", "--set", "device=cpu"])  # fmt: skip
