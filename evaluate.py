@@ -30,6 +30,13 @@ folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compare
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
 ``optimised``, ``sanity``: ``Protocol.resumable``) continues with ``--resume <folder>``.
+
+Every command that evaluates a model names it with the same options (``add_model_source``):
+``--run``, ``--population``, ``--checkpoint``, and a model file's ``--model_class``,
+``--model_args``, ``--data_config``, ``--model_inputs``, ``--model_mean``, ``--model_std``
+(docs/your_model.md); ``source_options`` maps them onto the command's config
+(``evaluators.inputs.model_source.ModelSource``, or a population protocol's ``population``)
+and refuses, in one line, a combination that makes no sense.
 """
 
 from __future__ import annotations
@@ -51,13 +58,15 @@ import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
 from evaluators.inputs.config import load_config, population_kind
-from foundation.errors import InputError, OneLineParser, run_entry_point
-from foundation.files import json_text, write_text
-from evaluators.inputs.model_inputs import MODEL_INPUTS, OPTIONS as MODEL_INPUT_OPTIONS
+from evaluators.inputs.members import population_path
+from evaluators.inputs.model_inputs import MODEL_INPUTS
+from evaluators.inputs.model_source import FILE_OPTIONS
 from evaluators.inputs.runs import load_run
 from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found, RUN_FOLDER
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS, Protocol
+from foundation.errors import InputError, OneLineParser, run_entry_point
+from foundation.files import json_text, write_text
 from foundation.run_folders import LOCK, hold, new_folder, release
 from train import ROOT
 
@@ -136,19 +145,29 @@ def default_config(command: str, spec: Protocol, population: str | None) -> Path
     return Path(spec.default_configs[kind])
 
 
-def add_model_options(parser) -> None:
-    """The options of a model file given in place of a run folder (``evaluators.inputs.user_models``)."""
+SOURCE_OPTIONS = ("run", "population", "checkpoint", *FILE_OPTIONS)  # the model options of every command
+SINGLE = {"run": "re-tests one model", "explain": "draws one image model's maps"}
+
+
+def add_model_source(parser, positional: bool = False) -> None:
+    """The one set of options naming the model a sub-command evaluates (``SOURCE_OPTIONS``,
+    mapped onto its config by ``source_options``; ``evaluators.inputs.model_source``).
+    ``positional``: the run folder or model file may also be given as the first argument."""
+    if positional:
+        parser.add_argument("run_dir", type=Path, nargs="?", default=None,
+                            help="a folder written by train.py, or a model file (docs/your_model.md); or --run")
+    parser.add_argument("--run", default=None, help="a train.py run folder or a model file (docs/your_model.md); "
+                        "aggregation, optimised, sanity: also a population, each member evaluated")
+    parser.add_argument("--population", default=None,
+                        help="a population file or folder of image runs (consistency, landscape, sigma; aggregation, "
+                             "optimised, sanity: as --run)")  # fmt: skip
+    parser.add_argument("--checkpoint", default=None, help="file name under <run>/checkpoints (default last.ckpt)")
     parser.add_argument("--model_class", default=None,
                         help="a state dict's network (class path, e.g. torchvision.models.resnet18)")
     parser.add_argument("--model_args", default=None, type=yaml.safe_load, metavar="YAML",
                         help="its init arguments, a YAML mapping, e.g. '{num_classes: 10}'")
     parser.add_argument("--data_config", default=None,
                         help="a YAML file whose data: section is the model file's data (a train.py config)")
-    add_input_options(parser)
-
-
-def add_input_options(parser) -> None:
-    """The options choosing what a model file gets (``evaluators.inputs.model_inputs``)."""
     parser.add_argument("--model_inputs", default=None, choices=MODEL_INPUTS,
                         help="data (default): the inputs as the datamodule serves them (standardised); raw: "
                              "before its standardisation (a table's encoded rows, pixel values in [0, 1])")
@@ -158,34 +177,70 @@ def add_input_options(parser) -> None:
                                  "channel, or one number (with --model_mean and --model_std)")  # fmt: skip
 
 
-def model_options(args) -> dict:
-    if args.model_args is not None and not isinstance(args.model_args, dict):
-        raise InputError(f"--model_args {args.model_args!r}: expected a YAML mapping, e.g. '{{num_classes: 10}}'")
-    return {"model_class": args.model_class, "model_args": args.model_args, "data_config": args.data_config,
-            **{option: getattr(args, option) for option in MODEL_INPUT_OPTIONS}}  # fmt: skip
+def flags(names) -> str:
+    return ", ".join(f"--{name}" for name in names)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def source_options(command: str, args) -> dict:
+    """The model options given to ``command`` (``add_model_source``) under its config's keys:
+    ``population`` for a population protocol, else ``run``, ``checkpoint`` and a model file's
+    options; those not given are None. A combination that makes no sense is refused in one line."""
+    given = {name: getattr(args, name, None) for name in SOURCE_OPTIONS}
+    positional = getattr(args, "run_dir", None)
+    if positional is not None:
+        if given["run"] is not None and Path(given["run"]) != positional:
+            raise InputError(f"{command} {positional} --run {given['run']}: two models; expected one of them")
+        given["run"] = str(positional)
+    if given["model_args"] is not None and not isinstance(given["model_args"], dict):
+        raise InputError(f"--model_args {given['model_args']!r}: expected a YAML mapping, e.g. '{{num_classes: 10}}'")
+    if given["run"] is not None and given["population"] is not None:
+        raise InputError(f"--run {given['run']} with --population {given['population']}: {command} evaluates one of "
+                         "them; expected one")  # fmt: skip
+    source = PROTOCOLS[command].source if command in PROTOCOLS else "model"
+    if source == "population":
+        named = [name for name in ("checkpoint", *FILE_OPTIONS) if given[name] is not None]
+        if named:
+            raise InputError(f"{flags(named)} with {command}: it evaluates a population, whose file names its own "
+                             "models; expected them unset (they read one run's checkpoint or a model file)")
+        run = given["run"]
+        if run is not None and Path(run).exists():
+            population = population_path(run)
+            if population is None:
+                raise InputError(f"--run {run}: one model; {command} evaluates a population; expected --population "
+                                 "<a population file> or --run <a population's run folder>")  # fmt: skip
+            run = str(population)
+        return {"population": given["population"] if run is None else run}
+    if given["population"] is not None:
+        if source == "model":
+            what = SINGLE.get(command, "evaluates one model")
+            raise InputError(f"--population {given['population']} with {command}: it {what}; expected --run <a "
+                             "train.py run folder or a model file>")  # fmt: skip
+        if Path(given["population"]).exists() and population_path(given["population"]) is None:
+            raise InputError(f"--population {given['population']}: one model, not a population; expected --run "
+                             f"{given['population']}")  # fmt: skip
+        given["run"] = given["population"]
+    return {name: value for name, value in given.items() if name != "population"}
+
+
+def build_parser() -> OneLineParser:
+    """evaluate.py's sub-commands: ``run``, ``explain`` and every protocol of ``PROTOCOLS``; each
+    that evaluates a model takes the model options of ``add_model_source``."""
     parser = OneLineParser(prog="evaluate.py", description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="re-test a training run")
-    run.add_argument("run_dir", type=Path, help="a folder written by train.py, or a model file (docs/your_model.md)")
+    add_model_source(run, positional=True)
     run.add_argument("--data_dir", default=None,
                      help="where the run's data lies now: its data_dir, or an image run's folder or .tar.gz root")
-    run.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     run.add_argument("--accelerator", default="auto", help="Lightning accelerator: auto, cpu or gpu")
     run.add_argument("--out", type=Path, default=None, help="also write the metrics here (never overwritten)")
-    add_model_options(run)
     grid = commands.add_parser("explain", help="a PNG grid of test images x explainers of an image model's run")
-    grid.add_argument("run_dir", type=Path, help="a folder written by train.py for an image model, or a model file")
+    add_model_source(grid, positional=True)
     grid.add_argument("--methods", default="saliency,integrated_gradients,smoothgrad,guided_backprop,gradcam,rise",
                       help="comma-separated explainers of evaluators.maps.image_explainers")  # fmt: skip
     grid.add_argument("--n_images", type=int, default=8,
                       help="test images, evenly spaced through the run's test split (default 8)")
-    grid.add_argument("--checkpoint", default="last.ckpt", help="file name under <run_dir>/checkpoints")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
     grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")
-    add_model_options(grid)
     for name, spec in PROTOCOLS.items():
         sub = commands.add_parser(name, help=spec.help)
         start = sub.add_mutually_exclusive_group(required=spec.default_configs is None)
@@ -194,13 +249,8 @@ def main(argv: list[str] | None = None) -> dict:
             else ""))  # fmt: skip
         if spec.resumable:
             start.add_argument("--resume", type=Path, help="an interrupted run folder to continue")
-        if spec.source == "population":
-            sub.add_argument("--population", default=None, help="override the config's population file")
-        elif spec.source == "run":  # a "pair" (data_randomisation) names its two sides in its config only
-            sub.add_argument("--run", default=None, help="override the config's train.py run folder or model file")
-            sub.add_argument("--model_class", default=None, help="a model file's class path (docs/your_model.md)")
-            sub.add_argument("--data_config", default=None, help="a YAML file whose data: is a model file's data")
-            add_input_options(sub)
+        if spec.source != "pair":  # data_randomisation names its two runs in its config only
+            add_model_source(sub)
         sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
         sub.add_argument("--output_dir", default=None)
         if spec.has_sets:
@@ -210,13 +260,44 @@ def main(argv: list[str] | None = None) -> dict:
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                          help="override any option of the config; VALUE is read as YAML; KEY may be a dotted "
                               "path into a mapping option, e.g. trainer.max_epochs=1")  # fmt: skip
+    return parser
+
+
+def parse(argv: list[str]) -> tuple:
+    """``argv`` parsed, running nothing: the arguments and, for a protocol, the overrides of its
+    config (the model options under its config's keys, ``--data_dir``, ``--n_sets``,
+    ``--output_dir``, then each ``--set``); for ``run`` and ``explain`` their model options."""
+    args = build_parser().parse_args(argv)
+    if args.command not in PROTOCOLS:
+        return args, source_options(args.command, args)
+    spec = PROTOCOLS[args.command]
+    overrides = source_options(args.command, args) if spec.source != "pair" else {}
+    overrides.update({k: getattr(args, k, None) for k in ("data_dir", "n_sets", "output_dir")})
+    for setting in args.settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set {setting!r}: expected KEY=VALUE, e.g. --set n_background=10")
+        overrides[key] = yaml.safe_load(value)
+    return args, overrides
+
+
+def single_model(command: str, options: dict) -> tuple[Path, str, dict]:
+    """``run``'s and ``explain``'s model: its path, its checkpoint and a model file's options."""
+    if options["run"] is None:
+        raise InputError(f"{command}: no model given; expected a run folder or model file (the first argument, "
+                         "or --run)")  # fmt: skip
+    return Path(options["run"]), options["checkpoint"] or "last.ckpt", {n: options[n] for n in FILE_OPTIONS}
+
+
+def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     portable.enable_if_asked(argv)  # in-process callers: an error unless the process started in the mode
-    args = parser.parse_args(argv)
+    args, overrides = parse(argv)
     if args.command == "run":
         if args.out is not None and args.out.exists():
             raise InputError(f"--out {args.out}: already exists; choose a new file name")
-        metrics = evaluate_run(args.run_dir, args.data_dir, args.checkpoint, args.accelerator, **model_options(args))
+        run_dir, checkpoint, options = single_model("run", overrides)
+        metrics = evaluate_run(run_dir, args.data_dir, checkpoint, args.accelerator, **options)
         text = json_text(metrics, indent=2)
         if args.out is not None:
             write_text(args.out, text)
@@ -225,14 +306,15 @@ def main(argv: list[str] | None = None) -> dict:
     if args.command == "explain":
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        if not args.run_dir.exists():  # before its grid's folder is made there
-            raise not_found(args.run_dir, f"{RUN_FOLDER}, or a model file (docs/your_model.md)", noun="path")
-        beside = args.run_dir.is_file()  # a model file: the grid's folder beside it
-        where = args.run_dir.parent if beside else args.run_dir
-        out_dir = new_folder(where / f"{args.run_dir.stem + '-' if beside else ''}explanations-{stamp}")
+        run_dir, checkpoint, options = single_model("explain", overrides)
+        if not run_dir.exists():  # before its grid's folder is made there
+            raise not_found(run_dir, f"{RUN_FOLDER}, or a model file (docs/your_model.md)", noun="path")
+        beside = run_dir.is_file()  # a model file: the grid's folder beside it
+        where = run_dir.parent if beside else run_dir
+        out_dir = new_folder(where / f"{run_dir.stem + '-' if beside else ''}explanations-{stamp}")
         try:
-            report = explanation_grid(args.run_dir, out_dir, methods, args.n_images, checkpoint=args.checkpoint,
-                                      log_to=args.log_to, data_location=args.data_dir, **model_options(args))
+            report = explanation_grid(run_dir, out_dir, methods, args.n_images, checkpoint=checkpoint,
+                                      log_to=args.log_to, data_location=args.data_dir, **options)
         except BaseException:
             if [p.name for p in out_dir.iterdir()] == [LOCK]:  # failed before writing: no empty folder stays
                 shutil.rmtree(out_dir)
@@ -242,13 +324,6 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"grid: {report['png']}")
         return report
     spec = PROTOCOLS[args.command]
-    keys = ("population", "run", "model_class", "data_config", *MODEL_INPUT_OPTIONS, "data_dir", "n_sets", "output_dir")
-    overrides = {k: getattr(args, k, None) for k in keys}
-    for setting in args.settings:
-        key, sep, value = setting.partition("=")
-        if not sep or not key:
-            raise InputError(f"--set {setting!r}: expected KEY=VALUE, e.g. --set n_background=10")
-        overrides[key] = yaml.safe_load(value)
     resume = getattr(args, "resume", None)
     made: list[Path] = []  # the output folders this run makes, removed again if it fails before writing anything
     if resume is not None:
@@ -260,7 +335,8 @@ def main(argv: list[str] | None = None) -> dict:
             release(resume)
             raise
     else:
-        cfg = load_config(args.config or default_config(args.command, spec, args.population), spec.config, overrides)
+        config = args.config or default_config(args.command, spec, overrides.get("population"))
+        cfg = load_config(config, spec.config, overrides)
         made = missing_folders(Path(cfg.output_dir))
         run_dir = (spec.report_dir or new_report_dir)(cfg)  # ROAR's grid folder is shared by its shards: not held
     try:

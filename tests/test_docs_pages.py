@@ -61,7 +61,7 @@ def test_entry_points_name_the_page(tmp_path):
                                   "(see docs/sanity_checks.md)")  # fmt: skip
     result = run_in_process("evaluate.py", "aggregation", "--config", "configs/aggregation/german.yaml",
                             "--model_args", "3")  # fmt: skip
-    assert_one_line_error(result, "unrecognized arguments: --model_args 3; see evaluate.py --help "
-                                  "and docs/your_model.md")  # fmt: skip
+    assert_one_line_error(result, "--model_args 3: expected a YAML mapping, e.g. '{num_classes: 10}' "
+                                  "(see docs/your_model.md)")  # fmt: skip
     result = run_in_process("train.py", "--nosuch", "1")
     assert_one_line_error(result, f"see train.py --help and {existing(COMMAND_PAGES['train.py'])}")

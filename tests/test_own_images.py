@@ -1,7 +1,7 @@
 """A user's image folder and a stock torchvision network, no code of theirs (docs/your_data.md,
 "An image folder, end to end"): torchvision's ResNet-18 trained as a ``lightning_modules.Classifier`` on a tiny
 folder, a population of two seeds through the consistency protocol, one run through aggregation,
-optimised aggregation and a small ROAR grid, each read from the generic configs
+optimised aggregation, a small ROAR grid and the sanity checks, each read from the generic configs
 ``configs/<protocol>/image_folder.yaml`` at the smallest sizes."""
 
 from __future__ import annotations
@@ -114,3 +114,13 @@ def test_a_roar_grid_retrains_the_resnet(resnets, tmp_path):
     hand = accuracy(model.eval(), x, y)  # nothing removed: the clean model's own accuracy
     assert rows[("saliency", 0.0)]["no_retrain_acc"] == pytest.approx(hand, abs=1e-9)
     assert rows[("random", 0.0)]["no_retrain_acc"] == pytest.approx(hand, abs=1e-9)
+
+
+@pytest.mark.slow  # 8-40 s on this CPU, with the others beside it
+def test_the_generic_sanity_config_on_one_run(resnets, tmp_path):
+    """configs/sanity/image_folder.yaml, the run named by --run (the config's path is not there)."""
+    config = generic("sanity", tmp_path, n_inputs=2, n_figure=1)
+    summary = evaluate.main(["sanity", "--config", str(config), "--run", str(resnets / "pics" / "seed0")])
+    explainers = set(yaml.safe_load((ROOT / "configs/sanity/image_folder.yaml").read_text())["explainers"])
+    assert set(summary["similarity"]["cascading"]) == explainers
+    assert summary["measures"] == ["spearman_abs", "spearman", "ssim", "hog_pearson"]

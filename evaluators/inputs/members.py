@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from evaluators.inputs.image_members import image_source_name, is_image_source, load_image_members
-from evaluators.inputs.model_inputs import OPTIONS
+from evaluators.inputs.model_source import FILE_OPTIONS
 from evaluators.inputs.sources import POPULATIONS, check_kind, run_kind
 from foundation.errors import InputError
 from lightning_modules.population_io import (
@@ -69,7 +69,7 @@ def population_name(path: Path) -> str:
 def model_options(cfg) -> dict:
     """A config's options of a model file (``model_class``, ``model_args``, ``data_config``, and
     ``model_inputs``, ``model_mean``, ``model_std``: ``evaluators.inputs.model_inputs``)."""
-    return {name: getattr(cfg, name) for name in ("model_class", "model_args", "data_config", *OPTIONS)}
+    return {name: getattr(cfg, name) for name in FILE_OPTIONS}
 
 
 def load_members(path: Path, device: torch.device, data_dir: str | None = None, kind: str | None = None,

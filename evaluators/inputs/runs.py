@@ -52,10 +52,13 @@ def load_run(run_dir: Path, checkpoint: str = "last.ckpt", data_options: dict | 
     if Path(run_dir).is_file():
         return load_model_source(Path(run_dir), data_options, data_location, kinds, kind, where, model_class,
                                  model_args, data_config, announce, inputs)  # fmt: skip
-    given = sorted(option for option in OPTIONS if inputs.get(option) is not None)
-    if given:
+    file_options = {"model_class": model_class, "model_args": model_args or None, "data_config": data_config}
+    given = sorted(option for option, value in {**file_options, **{o: inputs.get(o) for o in OPTIONS}}.items()
+                   if value is not None)
+    if given and Path(run_dir).is_dir():  # a missing path is named below
         raise InputError(f"options {given} with {where or run_dir}, a train.py run folder; expected them unset (they "
-                         "choose a model file's inputs; a run's model takes the inputs it was trained on)")  # fmt: skip
+                         "read a model file; a run's checkpoint names its model, its data and the inputs it was "
+                         "trained on)")  # fmt: skip
     config_path, ckpt_path = run_dir / "config.yaml", run_dir / "checkpoints" / checkpoint
     if not config_path.is_file():
         raise not_found(config_path, RUN_FOLDER, "file") if run_dir.is_dir() else not_found(run_dir, RUN_FOLDER)

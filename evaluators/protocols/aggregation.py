@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from evaluators.inputs.model_source import ModelSource
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import aggregator_names
@@ -92,20 +93,10 @@ def _image_explainers() -> dict:
 
 
 @dataclass
-class AggregationConfig:
-    """Options of the aggregation evaluator (configs/aggregation/<name>.yaml)."""
+class AggregationConfig(ModelSource):
+    """Options of the aggregation evaluator (configs/aggregation/<name>.yaml); the model and where it runs:
+    ``evaluators.inputs.model_source.ModelSource``."""
 
-    run: str  # a train.py run folder, a model file (evaluators.inputs.user_models), or a population (inputs.members)
-    checkpoint: str = "last.ckpt"
-    model_class: str | None = None  # a state dict's network (class path)
-    model_args: dict = field(default_factory=dict)  # its init arguments
-    data_config: str | None = None  # a YAML file whose data: section is a model file's data
-    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
-    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
-    model_std: list[float] | float | None = None
-    data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
-    device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     n_inputs: int = 500
     explainers: dict = field(default_factory=_image_explainers)
     n_baselines: int = 64  # training inputs behind the option value ``training``
@@ -131,7 +122,7 @@ class AggregationConfig:
     output_dir: str = "runs/aggregation"
 
     def __post_init__(self) -> None:
-        resolve_device(self.device)
+        super().__post_init__()
         check_chunk_size(self.chunk_size)
         for name, value, allowed in (("reduction", self.reduction, REDUCTIONS),
                                      ("normalisation", self.normalisation, NORMALISATIONS),

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import torch
 
+from evaluators.inputs.model_source import ModelSource
 from evaluators.aggregators.optimised_aggregators import (
     combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
@@ -105,20 +106,10 @@ def _decker_explainers() -> dict:
 
 
 @dataclass
-class OptimisedAggregationConfig:
-    """Options of the optimised-aggregation evaluator (configs/optimised/<name>.yaml)."""
+class OptimisedAggregationConfig(ModelSource):
+    """Options of the optimised-aggregation evaluator (configs/optimised/<name>.yaml); the model and where it runs:
+    ``evaluators.inputs.model_source.ModelSource``."""
 
-    run: str  # a train.py run folder, a model file (evaluators.inputs.user_models), or a population (inputs.members)
-    checkpoint: str = "last.ckpt"
-    model_class: str | None = None  # a state dict's network (class path)
-    model_args: dict = field(default_factory=dict)  # its init arguments
-    data_config: str | None = None  # a YAML file whose data: section is a model file's data
-    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
-    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
-    model_std: list[float] | float | None = None
-    data_dir: str | None = None  # where the run's data lies on this machine, if it moved (load_run's data_location)
-    device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     n_inputs: int = 200
     explainers: dict = field(default_factory=_decker_explainers)
     aggregators: list[str] = field(default_factory=lambda: aggregator_names("optimised"))
@@ -145,7 +136,7 @@ class OptimisedAggregationConfig:
     output_dir: str = "runs/optimised"
 
     def __post_init__(self) -> None:
-        resolve_device(self.device)
+        super().__post_init__()
         check_chunk_size(self.chunk_size)
         unknown = sorted(set(self.aggregators) - set(aggregator_names("optimised")))
         if unknown:

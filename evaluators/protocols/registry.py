@@ -35,7 +35,10 @@ class Protocol(NamedTuple):
     report: str  # the file whose presence marks a finished run
     has_sets: bool  # whether --n_sets applies
     resumable: bool  # evaluate(cfg, run_dir) keeps its finished work in run_dir
-    source: str = "population"  # the option naming what is evaluated: a population file or a train.py run
+    # what it evaluates (evaluate.py's model options map onto its config): "population" (a config
+    # of PopulationSource), "run" (ModelSource's run: one model or a population, each member evaluated),
+    # "model" (ModelSource's run, one model only) or "pair" (two runs named in its config only)
+    source: str = "population"
     options: dict[str, dict] | None = None  # its own options: name -> add_argument's keywords, passed to evaluate
     report_dir: Callable[..., Path] | None = None  # cfg -> its run folder (None: a new folder per run)
     default_configs: dict[str, str] | None = None  # a population's kind -> the config taken without --config
@@ -61,7 +64,7 @@ PROTOCOLS = {
                           OptimisedAggregationConfig, evaluate_optimised, write_optimised_report,
                           "optimised_aggregation.json", False, True, "run"),
     "roar": Protocol("remove and retrain: accuracy of models retrained without each estimator's top pixels "
-                     "(Hooker et al.)", RoarConfig, evaluate_roar, write_roar_report, "roar.json", False, True, "run",
+                     "(Hooker et al.)", RoarConfig, evaluate_roar, write_roar_report, "roar.json", False, True, "model",
                      {"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
                                     "(SLURM arrays); the last shard writes the report"),
                       "rankings_only": dict(action="store_true", help="image data: only the sharded, resumable map "

@@ -43,6 +43,7 @@ import torch
 
 from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
+from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.maps import explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
@@ -75,20 +76,10 @@ def _adebayo_explainers() -> dict:
 
 
 @dataclass
-class SanityConfig:
-    """Options of the sanity-check protocol (configs/sanity/<name>.yaml)."""
+class SanityConfig(ModelSource):
+    """Options of the sanity-check protocol (configs/sanity/<name>.yaml); the model and where it runs:
+    ``evaluators.inputs.model_source.ModelSource``."""
 
-    run: str  # a train.py run folder, a model file (evaluators.inputs.user_models), or a population (inputs.members)
-    checkpoint: str = "last.ckpt"
-    model_class: str | None = None  # a state dict's network (class path)
-    model_args: dict = field(default_factory=dict)  # its init arguments
-    data_config: str | None = None  # a YAML file whose data: section is a model file's data
-    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
-    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
-    model_std: list[float] | float | None = None
-    data_dir: str | None = None  # where the run's data lies on this machine, if it moved
-    device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either)
     mode: str = "cascading"  # cascading, independent or both
     explainers: dict = field(default_factory=_adebayo_explainers)  # registry name -> options
     measures: list[str] | None = None  # None: every measure the data takes (tables: the Spearman ones)
@@ -103,7 +94,7 @@ class SanityConfig:
     output_dir: str = "runs/sanity"
 
     def __post_init__(self) -> None:
-        resolve_device(self.device)
+        super().__post_init__()
         check_log_to(self.log_to)
         for name, value, allowed in (("mode", self.mode, MODE_OPTIONS), ("reduction", self.reduction, REDUCTIONS)):
             if value not in allowed:

@@ -33,6 +33,7 @@ from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.files import atomic_write, write_text
 from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
+from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import load_run
 from evaluators.reports.wandb_log import check_log_to
 
@@ -42,33 +43,21 @@ UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_p
 
 
 @dataclass(kw_only=True)
-class RoarConfig(RoarGrid):
-    """Options of the ROAR protocol (configs/roar/<name>.yaml): the clean ``run`` (a ``train.py``
-    folder) and its ``checkpoint``, ``data_dir`` (where its data lies now, if it moved), ``data``
-    (options overriding the run's datamodule, e.g. an image ``subset``), the
-    ``device`` the maps are computed on, the maps' ``cache_dir`` (default ``<grid>/maps``; a
-    shared folder lets grids of the same model reuse maps), and the grid's options
-    (``RoarGrid``)."""
+class RoarConfig(RoarGrid, ModelSource):
+    """Options of the ROAR protocol (configs/roar/<name>.yaml): the clean model and where it
+    runs (``ModelSource``: ``run`` a ``train.py`` folder or a model file, not a population),
+    ``data`` (options overriding the run's datamodule, e.g. an image ``subset``), the maps'
+    ``cache_dir`` (default ``<grid>/maps``; a shared folder lets grids of the same model reuse
+    maps), and the grid's options (``RoarGrid``)."""
 
-    run: str  # a train.py run folder, or a model file (evaluators.inputs.user_models)
-    checkpoint: str = "last.ckpt"
-    model_class: str | None = None  # a state dict's network (class path)
-    model_args: dict = dataclasses.field(default_factory=dict)  # its init arguments
-    data_config: str | None = None  # a YAML file whose data: section is a model file's data
-    model_inputs: str | None = None  # a model file's inputs: data (None: as served) or raw (inputs.model_inputs)
-    model_mean: list[float] | float | None = None  # the model's own mean and std of the raw inputs
-    model_std: list[float] | float | None = None
-    data_dir: str | None = None
     data: dict = dataclasses.field(default_factory=dict)
-    device: str = "auto"
-    kind: str | None = None  # the data the run's model must be of: tabular, image or null (either; inputs.sources)
     cache_dir: str | None = None
     log_to: str = "wandb_offline"
     output_dir: str = "runs/roar"
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        resolve_device(self.device)
+        RoarGrid.__post_init__(self)
+        ModelSource.__post_init__(self)
         check_log_to(self.log_to)
 
     def report_name(self) -> str:
