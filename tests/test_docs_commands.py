@@ -2,7 +2,7 @@
 (tests/test_readme_commands.py, tests.helpers ``command_blocks`` and ``run_block``): a block
 marked ``<!-- fails -->`` must end as bad input ends (status 2, one line on standard error
 holding what the command's comment shows of it); a block marked long is skipped, and on these
-pages it says why: in its marker, ``<!-- long: trains for minutes -->``, or in its commands'
+pages and the README it says why: in its marker, ``<!-- long: trains for minutes -->``, or in its commands'
 ``#`` comments (``# 500 images, 50 min``); every other block must succeed (each command
 within ``run_block``'s time-out; a block that takes minutes is marked long, not timed here:
 a timing on a loaded 2-core machine says little)."""
@@ -20,7 +20,8 @@ BLOCKS = [(page.relative_to(ROOT).as_posix(), block) for page in PAGES for block
 def test_every_block_is_run_or_marked_with_a_reason():
     assert BLOCKS  # the pages hold command blocks
     wrong = []
-    for page, block in BLOCKS:
+    readme = [("README.md", block) for block in command_blocks(ROOT / "README.md")]  # run by test_readme_commands
+    for page, block in BLOCKS + readme:
         reason = block.reason or " ".join(comment for _, comment in block.commands).strip()
         if block.marker not in ("", "long", "fails"):
             wrong.append(f"{page}:{block.line}: unknown marker {block.marker!r}")
