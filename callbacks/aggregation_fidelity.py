@@ -42,7 +42,7 @@ from evaluators.aggregators.optimised_aggregators import (
 )  # fmt: skip
 from evaluators.aggregators.pixel_aggregators import aggregate_all
 from evaluators.aggregators.registry import aggregator_names
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import subset_perturbations

@@ -24,7 +24,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from foundation.errors import InputError
 
 

@@ -23,7 +23,7 @@ from evaluators.aggregators.optimised_aggregators import (
     OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate,
 )
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import Infidelity, infidelity, subset_perturbations

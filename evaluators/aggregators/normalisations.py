@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import torch
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from foundation.errors import InputError
 
 

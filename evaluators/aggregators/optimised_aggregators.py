@@ -72,7 +72,7 @@ from torch import nn
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations

@@ -50,7 +50,7 @@ import torch
 from sklearn.neural_network import BernoulliRBM
 
 from evaluators.aggregators.normalisations import check_maps, linear, normalise
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.perturbations import check_count
 from foundation.errors import InputError
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from foundation.errors import InputError
 
 PRA_MAX_PAIRS = 2**24  # feature pairs per map: exact counts in float32, and bounded memory

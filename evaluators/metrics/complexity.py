@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
 from foundation.errors import InputError
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs, explained_scores, resolve_targets
 from evaluators.metrics.perturbations import (

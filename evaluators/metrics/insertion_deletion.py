@@ -18,7 +18,7 @@ when every step moves as many units).
   ``evaluators.maps.image_explainers.reduce_map`` first). Rows x (N, d) (of a tabular
   ``MLPClassifier``, ``MLPEnsemble`` or any classifier of rows) take maps (N, d). Inputs, maps,
   a baseline tensor, ``stats`` and the model's outputs must be finite: NaN or ±inf is
-  refused with one ``InputError`` naming which (``evaluators.inputs.finite``).
+  refused with one ``InputError`` naming which (``foundation.finite``).
 * **Order and ties.** Units are moved in descending order of the map. Ties are broken by a
   seeded random order: each image's units are first put in a random permutation
   (``torch.randperm(n)``, one per image in order, from a CPU ``torch.Generator`` seeded
@@ -73,7 +73,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs_and_maps, resolve_targets, target_outputs
 from foundation.batching import resolve_max_batch

@@ -6,7 +6,7 @@ score, the class each input is scored on, and the scalar outputs they read.
   attributions with ``evaluators.maps.image_explainers.reduce_map`` first); rows x (N, d)
   (the only inputs of a tabular model) take maps (N, d), one value per feature.
   Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
-  ``InputError`` naming the input, map or output row (``evaluators.inputs.finite.check_finite``).
+  ``InputError`` naming the input, map or output row (``foundation.finite.check_finite``).
 * **Target** (``resolve_targets``, ``interface.default_targets``): a LongTensor (N,):
   ``None`` scores each input's default target (the predicted class on the clean input, the
   argmax of its class probabilities; a binary tabular model's positive class,
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
 from lightning_modules.interface import (

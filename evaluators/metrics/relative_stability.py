@@ -53,7 +53,7 @@ How this compares with Quantus and OpenXAI: docs/fidelity_metrics.md.
   device. All three scores come from one pass (one explanation per perturbed input).
 
 Inputs, maps (also ``explain_fn``'s and ``perturbed``) and the model's outputs with NaN or
-±inf are refused with one ``InputError`` naming which (``evaluators.inputs.finite``): a NaN
+±inf are refused with one ``InputError`` naming which (``foundation.finite``): a NaN
 output would otherwise turn a sample into a prediction flip, left out unseen.
 
 ``RelativeStability`` (a torchmetrics ``Metric``) averages the three over the inputs
@@ -67,7 +67,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import OUTPUTS, check_inputs_and_maps, finite_outputs, resolve_targets

@@ -62,7 +62,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.insertion_deletion import check_part, skip_permutations, unit_ranks
 from evaluators.metrics.model_scores import (

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import torch
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs, require_explain_fn
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise

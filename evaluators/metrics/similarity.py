@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from foundation.errors import InputError
 
 MEASURES = ("spearman_abs", "spearman", "ssim", "hog_pearson")

@@ -49,7 +49,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import aggregator_names
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.counts import counted, default_of
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options, load_run
 from evaluators.maps import explain, explainer_names

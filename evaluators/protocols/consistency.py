@@ -66,7 +66,7 @@ from rich.progress import Progress
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from evaluators.inputs.counts import counted
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import reduce_map

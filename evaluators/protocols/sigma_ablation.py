@@ -17,7 +17,7 @@ import torch
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.agreement_functional import sign_agreement
 from foundation.errors import InputError

@@ -53,7 +53,7 @@ from datamodules.roar import RANDOM_STREAM, uniform_hash
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names, input_kind
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device

@@ -53,7 +53,7 @@ from datamodules.roar import RemoveAndRetrainDataModule, model_inputs
 from datamodules.roar_shards import ShardedDataModule, served_from_files
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
-from evaluators.inputs.finite import check_finite
+from foundation.finite import check_finite
 from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, RankingStore, ranking_pass, streamed_fill
 from foundation.batching import rows_within
