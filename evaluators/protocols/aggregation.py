@@ -50,16 +50,15 @@ from evaluators.aggregators.registry import aggregator_names
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.counts import counted, default_of
 from foundation.finite import check_finite
-from evaluators.inputs.members import load_members, model_options, population_name, population_path
-from evaluators.inputs.runs import cached, explainer_options, load_run
+from evaluators.inputs.members import population_name, population_path
+from evaluators.inputs.runs import cached, explainer_options
 from evaluators.maps import explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
-from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
+from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.reports.wandb_log import check_log_to, log_report
-from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.files import atomic_open, save_figure, write_json, write_text
 
@@ -282,22 +281,16 @@ def findings(scores: dict[str, dict], rows: dict) -> dict:
 def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
     """The report of ``cfg.run``: one model's, or, for a population, every member's
     (``evaluators.protocols.members``: in ``members/<name>/``) and their seed-level report."""
-    device = resolve_device(cfg.device)
-    population = population_path(cfg.run)
-    if population is not None:
-        members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
-        summaries = evaluate_members(run_dir, members, lambda model, data, folder: {
-            key: value for key, value in evaluate_model(cfg, model, data, folder).items()
-            if key in ("n_inputs", "rows", "findings", "blank_maps")})  # fmt: skip
+
+    def summarise(summaries: dict[str, dict]) -> dict:
         rows = list(next(iter(summaries.values()))["rows"])
         groups = {"explainers": [r for r in rows if r.startswith("base/")],
                   "aggregators": [r for r in rows if r.startswith("agg/")]}  # fmt: skip
         return population_summary(asdict(cfg), summaries, {m: METRICS[m].higher_is_better for m in MODES}, "ci95",
                                   groups, lambda s: {k: v for k, v in s["findings"].items()
                                                      if not k.startswith("aggregators_best_first")})  # fmt: skip
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
-                              where=f"option run={cfg.run!r}", **model_options(cfg))
-    return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
+
+    return evaluate_run(cfg, run_dir, evaluate_model, ("n_inputs", "rows", "findings", "blank_maps"), summarise)
 
 
 def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:

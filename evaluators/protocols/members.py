@@ -24,9 +24,11 @@ from pathlib import Path
 
 import torch
 
-from evaluators.inputs.members import Members
+from evaluators.inputs.members import Members, load_members, model_options, population_path
+from evaluators.inputs.runs import load_run
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
 from evaluators.reports.wandb_log import log_report
+from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.files import write_json, atomic_open, write_text
 
@@ -53,6 +55,22 @@ def evaluate_members(run_dir: Path, members: Members, evaluate_one: Callable[[ob
         write_json(file, summary)
         out[name] = summary
     return out
+
+
+def evaluate_run(cfg, run_dir: Path, evaluate_model: Callable[[object, object, object, Path], dict],
+                 keys: tuple[str, ...], summarise: Callable[[dict[str, dict]], dict]) -> dict:  # fmt: skip
+    """The report of a one-model protocol on ``cfg.run``: ``evaluate_model(cfg, model, data, run_dir)``
+    of the one model (on ``cfg.device``, in eval mode), or, for a population, ``summarise`` of every
+    member's summary (``evaluate_model``'s ``keys``, in ``members/<name>/``: ``evaluate_members``)."""
+    device = resolve_device(cfg.device)
+    population = population_path(cfg.run)
+    if population is not None:
+        members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
+        return summarise(evaluate_members(run_dir, members, lambda model, data, folder: {
+            key: value for key, value in evaluate_model(cfg, model, data, folder).items() if key in keys}))
+    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
+                              where=f"option run={cfg.run!r}", **model_options(cfg))
+    return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
 
 
 def seed_rows(member_rows: dict[str, dict], metrics: list[str], spread: str) -> dict:

@@ -61,21 +61,20 @@ from evaluators.aggregators.registry import aggregator_names
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.counts import default_of
-from evaluators.inputs.members import load_members, model_options, population_name, population_path
+from evaluators.inputs.members import population_name, population_path
 from evaluators.maps import explainer_names
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import blank_note, count_blank_maps
 from foundation.batching import resolve_max_batch
-from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.files import atomic_open, save_figure, write_json, write_text
 from foundation.seeds import derived_seed
 from evaluators.metrics.registry import METRICS as REGISTRY
-from evaluators.inputs.runs import cached, explainer_options, load_run
+from evaluators.inputs.runs import cached, explainer_options
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
-from evaluators.protocols.members import evaluate_members, population_summary, write_population_report
+from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 
 METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", *STABILITIES)
@@ -195,20 +194,15 @@ def row_maps(stack: torch.Tensor, weights: dict[str, torch.Tensor], names: list[
 def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     """The report of ``cfg.run``: one model's, or, for a population, every member's
     (``evaluators.protocols.members``: in ``members/<name>/``) and their seed-level report."""
-    device = resolve_device(cfg.device)
-    population = population_path(cfg.run)
-    if population is not None:
-        members = load_members(population, device, cfg.data_dir, cfg.kind, model_options(cfg))
-        summaries = evaluate_members(run_dir, members, lambda model, data, folder: {
-            key: value for key, value in evaluate_model(cfg, model, data, folder).items()
-            if key in ("dataset", "n_inputs", "explainers", "rows", "findings", "blank_maps")})  # fmt: skip
+
+    def summarise(summaries: dict[str, dict]) -> dict:
         names = next(iter(summaries.values()))["explainers"]
         groups = {"explainers": names, "aggregators": list(cfg.aggregators), "all": names + list(cfg.aggregators)}
         return population_summary(asdict(cfg), summaries, {m: not LOWER_IS_BETTER[m] for m in METRICS}, "se", groups,
                                   lambda s: s["findings"])  # fmt: skip
-    model, data, _ = load_run(Path(cfg.run), cfg.checkpoint, data_location=cfg.data_dir, kind=cfg.kind,
-                              where=f"option run={cfg.run!r}", **model_options(cfg))
-    return evaluate_model(cfg, model.to(device).eval(), data, run_dir)
+
+    return evaluate_run(cfg, run_dir, evaluate_model,
+                        ("dataset", "n_inputs", "explainers", "rows", "findings", "blank_maps"), summarise)  # fmt: skip
 
 
 def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) -> dict:
