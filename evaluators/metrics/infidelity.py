@@ -49,6 +49,7 @@ from evaluators.metrics.perturbations import (
     pixel_groups,
     subset_choices,
     superpixels,
+    tensor_baseline,
     unit_masks,
 )
 from foundation.batching import resolve_max_batch
@@ -62,12 +63,7 @@ UNITS = ("superpixels", "pixels")
 
 def _replacement(x: torch.Tensor, baseline, blur_sigma: float, tabular: bool) -> torch.Tensor:
     if isinstance(baseline, torch.Tensor):
-        if baseline.shape not in (x.shape, x.shape[1:]):
-            raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
-                             f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
-        baseline = baseline.to(x.device, x.dtype).expand_as(x)
-        check_finite(baseline, "option baseline", "input")
-        return baseline
+        return tensor_baseline(x, baseline)
     if baseline is not None:
         raise InputError(f"option baseline={baseline!r}; expected None (a blurred copy of each image) or a tensor")
     if tabular:

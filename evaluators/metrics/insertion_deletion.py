@@ -76,6 +76,7 @@ from torch.nn import functional as F
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
 from evaluators.metrics.model_scores import check_inputs_and_maps, resolve_targets, target_outputs
+from evaluators.metrics.perturbations import tensor_baseline
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
@@ -191,12 +192,7 @@ def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.
     if stats is not None and not (isinstance(baseline, str) and baseline == "normal"):
         raise InputError(f"option stats: only baseline 'normal' uses it; got baseline={baseline!r}")
     if isinstance(baseline, torch.Tensor):
-        if baseline.shape not in (x.shape, x.shape[1:]):
-            raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
-                             f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
-        baseline = baseline.to(x.device, x.dtype).expand_as(x)
-        check_finite(baseline, "option baseline", "input")
-        return baseline
+        return tensor_baseline(x, baseline)
     if not isinstance(baseline, str) or baseline not in BASELINES:
         raise InputError(f"option baseline={baseline!r}; expected one of {list(BASELINES)} or a tensor")
     if stats is not None:

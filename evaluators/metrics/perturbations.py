@@ -48,6 +48,7 @@ from skimage.segmentation import slic
 from torchvision.transforms.functional import gaussian_blur as _torchvision_blur
 
 from foundation.errors import InputError
+from foundation.finite import check_finite
 
 STREAMS = {"evaluation": 0, "fitting": 1}
 KINDS = {"noise": 0, "subsets": 1}
@@ -105,6 +106,18 @@ def gaussian_blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
     radius = int(TRUNCATE * sigma + 0.5)
     kernel = [2 * min(radius, width - 1) + 1, 2 * min(radius, height - 1) + 1]
     return _torchvision_blur(images, kernel, [sigma, sigma])
+
+
+def tensor_baseline(x: torch.Tensor, baseline: torch.Tensor) -> torch.Tensor:
+    """The replacement values that option ``baseline``, a tensor of ``x``'s shape or of one input's,
+    gives for the inputs ``x`` (N, ...): on ``x``'s device and dtype, expanded to ``x``'s shape;
+    another shape, or a NaN or ±inf value, is an ``InputError``."""
+    if baseline.shape not in (x.shape, x.shape[1:]):
+        raise InputError(f"option baseline: a tensor of shape {tuple(baseline.shape)}; expected "
+                         f"{tuple(x.shape)} or one input's {tuple(x.shape[1:])}")  # fmt: skip
+    baseline = baseline.to(x.device, x.dtype).expand_as(x)
+    check_finite(baseline, "option baseline", "input")
+    return baseline
 
 
 def superpixels(images: torch.Tensor, n_segments: int = N_SEGMENTS, compactness: float = COMPACTNESS) -> torch.Tensor:
