@@ -34,6 +34,8 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     (``datamodules.label_permutation``), or None.
     """
 
+    kind = "image"  # what its inputs are: images (N, C, H, W) (TabularDataModule: "tabular", rows)
+
     name = "images"
     inputs = "images"  # what a model of this data takes, linked to a ModulePopulation's by train.py
     location_option: str | None = None  # the init option naming where the data lies (None: no path)

@@ -60,6 +60,8 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     of a random permutation of the training labels (``datamodules.label_permutation``), or None.
     """
 
+    kind = "tabular"  # what its inputs are: rows (N, d) (ImageDataModule: "image", images (N, C, H, W))
+
     name = "tabular"
     location_option: str | None = None  # the init option naming where the data lies (None: no path)
     num_classes = 2  # classes of the labels (0 .. num_classes - 1), linked to the model's by train.py

@@ -24,14 +24,12 @@ from lightning_modules.classifier import check_logits
 def probe_inputs(data, n: int) -> torch.Tensor:
     """The first ``n`` test rows of a tabular datamodule, or ``n`` test images spread through the split."""
     data.setup("test")
-    if not hasattr(data, "normalization"):
-        return data.test_tensors[0][:n]
     return data.probe(n, "test")[0]
 
 
 def data_needs(data) -> str:
     """What a model of ``data`` takes, e.g. ``a tabular model of rows (N, 20)``."""
-    if hasattr(data, "normalization"):
+    if data.kind == "image":
         return "an image model of images (N, {}, {}, {})".format(*data.image_shape)
     return f"a tabular model of rows (N, {data.num_features})"
 
@@ -60,7 +58,7 @@ def check_run_model(model, data, ckpt_path: Path, config_model: str) -> None:
     needs = f"the run folder's data ({getattr(data, 'name', type(data).__name__)}) needs {data_needs(data)}"
     expected = f"expected the checkpoint train.py wrote for its config.yaml ({config_model.rsplit('.', 1)[-1]})"
     kind = RUN_KINDS.get(type(model).__name__)
-    if kind is not None and kind != ("image" if hasattr(data, "normalization") else "tabular"):
+    if kind is not None and kind != data.kind:
         raise InputError(f"{ckpt_path}: holds {holds}; {needs}; {expected}")
     x = probe_inputs(data, PROBE_ROWS)
     try:

@@ -110,7 +110,7 @@ def adapted(model: nn.Module, data, model_inputs: str | None = None, model_mean=
     mean, std = mean.float(), std.float()
     scale, shift = std, mean  # raw = served * std + mean
     if own:
-        unit = "channel" if hasattr(data, "normalization") else "feature"
+        unit = "channel" if data.kind == "image" else "feature"
         own_mean = per_value("model_mean", model_mean, mean, unit)
         own_std = per_value("model_std", model_std, std, unit)
         scale, shift = std / own_std, (mean - own_mean) / own_std  # (raw - own mean) / own std
