@@ -39,7 +39,7 @@ from evaluators.protocols.roar.estimators import ROAR_CONTROLS  # noqa: E402
 from evaluators.protocols.roar.grid import parse_shard  # noqa: E402
 from evaluators.protocols.roar.rankings import streamed_fill  # noqa: E402
 from foundation.errors import InputError, run_entry_point  # noqa: E402
-from foundation.files import json_text, write_json  # noqa: E402, write_text  # noqa: E402
+from foundation.files import json_text, write_json  # noqa: E402
 from lightning_modules.image_classifier import ImageClassifier  # noqa: E402
 
 
@@ -75,6 +75,17 @@ class SeenIndices(pl.Callback):
 
 
 def fit(args, data: ShardedDataModule) -> None:
+    """Train one cell from the shards (:func:`fit_cell`), then leave the process group: a gloo
+    group still alive at interpreter exit can abort the process after its work is done
+    ("terminate called without an active exception", SIGABRT), seen under load."""
+    try:
+        fit_cell(args, data)
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def fit_cell(args, data: ShardedDataModule) -> None:
     model = ImageClassifier(arch=args.arch, num_classes=data.num_classes, in_channels=data.in_channels, seed=args.seed,
                             optimizer="adamw", lr=args.lr, schedule="none")  # fmt: skip
     seen = SeenIndices()
