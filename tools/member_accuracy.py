@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from evaluators.inputs.config import load_config  # noqa: E402
 from evaluators.protocols.consistency import ConsistencyConfig  # noqa: E402
 from foundation.errors import InputError, run_entry_point  # noqa: E402
-from foundation.files import write_json  # noqa: E402, write_text  # noqa: E402
+from foundation.files import write_json  # noqa: E402
 from lightning_modules.ensembles import PREDICT_BLOCK_FLOATS  # noqa: E402
 from lightning_modules.population import PopulationMLP  # noqa: E402
 from lightning_modules.stacked import rows_per_pass  # noqa: E402

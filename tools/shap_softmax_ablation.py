@@ -41,7 +41,7 @@ from evaluators.protocols.consistency import (  # noqa: E402
 )  # fmt: skip
 from evaluators.protocols.population_sets import disjoint_sets  # noqa: E402
 from foundation.errors import InputError, run_entry_point  # noqa: E402
-from foundation.files import write_json  # noqa: E402, write_text  # noqa: E402
+from foundation.files import write_json  # noqa: E402
 
 STRATEGIES = ("single", "average", "perturb")
 
