@@ -18,6 +18,10 @@ from lightning_modules.image_classifier import ImageClassifier
 from tests.test_images_data import make_folder
 
 
+# slow (make test-all): Lightning's ddp_spawn workers can abort at exit after their work (SIGABRT,
+# "terminate called without an active exception"); on 2026-11-28 that happened in 2 of 4 fresh-clone
+# CI runs, twice in a row within the test's one retry, so it would fail the fast suite by chance.
+@pytest.mark.slow
 def test_image_cell_retrains_under_two_process_ddp(tmp_path, monkeypatch):
     """Both retrainings of the cell train in two processes; the cell file holds the accuracy
     of the trained weights (back from rank 0) on the modified test images, scored here image
