@@ -1,0 +1,137 @@
+"""One registry shape for everything a user chooses by name: explainers, metrics, aggregators,
+protocols, ensembles, populations, datasets and architectures (timm's ``@register_model``).
+
+A registry is filled at the definitions, by a decorator::
+
+    EXPLAINERS = Registry("explainer", page="explainers.md")
+
+    @EXPLAINERS.register("saliency", modalities=("rows", "images"), needs=("target",), linear=True)
+    def saliency(model, x, target, max_batch, **options): ...
+
+and read through one interface: ``EXPLAINERS["saliency"]`` (an :class:`Entry`; an unknown name
+is an ``InputError`` naming the choices), ``EXPLAINERS.names(modality="rows")``, ``"x" in
+EXPLAINERS``. Every entry declares the same traits: what it applies to (``modalities``), what it
+reads beyond its inputs (``needs``: a target, baselines, a model, maps, ...), for a score its
+direction (``higher_is_better``), its documented ``defaults``, and a one-line ``help`` (by default
+its docstring's first line). Traits proper to one kind (an explainer's ``linear``, a protocol's
+``resumable``) are keyword arguments kept in ``extra`` and read as attributes of the entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from foundation.errors import InputError
+
+ALL_MODALITIES = ("rows", "images")
+
+
+def _first_line(obj: Any) -> str:
+    doc = getattr(obj, "__doc__", None) or ""
+    return next((line.strip() for line in doc.strip().splitlines() if line.strip()), "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered name: ``obj`` (the function, class or spec registered) and its traits."""
+
+    name: str
+    obj: Any
+    help: str = ""
+    modalities: tuple[str, ...] = ALL_MODALITIES
+    needs: tuple[str, ...] = ()
+    higher_is_better: bool | None = None
+    defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __getattr__(self, key: str) -> Any:
+        # only reached for names that are not fields: a kind's own traits
+        extra = self.__dict__.get("extra", {})
+        if key in extra:
+            return extra[key]
+        raise AttributeError(f"{type(self).__name__} {self.__dict__.get('name')!r} has no trait {key!r}")
+
+    def applies_to(self, modality: str | None) -> bool:
+        """Whether the entry applies to ``modality`` (None: to any)."""
+        return modality is None or modality in self.modalities
+
+    def __call__(self, *args, **kwargs):
+        return self.obj(*args, **kwargs)
+
+
+class Registry:
+    """Names of one ``kind`` (``"explainer"``, ``"metric"``, ...) and their :class:`Entry`;
+    ``page``: the docs page that describes them (named in the error for an unknown name)."""
+
+    def __init__(self, kind: str, page: str | None = None) -> None:
+        self.kind, self.page = kind, page
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str | None = None, *, help: str | None = None,
+                 modalities: tuple[str, ...] = ALL_MODALITIES, needs: tuple[str, ...] = (),
+                 higher_is_better: bool | None = None, defaults: Mapping[str, Any] | None = None,
+                 **extra: Any) -> Callable[[Any], Any]:  # fmt: skip
+        """A decorator adding the decorated function or class under ``name`` (default: its
+        ``__name__``) with these traits; it returns the object unchanged."""
+
+        def decorator(obj: Any) -> Any:
+            self.add(name or obj.__name__, obj, help=help, modalities=modalities, needs=needs,
+                     higher_is_better=higher_is_better, defaults=defaults, **extra)  # fmt: skip
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: Any, *, help: str | None = None, modalities: tuple[str, ...] = ALL_MODALITIES,
+            needs: tuple[str, ...] = (), higher_is_better: bool | None = None,
+            defaults: Mapping[str, Any] | None = None, **extra: Any) -> Entry:  # fmt: skip
+        """Registers ``obj`` under ``name`` where a decorator cannot sit (an object built by a
+        factory); a name registered twice is an error."""
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is registered twice")
+        unknown = set(modalities) - set(ALL_MODALITIES)
+        if unknown:
+            raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; expected {ALL_MODALITIES}")
+        entry = Entry(name, obj, _first_line(obj) if help is None else help, tuple(modalities), tuple(needs),
+                      higher_is_better, MappingProxyType(dict(defaults or {})), MappingProxyType(dict(extra)))  # fmt: skip
+        self._entries[name] = entry
+        return entry
+
+    def __getitem__(self, name: str) -> Entry:
+        entry = self._entries.get(name)
+        if entry is None:
+            where = f" (docs/{self.page})" if self.page else ""
+            raise InputError(f"unknown {self.kind} {name!r}; expected one of {self.names()}{where}")
+        return entry
+
+    def get(self, name: str, default: Any = None) -> Entry | Any:
+        return self._entries.get(name, default)
+
+    def names(self, modality: str | None = None, **traits: Any) -> list[str]:
+        """The registered names in registration order, those applying to ``modality`` and
+        whose traits equal ``traits`` (fields or ``extra``) only."""
+        return [name for name, entry in self._entries.items()
+                if entry.applies_to(modality) and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def items(self):
+        return self._entries.items()
+
+    def values(self):
+        return self._entries.values()
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {len(self)} names)"
+
+
+__all__ = ["ALL_MODALITIES", "Entry", "Registry"]
