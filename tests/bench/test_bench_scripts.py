@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from evaluators.protocols.roar.grid import RoarGrid
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ROAR_STEPS = {"accelerator": "cpu", "max_epochs": 1, "limit_train_batches": 2}
 
 SHRUNK = {

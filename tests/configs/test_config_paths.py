@@ -20,8 +20,8 @@ from jsonargparse import Namespace
 
 from datamodules.specs import DATASETS
 from evaluators.inputs.sources import MADE_BY, made_by
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIGS = ["configs/defaults.yaml", "configs/german.yaml"]  # train.py's own, composed first
 SHELL_VARIABLE = re.compile(r"\$\$?\{?s\}?")  # a loop's seed ($s in the docs, $$s in the Makefile)
 

@@ -209,7 +209,7 @@ def test_lightning_fit_and_test(folder, tmp_path):
 
 def test_in_memory_loader_keeps_its_batch_size_under_a_distributed_sampler(folder, tmp_path):
     """Lightning's DDP re-creates the loader from its recorded arguments around a
-    DistributedSamplerWrapper of its sampler (as in tests/test_image_classifier.py's
+    DistributedSamplerWrapper of its sampler (as in tests/lightning_modules/test_image_classifier.py's
     two-process test): batches stay batch_size, half the images each, and the epoch set
     on the wrapper reaches the order and the augmentation."""
     from lightning_fabric.utilities.data import _replace_dunder_methods, _set_sampler_epoch

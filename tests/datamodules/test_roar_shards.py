@@ -20,9 +20,8 @@ from datamodules.images import ImageFolderDataModule
 from datamodules.roar import ModifiedDataModule, RemoveAndRetrainDataModule, remove_top, training_fill
 from datamodules.roar_shards import ShardedDataModule, ShardImages, roar_datamodule, stored_size, write_modified_split
 from foundation.errors import InputError
-from tests.test_images_data import make_folder
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.datamodules.test_images import make_folder
+from tests.support import ROOT
 
 
 def _data(root: Path, cache: Path, in_memory: bool) -> ImageFolderDataModule:

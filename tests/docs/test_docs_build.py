@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.support.helpers import ROOT
 
 
 def api_modules() -> list[str]:

@@ -1,5 +1,5 @@
 """Every ```bash block of every page under docs/ runs verbatim, by the README's rules
-(tests/test_readme_commands.py, tests.helpers ``command_blocks`` and ``run_block``): a block
+(tests/docs/test_readme_commands.py, tests.support.helpers ``command_blocks`` and ``run_block``): a block
 marked ``<!-- fails -->`` must end as bad input ends (status 2, one line on standard error
 holding what the command's comment shows of it); a block marked long is skipped, and on these
 pages and the README it says why: in its marker, ``<!-- long: trains for minutes -->``, or in its commands'
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import ROOT, command_blocks, run_block
+from tests.support.helpers import ROOT, command_blocks, run_block
 
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 BLOCKS = [(page.relative_to(ROOT).as_posix(), block) for page in PAGES for block in command_blocks(page)]

@@ -16,8 +16,8 @@ import types
 from pathlib import Path
 
 import pytest
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "extending.md"
 EXAMPLES = ("explainer", "dataset", "protocol", "metric", "aggregator")
 MARK = re.compile(r"<!-- extending: (\w+) -->\n```python\n(.*?)\n```", re.S)

@@ -12,7 +12,6 @@ import ast
 import re
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,8 +19,8 @@ import torch
 from lightning_modules import ImageClassifier, MLPClassifier
 from lightning_modules.module_population import ModulePopulation
 from lightning_modules.population import PopulationMLP
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PLACES = (ROOT / "docs" / "extending.md", ROOT / "README.md")
 MARK = re.compile(r"<!-- extending: explainer -->\n```python\n(.*?)\n```", re.S)
 

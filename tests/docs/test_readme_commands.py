@@ -3,14 +3,14 @@ shell whose ``python`` is the project's environment (``source .venv/bin/activate
 from the checkout. A block marked ``<!-- long -->`` (minutes or more) is skipped; every
 command of a block marked ``<!-- fails -->`` must end as the README says bad input ends
 (status 2, one line on standard error, no traceback); every other command must succeed.
-The blocks are read and run by tests.helpers (``command_blocks``, ``run_block``), as the
-docs pages' are (tests/test_docs_commands.py)."""
+The blocks are read and run by tests.support.helpers (``command_blocks``, ``run_block``), as the
+docs pages' are (tests/docs/test_docs_commands.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers import ROOT, command_blocks, run_block
+from tests.support.helpers import ROOT, command_blocks, run_block
 
 BLOCKS = command_blocks(ROOT / "README.md")
 

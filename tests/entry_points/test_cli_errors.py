@@ -1,8 +1,8 @@
 """Every entry point's one error path: bad options, types, config files and input files end in
 one line on standard error naming what was wrong, a non-zero exit, no traceback, and no run
 folder left behind; ``--debug`` shows the traceback. Each entry point runs once as a user runs it
-(a subprocess); the other cases run it in this process (``tests.helpers.run_in_process``), which
-takes the same path without the imports. ``train.py``'s cases are in tests/test_train_cli.py."""
+(a subprocess); the other cases run it in this process (``tests.support.helpers.run_in_process``), which
+takes the same path without the imports. ``train.py``'s cases are in tests/entry_points/test_train_cli.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ROOT, assert_one_line_error, run_in_process as run
+from tests.support.helpers import ROOT, assert_one_line_error, run_in_process as run
 
 
 def run_subprocess(*args: str) -> subprocess.CompletedProcess:
@@ -70,7 +70,7 @@ def test_describe_table1_tool_and_debug_flag(tmp_path):
 def image_population_run(tmp_path_factory) -> Path:
     """A train.py run of a two-member ImagePopulation (ResNet-8s, 2 steps) on a tiny image folder."""
     import train
-    from tests.test_images_data import make_folder
+    from tests.datamodules.test_images import make_folder
 
     tmp = tmp_path_factory.mktemp("image_population")
     make_folder(tmp / "tiny", size=32)

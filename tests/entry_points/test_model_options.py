@@ -21,9 +21,9 @@ from foundation.errors import InputError
 from evaluators.inputs.config import PopulationSource, load_config
 from evaluators.inputs.model_source import ModelSource
 from evaluators.protocols.registry import PROTOCOLS
-from tests.test_own_table import data_args, write_table
+from tests.entry_points.test_own_table import data_args, write_table
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SINGLE = ("run", "explain")  # not protocols: they take the model as their first argument, too
 # flag -> (its command-line values, the config's values)
 FLAGS = {

@@ -20,9 +20,9 @@ from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.agreement_functional import separability
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"]  # fmt: skip
 

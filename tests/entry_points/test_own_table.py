@@ -17,7 +17,7 @@ from sklearn.model_selection import train_test_split
 import evaluate
 import train
 from lightning_modules import MLPClassifier, load_population
-from tests.helpers import naive_single_saliency_sa
+from tests.support.helpers import naive_single_saliency_sa
 
 STRATEGIES = {"single", "average", "majority", "perturb", "connect", "combine"}
 

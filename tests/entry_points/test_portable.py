@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from portable import weights_sha256
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Two native settings as two CPUs would have them: this CPU's own choices, and the
 # SSE4.2 branch of MKL with ATen's unvectorised kernels on two threads.
 NATIVE = {

@@ -14,9 +14,8 @@ import wandb
 import evaluate
 import train
 from datamodules import InputError
-from tests.helpers import assert_one_line_error, run_in_process
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.helpers import assert_one_line_error, run_in_process
+from tests.support import ROOT
 
 
 def run_train(tmp_path: Path, *extra: str) -> dict:
@@ -81,7 +80,7 @@ def test_same_seed_gives_identical_weights_and_runs_are_never_overwritten(tmp_pa
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """train.py with ``args``: as a subprocess for the unknown-option case (one real command line
-    per error test), in this process for the others (tests.helpers.run_in_process)."""
+    per error test), in this process for the others (tests.support.helpers.run_in_process)."""
     args = ("train.py", "--output_dir", str(tmp_path / "out"), "--log_to", "none", *args)
     if "--trainer.max_epoch" not in args:
         return run_in_process(*args)
@@ -116,7 +115,7 @@ def test_single_model_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
     # InterruptChunk fires in a run folder ending with "chunk-001", at the start of epoch 2
     args = ["--log_to", "none", "--run_name", "single-chunk-001", "--trainer.max_epochs", "4",
-            "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
+            "--trainer.callbacks+=tests.support.helpers.InterruptChunk"]  # fmt: skip
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_train(tmp_path, *args)
     run_dir = tmp_path / "german" / "single-chunk-001"
@@ -133,7 +132,7 @@ def test_resumed_run_continues_the_same_wandb_run(tmp_path, monkeypatch):
     wandb.finish()  # each part runs as in its own process: no W&B run of an earlier test is still open
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
     args = ["--log_to", "wandb_offline", "--run_name", "w-chunk-001", "--trainer.max_epochs", "3",
-            "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
+            "--trainer.callbacks+=tests.support.helpers.InterruptChunk"]  # fmt: skip
     with pytest.raises(RuntimeError, match="simulated crash"):
         run_train(tmp_path, *args)
     wandb.finish()  # the crashed process's W&B run ends with it

@@ -1,6 +1,6 @@
 """What a failure leaves: a training run that fails before its first epoch ends removes the run
 folder it made (the W&B files in it included); an evaluator that fails before writing anything
-removes its output folders (tests/test_cli_errors.py); the image cache keeps no lock file."""
+removes its output folders (tests/entry_points/test_cli_errors.py); the image cache keeps no lock file."""
 
 from __future__ import annotations
 
@@ -9,15 +9,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from datamodules import InputError, unpack_archive
 from datamodules.image_cache import _locked
-from tests.test_images_data import make_archive, make_folder
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.datamodules.test_images import make_archive, make_folder
+from tests.support import ROOT
 
 
 def test_a_run_that_fails_before_training_leaves_no_folder(tmp_path):
@@ -44,7 +42,7 @@ def test_a_run_that_fails_after_an_epoch_is_kept_for_resume(tmp_path, monkeypatc
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
     with pytest.raises(RuntimeError, match="simulated crash"):
         train.main(["--log_to", "none", "--run_name", "x-chunk-001", "--trainer.max_epochs", "3",
-                    "--trainer.callbacks+=tests.helpers.InterruptChunk", "--output_dir", str(tmp_path),
+                    "--trainer.callbacks+=tests.support.helpers.InterruptChunk", "--output_dir", str(tmp_path),
                     "--trainer.enable_progress_bar", "false"])  # fmt: skip
     assert (tmp_path / "german" / "x-chunk-001" / "checkpoints" / "last.ckpt").is_file()
 

@@ -32,7 +32,7 @@ from evaluators.metrics.relative_stability import RelativeStability, relative_st
 from evaluators.metrics.road import ROADLeRF, ROADMoRF, road_curves
 from evaluators.metrics.sensitivity import AverageSensitivity, MaxSensitivity, map_distances, sensitivities
 from foundation.errors import InputError, run_entry_point
-from tests.tiny_models import tiny_conv_net, tiny_mlp
+from tests.support.tiny_models import tiny_conv_net, tiny_mlp
 
 BAD = {"NaN": math.nan, "infinite": math.inf, "-inf": -math.inf}
 
@@ -271,7 +271,7 @@ def test_metric_refuses_a_model_output_that_turns_nan_or_inf(name, kind):
 
 # --- protocols: a NaN-producing explainer ends the run with one line --------------------------------------
 def test_aggregation_protocol_with_a_nan_explainer_ends_with_one_line(tiny_run, tmp_path, monkeypatch, capsys):
-    from tests.test_aggregation_protocol import small_config
+    from tests.evaluators.protocols.test_aggregation import small_config
 
     original = EXPLAINERS["gradcam"].run
 
@@ -290,7 +290,7 @@ def test_aggregation_protocol_with_a_nan_explainer_ends_with_one_line(tiny_run, 
 
 
 def test_optimised_protocol_with_a_nan_explainer_ends_with_one_line(tiny_run, tmp_path, nan_saliency, capsys):
-    from tests.test_optimised_protocol import config
+    from tests.evaluators.protocols.test_optimised_aggregation import config
 
     with pytest.raises(SystemExit) as stop:
         run_entry_point(evaluate.main, ["optimised", "--config", config(tmp_path, tiny_run)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from foundation.docs_pages import COMMAND_PAGES, OPTION_PAGES, existing, named_options, page_for, with_page
-from tests.helpers import ROOT, assert_one_line_error, run_in_process
+from tests.support.helpers import ROOT, assert_one_line_error, run_in_process
 
 
 def test_every_page_named_exists_and_every_command_has_one():

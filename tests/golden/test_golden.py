@@ -36,11 +36,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "tests" / "golden" / "record.json"
 STORED = json.loads(RECORD.read_text())
 PORTABLE_VARIABLES = ("RELIABLE_EXPLANATIONS_PORTABLE", "MKL_CBWR", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS",

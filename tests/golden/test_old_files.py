@@ -1,6 +1,6 @@
 """Files written by the code of issue 29's start keep loading and resuming.
 
-``tests/fixtures/old_files/`` (written by ``tests/golden/make_old_files.py``, whose docstring lists
+``tests/golden/old_files/`` (written by ``tests/golden/make_old_files.py``, whose docstring lists
 them) holds a tabular population file, an image population file, a ``train.py`` run folder, a
 consistency run folder and a ROAR grid folder with its map cache, the last two stopped part
 way. Each test reads a file with today's loaders and checks the values against the digests the
@@ -19,9 +19,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from tests.golden.make_old_files import CONSISTENCY, REMOVED_CELL, ROAR, SMALL_MLP, digest
+from tests.golden.make_old_files import CONSISTENCY, FILES, REMOVED_CELL, ROAR, SMALL_MLP, digest
 
-FILES = Path(__file__).resolve().parent / "fixtures" / "old_files"
 STORED = json.loads((FILES / "stored.json").read_text())
 
 

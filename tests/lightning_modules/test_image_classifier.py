@@ -22,7 +22,7 @@ from datamodules import ImageFolderDataModule, InputError, MNIST5kDataModule
 from foundation.errors import input_error_in
 from lightning_modules import ImageClassifier, create_image_model
 from lightning_modules.image_classifier import lr_factor
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -309,13 +309,13 @@ def test_train_py_runs_the_cifar_configs_on_a_tiny_folder(tmp_path, config):
 
 @pytest.mark.skipif(not FASHION_MNIST.is_dir(), reason="dataset-fashion-mnist absent")
 def test_image_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
-    """Interrupted at the start of epoch 2 (tests.helpers.InterruptChunk), then ``--resume``:
+    """Interrupted at the start of epoch 2 (tests.support.helpers.InterruptChunk), then ``--resume``:
     the run continues from its last checkpoint, schedule included, to its last epoch; CSV
     logs of the second part go to csv/resume-1/."""
     args = ["--config", "configs/images/fashion_mnist_cnn.yaml", "--trainer.max_epochs", "3",
             "--trainer.limit_train_batches", "3", "--trainer.limit_test_batches", "1", "--log_to", "csv",
             "--output_dir", str(tmp_path), "--run_name", "img-chunk-001", "--trainer.enable_progress_bar", "false",
-            "--trainer.callbacks+=tests.helpers.InterruptChunk"]  # fmt: skip
+            "--trainer.callbacks+=tests.support.helpers.InterruptChunk"]  # fmt: skip
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
     with pytest.raises(RuntimeError, match="simulated crash"):
         train.main(args)
@@ -372,11 +372,12 @@ def csv_rows(path: Path, epoch: int) -> dict[str, float]:
 def test_augmented_image_run_resumed_at_an_epoch_boundary_equals_the_uninterrupted_run(tmp_path, monkeypatch):
     """The CIFAR ResNet-8 config (random crops and flips, one-cycle schedule) on a tiny
     32x32 folder with train/val/test: 2 epochs straight, and 1 epoch, a crash at the start
-    of epoch 2 (tests.helpers.InterruptChunk), ``--resume`` to 2. Bit-exact on the CPU:
+    of epoch 2 (tests.support.helpers.InterruptChunk), ``--resume`` to 2. Bit-exact on the CPU:
     weights, BatchNorm statistics, optimiser state, epoch-2 train/val metrics and test
     metrics are equal (the two runs do the same float operations in the same order)."""
     make_folder(tmp_path / "tiny", splits=("train", "val", "test"), size=32)
-    interrupt = {"class_path": "tests.helpers.InterruptChunk", "init_args": {"epoch": 1}}  # in "*chunk-001" runs
+    # in "*chunk-001" runs
+    interrupt = {"class_path": "tests.support.helpers.InterruptChunk", "init_args": {"epoch": 1}}
 
     def args(run_name: str) -> list[str]:
         return ["--config", "configs/images/cifar10_resnet8.yaml", "--data.root", str(tmp_path / "tiny"),

@@ -20,7 +20,7 @@ from lightning_modules import (
     load_image_population,
     save_image_population,
 )
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 SEEDS = [3, 0, 7]

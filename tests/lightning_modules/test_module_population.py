@@ -19,10 +19,10 @@ from evaluators.inputs.runs import load_run
 from evaluators.protocols.population_sets import disjoint_sets
 from lightning_modules import Classifier, load_population
 from lightning_modules.population_io import population_datamodule, read_population_file
-from tests.helpers import naive_single_saliency_sa
-from tests.test_own_table import data_args, write_table
+from tests.support.helpers import naive_single_saliency_sa
+from tests.entry_points.test_own_table import data_args, write_table
 
-NET = ["--model.net", "tests.user_nets.TableNet", "--model.net.hidden", "6"]
+NET = ["--model.net", "tests.support.user_nets.TableNet", "--model.net.hidden", "6"]
 QUIET = ["--trainer.max_epochs", "1", "--log_to", "none", "--trainer.enable_progress_bar", "false",
          "--trainer.enable_model_summary", "false"]  # fmt: skip
 SMALL = ["--n_sets", "2", "--set", "n_models=[2]", "--set", "methods=[saliency, smoothgrad]", "--set", "n_points=10",
@@ -172,7 +172,7 @@ def test_a_curve_through_networks_with_batchnorm_takes_the_training_rows_statist
     the training rows' first-layer outputs, computed here by hand."""
     path = write_table(tmp_path / "t.csv", 2, n=60)
     metrics = train.main([*data_args(path), "--model", "lightning_modules.ModulePopulation", "--model.net",
-                          "tests.user_nets.TableNetBN", "--model.size", "4", *QUIET, "--output_dir",
+                          "tests.support.user_nets.TableNetBN", "--model.size", "4", *QUIET, "--output_dir",
                           str(tmp_path / "runs"), "--run_name", "pop"])  # fmt: skip
     evaluate.main(["consistency", "--population", metrics["population"], "--output_dir", str(tmp_path / "c"), *SMALL,
                    "--set", "strategies=[connect]", "--set", "methods=[saliency]", "--set", "n_t=1",

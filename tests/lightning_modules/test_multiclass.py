@@ -5,7 +5,6 @@ class against Captum on the single MLP input by input, the consistency protocol 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -22,11 +21,12 @@ from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.population_io import save_population
-from tests.helpers import naive_single_saliency_sa
-from tests.multiclass_data import BlobsDataModule
+from tests.support.helpers import naive_single_saliency_sa
+from tests.golden.make_old_files import FILES
+from tests.support.multiclass_data import BlobsDataModule
 
-OLD_FILE = Path(__file__).resolve().parent / "fixtures" / "old_files" / "population.pt"
-DATA = "tests.multiclass_data.BlobsDataModule"
+OLD_FILE = FILES / "population.pt"
+DATA = "tests.support.multiclass_data.BlobsDataModule"
 D, K = 4, 3
 
 

@@ -21,9 +21,9 @@ import evaluate
 from evaluators.inputs.runs import load_run
 from lightning_modules.net_options import net_kwargs, one_net_option
 from lightning_modules.population_io import load_population
-from tests.helpers import assert_one_line_error, run_in_process
-from tests.test_images_data import make_folder
-from tests.test_own_images import generic
+from tests.support.helpers import assert_one_line_error, run_in_process
+from tests.datamodules.test_images import make_folder
+from tests.entry_points.test_own_images import generic
 
 TIMM = ["--model.net", "timm.create_model", "--model.net.model_name", "test_resnet", "--model.net.num_classes", "10"]
 TORCHVISION = ["--model.net", "torchvision.models.mobilenet_v3_small", "--model.net.num_classes", "3",

@@ -17,7 +17,7 @@ from lightning_modules.population_fit import auto_chunk_size, drop_below_mean, p
 
 
 def quiet_trainer(max_epochs: int = 1, **kwargs) -> pl.Trainer:
-    # On the CPU, where a member equals its model alone bit for bit; tests/test_gpu.py holds the GPU's bound.
+    # On the CPU, where a member equals its model alone bit for bit; tests/gpu/test_gpu.py holds the GPU's bound.
     return pl.Trainer(
         max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False, deterministic=True, accelerator="cpu", **kwargs,
@@ -136,7 +136,8 @@ def test_interrupted_run_resumes_without_redoing_chunks_or_epochs(tmp_path, monk
     monkeypatch.setenv("RELEXP_TEST_INTERRUPT", "1")
     args = population_args(
         tmp_path / "runs", "--run_name", "crash",
-        "--trainer.callbacks+=tests.helpers.InterruptChunk", "--trainer.callbacks+=tests.helpers.RecordEpochs",
+        "--trainer.callbacks+=tests.support.helpers.InterruptChunk",
+        "--trainer.callbacks+=tests.support.helpers.RecordEpochs",
     )  # fmt: skip
     with pytest.raises(RuntimeError, match="simulated crash"):
         train.main(args)

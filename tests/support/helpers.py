@@ -1,4 +1,5 @@
-"""Callbacks that tests inject through configs (`--trainer.callbacks+=tests.helpers.X`), and checks shared by tests."""
+"""Callbacks that tests inject through configs (`--trainer.callbacks+=tests.support.helpers.X`), and checks
+shared by tests."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import NamedTuple
 
 import pytorch_lightning as pl
 import torch
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENTRY_POINTS = {"evaluate.py": "evaluate", "train.py": "train"}
 
 
@@ -75,7 +76,7 @@ def command_blocks(page: Path) -> list[Block]:
     comment on the line just above its fence: ``<!-- long -->`` or ``<!-- long: <reason> -->``
     (not run: minutes or more, or needs what a test does not have), ``<!-- fails -->`` (every
     command ends as bad input ends: status 2, one line on standard error), none (every command
-    must succeed). Used by tests/test_readme_commands.py and tests/test_docs_commands.py."""
+    must succeed). Used by tests/docs/test_readme_commands.py and tests/docs/test_docs_commands.py."""
     lines = page.read_text().splitlines()
     found = []
     for i, line in enumerate(lines):
@@ -148,11 +149,11 @@ def run_in_process(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def naive_single_saliency_sa(population, x, target, n_members: int = 4, k: int = 2) -> float:
     """The consistency protocol's ``single`` saliency SA at n = 1 with 2 sets of ``n_members``
     (seed 0), recomputed by hand: each set's first member's autograd gradient of the ``target``
-    logit, sign agreement of the top ``k`` per input (tests.test_image_consistency's reading)."""
+    logit, sign agreement of the top ``k`` per input (tests.evaluators.protocols.test_consistency's reading)."""
     import torch
 
     from evaluators.protocols.population_sets import disjoint_sets
-    from tests.test_image_consistency import naive_sign_agreement
+    from tests.evaluators.protocols.test_consistency import naive_sign_agreement
 
     maps = []
     for members in disjoint_sets(n_members, 2, 2, 0):

@@ -28,7 +28,7 @@ from evaluators.metrics.infidelity import infidelity, least_squares_scale, subse
 from evaluators.metrics.perturbations import gaussian_blur, subset_choices, superpixels, uniform_noise
 from evaluators.metrics.sensitivity import sensitivities
 from foundation.errors import InputError
-from tests.tiny_models import tiny_mlp
+from tests.support.tiny_models import tiny_mlp
 
 EXPLAINERS = {"saliency": {}, "input_x_gradient": {}, "integrated_gradients": {"n_steps": 8}}
 SIZE = 10

@@ -26,7 +26,7 @@ from evaluators.metrics.insertion_deletion import insertion_deletion_curves
 from evaluators.metrics.road import road_curves
 from evaluators.protocols import aggregation
 from foundation.errors import InputError
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
 
 AGGREGATION = {
     "explainers": {"saliency": {}, "smoothgrad": {"nt_samples": 3}, "gradient_shap": {"n_samples": 2,
@@ -62,7 +62,7 @@ def folder(tmp_path_factory) -> Path:
 
 
 def config(folder: Path, out: Path, protocol: str, in_memory: bool = True, **extra) -> str:
-    cfg = {"run": str(folder / "net.pt"), "model_class": "tests.test_folder_streaming.tiny_cnn",
+    cfg = {"run": str(folder / "net.pt"), "model_class": "tests.evaluators.inputs.test_chunks.tiny_cnn",
            "data_config": str(folder / f"data-{in_memory}.yaml"), "n_inputs": 6, "device": "cpu", "log_to": "none",
            "output_dir": str(out / "out"), **(AGGREGATION if protocol == "aggregation" else OPTIMISED),
            **extra}  # fmt: skip
@@ -201,7 +201,7 @@ def test_a_killed_run_resumes_to_an_uninterrupted_runs_report(folder, aggregatio
 def test_streamed_references_equal_the_in_memory_ones(folder):
     """The training images and statistics the chunks share, read a batch at a time from the
     files, equal ``reference_inputs``' from memory (the statistics to float32 rounding)."""
-    data_of = {m: load_run(folder / "net.pt", model_class="tests.test_folder_streaming.tiny_cnn",
+    data_of = {m: load_run(folder / "net.pt", model_class="tests.evaluators.inputs.test_chunks.tiny_cnn",
                            data_config=str(folder / f"data-{m}.yaml"))[1] for m in (True, False)}  # fmt: skip
     sample, (mean, std), _ = reference_inputs(data_of[True], 4, 0, torch.device("cpu"), {})
     got, (got_mean, got_std), tabular = streamed_references(data_of[False], 4, torch.device("cpu"), {}, batch=2)

@@ -15,9 +15,8 @@ from datamodules import InputError
 from evaluators.inputs.config import load_config
 from evaluators.protocols.aggregation import AggregationConfig
 from evaluators.protocols.roar.protocol import RoarConfig
-from tests.helpers import assert_one_line_error, run_in_process
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.helpers import assert_one_line_error, run_in_process
+from tests.support import ROOT
 
 
 def test_dotted_set_keys_reach_nested_options_and_wrong_keys_are_named(tmp_path):

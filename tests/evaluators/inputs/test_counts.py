@@ -72,8 +72,8 @@ def test_the_default_number_of_points_takes_a_smaller_split_whole_and_says_so(sm
 
 
 def test_image_protocols_refuse_more_images_than_the_split_holds(tiny_run, tmp_path):
-    from tests.test_aggregation_protocol import small_config
-    from tests.test_optimised_protocol import config as optimised_config
+    from tests.evaluators.protocols.test_aggregation import small_config
+    from tests.evaluators.protocols.test_optimised_aggregation import config as optimised_config
 
     n_test = n_train = 12  # tiny_run's folder: 4 images of each of 3 classes per split
     with pytest.raises(InputError, match=f"option --n_images=50: the test split has {n_test} images; expected at"):

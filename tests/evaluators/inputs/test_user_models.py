@@ -17,8 +17,8 @@ from foundation.errors import InputError, run_entry_point
 from evaluators.inputs.assemble import main as assemble_main
 from evaluators.inputs.runs import load_run
 from lightning_modules.population_io import load_population
-from tests.test_images_data import make_folder
-from tests.user_nets import TinyCNN, UserLightning
+from tests.datamodules.test_images import make_folder
+from tests.support.user_nets import TinyCNN, UserLightning
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"]  # fmt: skip
@@ -46,18 +46,18 @@ def images(tmp_path_factory):
 def cnn_run(images):
     """A train.py run of the generic Classifier around the user's TinyCNN on the image folder."""
     tmp, config = images
-    train.main(["--config", str(config), *CLASSIFIER, "--model.net", "tests.user_nets.TinyCNN", *QUIET,
+    train.main(["--config", str(config), *CLASSIFIER, "--model.net", "tests.support.user_nets.TinyCNN", *QUIET,
                 "--output_dir", str(tmp / "runs"), "--run_name", "cnn"])  # fmt: skip
     return tmp / "runs" / "tiny" / "cnn"
 
 
 def test_a_user_sequential_trains_on_a_table_and_its_run_reloads(tmp_path):
-    metrics = train.main([*CLASSIFIER, "--model.net", "tests.user_nets.TableNet", "--model.net.hidden", "4", *QUIET,
-                          "--output_dir", str(tmp_path), "--run_name", "table"])  # fmt: skip
+    metrics = train.main([*CLASSIFIER, "--model.net", "tests.support.user_nets.TableNet", "--model.net.hidden", "4",
+                          *QUIET, "--output_dir", str(tmp_path), "--run_name", "table"])  # fmt: skip
     run = tmp_path / "german" / "table"
     net = yaml.safe_load((run / "config.yaml").read_text())["model"]["init_args"]["net"]
-    assert net == {"class_path": "tests.user_nets.TableNet", "init_args": {"in_features": 61, "hidden": 4,
-                                                                           "num_classes": 2}}  # from the data
+    assert net == {"class_path": "tests.support.user_nets.TableNet",
+                   "init_args": {"in_features": 61, "hidden": 4, "num_classes": 2}}  # from the data
     model, data, _ = load_run(run)
     x, y = data.test_tensors
     reloaded = evaluate.main(["run", str(run)])
@@ -94,10 +94,10 @@ def model_file(kind: str, run, net, x, folder):
         module.model.load_state_dict(net.state_dict())
         torch.save({"pytorch-lightning_version": pl.__version__, "epoch": 1, "state_dict": module.state_dict(),
                     "hyper_parameters": dict(module.hparams)}, path)  # fmt: skip
-        return path, [*data, "--model_class", "tests.user_nets.UserLightning"]
+        return path, [*data, "--model_class", "tests.support.user_nets.UserLightning"]
     else:
         torch.save(net.state_dict(), path)
-        return path, [*data, "--model_class", "tests.user_nets.TinyCNN", "--model_args", "{num_classes: 3}"]
+        return path, [*data, "--model_class", "tests.support.user_nets.TinyCNN", "--model_args", "{num_classes: 3}"]
     return path, data
 
 
@@ -134,7 +134,7 @@ def test_a_population_assembled_from_three_user_state_dicts_runs_the_consistency
         files.append(tmp_path / f"member-{k}.pt")
         torch.save(net.state_dict(), files[-1])
     pop = tmp_path / "pop.pt"
-    assemble_main(["--out", str(pop), "--data_config", str(config), "--model_class", "tests.user_nets.TinyCNN",
+    assemble_main(["--out", str(pop), "--data_config", str(config), "--model_class", "tests.support.user_nets.TinyCNN",
                    "--model_args", "{num_classes: 3}", *map(str, files)])  # fmt: skip
     population, payload = load_population(pop)
     for i, net in enumerate(nets):
@@ -161,14 +161,14 @@ def test_a_population_assembled_from_three_user_state_dicts_runs_the_consistency
 
 def test_a_model_whose_output_is_not_logits_is_named_and_leaves_nothing(tmp_path):
     with pytest.raises(InputError, match=r"TableNet|Flat.*shape \(32,\).*expected class logits"):
-        train.main([*CLASSIFIER, "--model.net", "tests.user_nets.Flat", *QUIET, "--output_dir", str(tmp_path)])
+        train.main([*CLASSIFIER, "--model.net", "tests.support.user_nets.Flat", *QUIET, "--output_dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())  # no run folder left behind
     flat = tmp_path / "flat.pt"
     torch.save(torch.nn.Linear(61, 1).state_dict(), flat)
     torch.save({"linear." + k: v for k, v in torch.load(flat, weights_only=True).items()}, flat)
     with pytest.raises(InputError, match=rf"{flat}: an output of shape \(3,\) for a batch of 3 inputs"):
-        evaluate.main(["run", str(flat), "--model_class", "tests.user_nets.Flat", "--model_args", "{in_features: 61}",
-                       "--data_config", "configs/german.yaml"])  # fmt: skip
+        evaluate.main(["run", str(flat), "--model_class", "tests.support.user_nets.Flat",
+                       "--model_args", "{in_features: 61}", "--data_config", "configs/german.yaml"])  # fmt: skip
 
 
 def test_a_checkpoint_of_another_architecture_names_the_first_mismatching_key(cnn_run, tmp_path):
@@ -176,7 +176,7 @@ def test_a_checkpoint_of_another_architecture_names_the_first_mismatching_key(cn
     torch.save(TinyCNN(num_classes=3, width=8).state_dict(), path)
     with pytest.raises(InputError, match=rf"{path}: does not fit the network \(TinyCNN\): 'features.0.weight' is "
                                          r"\(8, 3, 3, 3\) in the file, \(4, 3, 3, 3\)"):  # fmt: skip
-        load_run(path, model_class="tests.user_nets.TinyCNN", model_args={"num_classes": 3},
+        load_run(path, model_class="tests.support.user_nets.TinyCNN", model_args={"num_classes": 3},
                  data_config=str(cnn_run / "config.yaml"))  # fmt: skip
     with pytest.raises(InputError, match=r"model_args: weights='IMAGENET1K_V1' would download"):
         load_run(path, model_class="torchvision.models.resnet18", model_args={"weights": "IMAGENET1K_V1"},

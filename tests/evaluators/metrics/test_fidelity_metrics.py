@@ -21,7 +21,7 @@ from evaluators.metrics.perturbations import gaussian_blur, pixel_groups
 from evaluators.metrics.relative_stability import RelativeStability, relative_stability
 from evaluators.metrics.road import PERCENTAGES, ROADLeRF, ROADMoRF, linear_imputation, road_curves
 from foundation.errors import InputError
-from tests.tiny_models import tiny_conv_net, tiny_mlp
+from tests.support.tiny_models import tiny_conv_net, tiny_mlp
 
 
 def tiny_cnn(**options) -> nn.Module:

@@ -21,7 +21,7 @@ from evaluators.metrics.insertion_deletion import (
 )
 from foundation.errors import InputError
 from lightning_modules.ensembles import MLPEnsemble
-from tests.tiny_models import tiny_conv_net as tiny_cnn, tiny_mlp
+from tests.support.tiny_models import tiny_conv_net as tiny_cnn, tiny_mlp
 
 
 def reference_curves(model, x, maps, mode, target, steps, baseline, seed=0, stats=None, softmax=True) -> np.ndarray:

@@ -20,8 +20,8 @@ from evaluators.metrics.relative_stability import (
     norm_change,
     relative_stability,
 )
-from tests.test_fidelity_metrics import LinearScore, data, tiny_cnn
-from tests.tiny_models import tiny_mlp
+from tests.evaluators.metrics.test_fidelity_metrics import LinearScore, data, tiny_cnn
+from tests.support.tiny_models import tiny_mlp
 
 
 def saliency(model, x: torch.Tensor, target) -> torch.Tensor:

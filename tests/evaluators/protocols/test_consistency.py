@@ -22,7 +22,7 @@ from evaluators.protocols.consistency import image_rows_per_pass
 def image_population(tmp_path_factory):
     """A folder of 4 train.py runs of ResNet-8 (BatchNorm) on 3 classes of 16x16 images, seeds 0-3."""
     import train
-    from tests.test_images_data import make_folder
+    from tests.datamodules.test_images import make_folder
 
     tmp = tmp_path_factory.mktemp("image_population")
     make_folder(tmp / "tiny", size=16, n=6)

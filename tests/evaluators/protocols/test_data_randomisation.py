@@ -20,7 +20,7 @@ from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
 from foundation.errors import InputError
 from lightning_modules.population_io import load_population, population_datamodule
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
 
 
 # --- the datamodule option -------------------------------------------------------------------

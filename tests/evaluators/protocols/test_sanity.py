@@ -24,7 +24,7 @@ from evaluators.protocols import sanity
 from evaluators.sanity import other_classes, randomised_models
 from foundation.errors import InputError
 from lightning_modules.interface import default_classes
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1"]  # fmt: skip

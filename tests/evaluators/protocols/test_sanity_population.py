@@ -17,8 +17,8 @@ import evaluate
 from foundation.errors import InputError
 from evaluators.protocols import sanity
 from evaluators.protocols.data_randomisation import DataRandomisationConfig
-from tests.test_sanity_protocol import cnn_run  # noqa: F401  (the tiny small-CNN run fixture)
-from tests.helpers import noisy_member_copies
+from tests.evaluators.protocols.test_sanity import cnn_run  # noqa: F401  (the tiny small-CNN run fixture)
+from tests.support.helpers import noisy_member_copies
 
 T_975 = {2: 4.302652729749464}  # Student's t 97.5 % quantile, 2 degrees of freedom (tables)
 SANITY = {"n_inputs": 4, "explainers": {"saliency": {}, "input_x_gradient": {}, "guided_backprop": {}},

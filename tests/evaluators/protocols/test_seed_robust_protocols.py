@@ -14,7 +14,7 @@ from scipy.stats import kendalltau
 import evaluate
 from evaluators.protocols import aggregation, optimised_aggregation
 from foundation.errors import InputError
-from tests.helpers import noisy_member_copies
+from tests.support.helpers import noisy_member_copies
 
 AGGREGATION = {"n_inputs": 4, "explainers": {"saliency": {}, "gradcam": {}, "input_x_gradient": {}},
                "aggregators": {"mean": {}, "ucb": {}, "pi": {}}, "normalisations": ["z"], "sweeps": {}, "steps": 4,

@@ -15,7 +15,7 @@ from datamodules.roar import RemoveAndRetrainDataModule
 from evaluators.protocols.roar.grid import RoarGrid, run_grid
 from evaluators.protocols.roar.maps import dataset_maps
 from lightning_modules.image_classifier import ImageClassifier
-from tests.test_images_data import make_folder
+from tests.datamodules.test_images import make_folder
 
 
 # slow (make test-all): Lightning's ddp_spawn workers can abort at exit after their work (SIGABRT,

@@ -24,8 +24,8 @@ from evaluators.protocols.roar import maps as roar_maps
 from evaluators.protocols.roar.grid import RoarGrid
 from evaluators.protocols.roar.rankings import RankingStore, ranking_pass, removal_order, streamed_fill
 from lightning_modules.image_classifier import create_image_model
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ("a", "b", "c")
 
 
@@ -250,7 +250,7 @@ def test_evaluate_py_roar_rankings_only_fills_the_shards(tmp_path):
     model; no cell is trained."""
     import evaluate
     from evaluators.inputs.runs import load_run
-    from tests.helpers import tiny_image_run
+    from tests.support.helpers import tiny_image_run
 
     run = tiny_image_run(make_folder(tmp_path / "images"), tmp_path)
     config = tmp_path / "roar.yaml"

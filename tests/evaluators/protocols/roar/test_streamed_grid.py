@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import evaluate
-from tests.helpers import tiny_image_run
-from tests.test_images_data import make_folder
+from tests.support.helpers import tiny_image_run
+from tests.datamodules.test_images import make_folder
 
 RECORD = ("estimator", "fraction", "seeds", "retrain_acc", "no_retrain_acc")
 
