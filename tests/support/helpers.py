@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 import pytorch_lightning as pl
 import torch
 from tests.support import ROOT
@@ -196,3 +197,15 @@ def tiny_image_run(root: Path, tmp_path: Path, epochs: int = 1) -> Path:
                 "--run_name", "r"])  # fmt: skip
     (run,) = (tmp_path / "runs").glob("*/r")
     return run
+
+
+def fashion_mnist_or_skip():
+    """The built-in Fashion-MNIST datamodule (batch 64, seed 0), or the test skipped where its files are absent."""
+    from datamodules.images import FashionMNISTDataModule
+
+    data = FashionMNISTDataModule(batch_size=64, seed=0)
+    try:
+        data.describe()
+    except Exception as err:  # the Debian package is installed by the Makefile
+        pytest.skip(f"Fashion-MNIST not available: {err}")
+    return data
