@@ -18,9 +18,9 @@ import pytorch_lightning as pl
 import torch
 
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.metrics.agreement import METRICS, PairwiseAgreement
 from foundation.errors import InputError
+from foundation.modality import REDUCTIONS, modality_of
 from lightning_modules.interface import fixed_target
 
 
@@ -56,7 +56,7 @@ class ExplanationConsistency(pl.Callback):
             return explain(pl_module, x, self.method).detach()
         maps = [explain(pl_module.member(i).to(pl_module.device), x, self.method, target=y).detach()
                 for i in range(pl_module.size)]  # fmt: skip
-        return torch.stack([(m if m.dim() == 2 else reduce_map(m, self.map_reduction)).flatten(1) for m in maps])
+        return torch.stack([modality_of(x).reduce(m, self.map_reduction).flatten(1) for m in maps])
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not callable(getattr(pl_module, "member", None)) or pl_module.size < 2:

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from foundation.errors import InputError
+from foundation.modality import MODALITIES
 
 ALL_MODALITIES = ("rows", "images")
 
@@ -91,11 +92,13 @@ class Registry:
         factory); a name registered twice is an error."""
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
-        unknown = set(modalities) - set(ALL_MODALITIES)
+        unknown = set(modalities) - set(MODALITIES)  # foundation.modality's: rows, images and any registered there
         if unknown:
-            raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; expected {ALL_MODALITIES}")
+            raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; "
+                             f"expected {sorted(MODALITIES)}")  # fmt: skip
         entry = Entry(name, obj, _first_line(obj) if help is None else help, tuple(modalities), tuple(needs),
-                      higher_is_better, MappingProxyType(dict(defaults or {})), MappingProxyType(dict(extra)))  # fmt: skip
+                      higher_is_better, MappingProxyType(dict(defaults or {})),
+                      MappingProxyType(dict(extra)))  # fmt: skip
         self._entries[name] = entry
         return entry
 
@@ -113,7 +116,8 @@ class Registry:
         """The registered names in registration order, those applying to ``modality`` and
         whose traits equal ``traits`` (fields or ``extra``) only."""
         return [name for name, entry in self._entries.items()
-                if entry.applies_to(modality) and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
+                if entry.applies_to(modality)
+                and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

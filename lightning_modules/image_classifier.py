@@ -42,6 +42,7 @@ from torch.nn import functional as F
 from torchvision.models import resnet as tv_resnet
 
 from foundation.errors import InputError
+from foundation.modality import IMAGES
 from lightning_modules.finite import check_outputs
 
 Optimizer = Literal["sgd", "adamw"]
@@ -386,6 +387,8 @@ class ImageClassifier(CrossEntropySteps, pl.LightningModule):
     each process, then over the processes (``sync_dist``). The training loss includes the
     label smoothing; the others do not.
     """
+
+    modality = IMAGES  # what it takes (``foundation.modality``)
 
     def __init__(
         self,

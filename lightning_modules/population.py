@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from foundation.errors import InputError
+from foundation.modality import ROWS
 from lightning_modules.ensembles import MLPEnsemble, Reduction
 from lightning_modules.interface import check_num_classes, default_output, tabular_class
 from lightning_modules.mlp import (
@@ -66,7 +67,7 @@ class PopulationMLP(Population):
             written right after (``subset``, ``concatenate``, loading a file).
     """
 
-    TEST_LOG, CHUNKED, INPUTS = ("test/member_acc", "_mean"), True, "rows"
+    TEST_LOG, CHUNKED, modality = ("test/member_acc", "_mean"), True, ROWS
     CURVES = "stacked"  # curves between members: trained together in one stack (protocols' population_sets)
 
     def __init__(

@@ -22,6 +22,7 @@ from datamodules import data_location_option
 from datamodules.specs import DATASETS
 from foundation.errors import InputError
 from foundation.files import atomic_write
+from foundation.modality import IMAGES
 from lightning_modules.image_population import ImagePopulation
 from lightning_modules.module_population import ModulePopulation
 from lightning_modules.population import PopulationMLP
@@ -30,7 +31,7 @@ from lightning_modules.population_base import Population
 FORMAT = "reliable-explanations/population-v3"  # v3: one format for every kind, named by "class"
 KINDS: dict[str, type[Population]] = {"PopulationMLP": PopulationMLP, "ImagePopulation": ImagePopulation,
                                       "ModulePopulation": ModulePopulation}  # fmt: skip
-IMAGE_KINDS = tuple(name for name, cls in KINDS.items() if cls.INPUTS == "images")  # what image protocols read
+IMAGE_KINDS = tuple(name for name, cls in KINDS.items() if cls.modality is IMAGES)  # what image protocols read
 ROW_KINDS = ("PopulationMLP", "ModulePopulation")  # the kinds whose members may take table rows
 LEGACY_FORMATS = {"reliable-explanations/population-v2": "PopulationMLP",  # weights (M, out, in)
                   "reliable-explanations/image-population-v1": "ImagePopulation"}  # fmt: skip
@@ -82,8 +83,8 @@ def read_population_file(path: str | Path, mmap: bool = False, kind: str | tuple
 
 def population_inputs(payload: dict) -> str:
     """What a saved population's members take, ``"images"`` or ``"rows"``: its ``inputs`` option
-    where its kind has one (``ModulePopulation``), else its kind's ``INPUTS``."""
-    return (payload.get("hparams") or {}).get("inputs") or KINDS[payload["class"]].INPUTS
+    where its kind has one (``ModulePopulation``), else its kind's ``modality``."""
+    return (payload.get("hparams") or {}).get("inputs") or KINDS[payload["class"]].modality.name
 
 
 def load_population(path: str | Path, kind: str | tuple[str, ...] | None = None) -> tuple[Population, dict]:

@@ -43,7 +43,7 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
 **Maps.** Each explainer i of ``explainers`` (registry name -> options for
 ``evaluators.maps.explain``) explains the target class (images: the predicted class
 unless given, fixed for the perturbed copies as well; tabular: the positive class).
-Image attributions (N, C, H, W) are summed over channels (``reduce_map(how=reduce)``,
+Image attributions (N, C, H, W) are summed over channels (``Modality.reduce(how=reduce)``,
 ``"sum"``), then post-processed as the reference's explainers do by default: absolute value
 (``absolute``), min-max to [0, 1] (``normalisation="linear"``, any name of
 ``normalisations.NORMALISATIONS``; a constant map becomes zeros), and a Gaussian smoothing
@@ -74,7 +74,6 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
 from evaluators.metrics.model_scores import check_inputs, resolve_targets
 from evaluators.metrics.perturbations import (
@@ -91,6 +90,7 @@ from evaluators.metrics.perturbations import (
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import Modality, modality_of
 from foundation.seeds import derived_seed, input_index
 from lightning_modules.interface import eval_mode
 
@@ -100,18 +100,18 @@ SMOOTHING = 1.0  # the reference's scipy.ndimage.gaussian_filter(sigma=(1, 1)) o
 VAR_EPS = 0.226  # the reference code's constant (it adds it to the variance); see agg_var
 
 
-def postprocess(maps: torch.Tensor, tabular: bool, absolute: bool = True, normalisation: str = "linear",
+def postprocess(maps: torch.Tensor, modality: Modality, absolute: bool = True, normalisation: str = "linear",
                 smoothing: float | None = None) -> torch.Tensor:  # fmt: skip
-    """Maps (R, *S) as the reference post-processes them: |φ| (``absolute``), then
-    ``normalise(·, normalisation)`` per map, then (images) a Gaussian smoothing of σ =
-    ``smoothing`` (None: 1 on images, none on tabular rows; 0: none)."""
+    """Maps (R, *S) of ``modality`` as the reference post-processes them: |φ| (``absolute``), then
+    ``normalise(·, normalisation)`` per map, then (units with neighbours, ``Modality.spatial``:
+    pixels) a Gaussian smoothing of σ = ``smoothing`` (None: 1 on images, none on tabular rows; 0: none)."""
     if absolute:
         maps = maps.abs()
-    maps = normalise(maps, normalisation, 1 if tabular else 2)
-    if tabular:
+    maps = normalise(maps, normalisation, modality.map_dims)
+    if not modality.spatial:
         if smoothing:
-            raise InputError(f"option smoothing={smoothing!r}: tabular feature maps have no neighbourhood to smooth "
-                             "over; expected None or 0")  # fmt: skip
+            raise InputError(f"option smoothing={smoothing!r}: {modality.kind} {modality.unit} maps have no "
+                             "neighbourhood to smooth over; expected None or 0")  # fmt: skip
         return maps
     sigma = SMOOTHING if smoothing is None else check_real("smoothing", smoothing, 0, low_open=False)
     return gaussian_blur(maps, sigma) if sigma > 0 else maps
@@ -122,23 +122,23 @@ def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
                    smoothing: float | None = None, max_batch: int | None = None, seed: int = 0,
                    index: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """(N, k, *S) the post-processed maps of inputs x (N, ...) by the k explainers, in
-    ``explainers``' order: images reduced over channels by ``reduce_map(how=reduce)``; see
+    ``explainers``' order: images reduced over channels by ``Modality.reduce(how=reduce)``; see
     the module's docstring. ``target``: a LongTensor (N,) or None (the default). Every explainer
     draws from ``seed`` and the inputs' indices ``index`` (``evaluators.maps.explain``)
     unless its options name a seed of their own. An explainer's maps with NaN or ±inf are
     refused, the error naming it."""
-    tabular = x.dim() == 2  # rows: one value per feature
+    modality = modality_of(x)
     stack = []
     for name, options in explainers.items():
         options = {"seed": seed, "index": index, **(options or {})}
         maps = explain(model, x, name, target=target, max_batch=max_batch, **options)
-        maps = maps if tabular else reduce_map(maps, reduce)
-        expected = x.shape if tabular else (len(x), *x.shape[2:])
+        maps = modality.reduce(maps, reduce) if modality.recognises(maps) else maps
+        expected = modality.scored_shape(x)
         if maps.shape != expected:
             raise InputError(f"explainer {name!r} gave maps of shape {tuple(maps.shape)}; expected {tuple(expected)} "
                              "(explain a population's members one at a time)")  # fmt: skip
         check_finite(maps, f"explainer {name!r}", "map")
-        stack.append(postprocess(maps.detach(), tabular, absolute, normalisation, smoothing))
+        stack.append(postprocess(maps.detach(), modality, absolute, normalisation, smoothing))
     return torch.stack(stack, 1)
 
 
@@ -214,7 +214,7 @@ def agg_mean(model, x, target, explainers, **map_options):
 def agg_var(model, x, target, explainers, eps: float = VAR_EPS, **map_options):
     """μ / (σ + ε) per feature; no weights."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
-    return variance_aggregate(maps, 1 if x.dim() == 2 else 2, eps), None
+    return variance_aggregate(maps, modality_of(x).map_dims, eps), None
 
 
 def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, seed: int = 0,

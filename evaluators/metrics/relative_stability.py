@@ -176,7 +176,7 @@ def relative_stability(
         max_batch: rows per forward pass and per ``explain_fn`` call (at least one input's n samples;
             None: ``resolve_max_batch``).
     """
-    tabular, unit_shape = check_inputs_and_maps(model, x, maps)
+    _, unit_shape = check_inputs_and_maps(model, x, maps)
     _check_options(n_samples, radius, p, eps_min, change, ros_output)
     if not callable(explain_fn):
         raise InputError(f"option explain_fn={explain_fn!r}; expected a callable (x_rows, target_rows) -> maps")

@@ -71,6 +71,7 @@ from evaluators.metrics.model_scores import (
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import Modality
 from lightning_modules.interface import class_probabilities, eval_mode
 
 ORDERS = ("morf", "lerf")
@@ -160,8 +161,8 @@ def _check_options(order, output, noise) -> None:
         raise InputError(f"option noise={noise!r}; expected a standard deviation >= 0 (Rong et al.: 0.01)")
 
 
-def _feature_means(x: torch.Tensor, feature_means, tabular: bool) -> torch.Tensor | None:
-    if not tabular:
+def _feature_means(x: torch.Tensor, feature_means, modality: Modality) -> torch.Tensor | None:
+    if modality.spatial:
         if feature_means is not None:
             raise InputError("option feature_means: images are imputed from their neighbours; expected None")
         return None
@@ -197,7 +198,7 @@ def road_curves(
         max_batch: the most rows one solve and one forward pass see (None: ``resolve_max_batch``).
         offset, total: x is inputs offset … of a call over ``total`` (None: N) inputs.
     """
-    tabular, unit_shape = check_inputs_and_maps(model, x, maps)
+    modality, unit_shape = check_inputs_and_maps(model, x, maps)
     total = check_part(offset, total, len(x))
     _check_options(order, output, noise)
     percentages = _check_percentages(percentages)
@@ -207,7 +208,7 @@ def road_curves(
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
             max_batch = resolve_max_batch(max_batch, x)
-            means = _feature_means(x, feature_means, tabular)
+            means = _feature_means(x, feature_means, modality)
             generator = torch.Generator().manual_seed(seed)
             flat = maps.reshape(len(x), n)
             skip_permutations(generator, offset, n)
@@ -223,11 +224,11 @@ def road_curves(
                 image, step = rows // steps, rows % steps
                 removed = (ranks[image] < counts[step, None]).view(-1, *unit_shape)
                 draws = torch.stack([torch.randn(x.shape[1:], generator=generator, dtype=x.dtype) for _ in rows])
-                if tabular:
-                    filled = means.expand(len(rows), -1)
-                else:
+                if modality.spatial:  # imputed from the neighbours
                     filled = linear_imputation(x[image], removed)
-                    removed = removed[:, None]
+                else:
+                    filled = means.expand(len(rows), -1)
+                removed = modality.unit_mask(removed)
                 imputed = torch.where(removed, filled + noise * draws.to(device), x[image])
                 points.append(_outputs(model, imputed, target[image], output))
             curves = torch.cat(points).view(len(x), steps)

@@ -53,7 +53,7 @@ from foundation.finite import check_finite
 from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from foundation.modality import REDUCTIONS
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
@@ -165,7 +165,7 @@ def base_maps(cfg: AggregationConfig, model, chunk: Chunk) -> dict[str, torch.Te
             options = {"seed": cfg.seed + k, "index": chunk.index,  # an explainer's own seed wins
                        **explainer_options(options or {}, inputs)}  # fmt: skip
             m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
-            m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
+            m = inputs.modality.reduce(m.detach(), cfg.reduction)
             where = "" if chunk.index is None else f" (the chunk of inputs {chunk.start} … {chunk.stop - 1})"
             check_finite(m, f"explainer {name!r}{where}", "map")
             return {"maps": m.cpu()}
@@ -202,7 +202,8 @@ def score_row(cfg: AggregationConfig, model, chunk: Chunk, maps: torch.Tensor) -
     for mode in MODES:
         fractions, curves = METRICS[mode].function(
             model, inputs.x, maps, **METRICS[mode].fixed, target=inputs.target, steps=cfg.steps, baseline=cfg.baseline,
-            stats=None if cfg.baseline_stats == "image" and not inputs.tabular else inputs.stats, seed=cfg.seed,
+            stats=None if cfg.baseline_stats == "image" and inputs.modality.own_statistics else inputs.stats,
+            seed=cfg.seed,
             max_batch=cfg.max_batch, **chunk.part,
         )  # fmt: skip
         result[mode] = auc(curves, fractions).cpu()
@@ -305,7 +306,7 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
         raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {names}")
     n_grid = counted("n_grid", cfg.n_grid, source.n, "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
     shown = torch.linspace(0, source.n - 1, n_grid).long()  # across the classes
-    map_dims = 1 if source.tabular else 2
+    map_dims = source.modality.map_dims
     parts, sizes, blanks, examples = [], [], [], {}
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
@@ -333,7 +334,8 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
     summary["_grid"] = {"x": source.read(shown.tolist()).cpu(), "maps": {r: torch.cat(m) for r, m in examples.items()},
-                        "tabular": source.tabular, "normalization": getattr(data, "normalization", None)}  # fmt: skip
+                        "figure": source.modality.figure,
+                        "normalization": getattr(data, "normalization", None)}  # fmt: skip
     return summary
 
 
@@ -446,7 +448,7 @@ def plot_normalisations(summary: dict, path: Path) -> Path | None:
 def plot_grid(summary: dict, path: Path) -> Path | None:
     """Inputs (un-normalised), then each base map and each aggregated map (images only)."""
     grid = summary["_grid"]
-    if grid["tabular"] or not grid["maps"]:
+    if grid["figure"] != "heatmap" or not grid["maps"]:
         return None
     maps = {row.split("/", 1)[1]: m for row, m in grid["maps"].items()}
     return plot_map_grid(grid["x"], maps, grid["normalization"], path, cell=1.3)

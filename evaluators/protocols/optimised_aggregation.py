@@ -223,7 +223,7 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
             print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
-        parts.append(chunk_results(cfg, model, chunk, map_options, 1 if source.tabular else 2))
+        parts.append(chunk_results(cfg, model, chunk, map_options, source.modality.map_dims))
     per_input, weights = concatenated([p[0] for p in parts]), concatenated([p[1] for p in parts])
     names = list(cfg.explainers)
     blanks = {name: {kind: sum(p[2][name][kind] for p in parts) for kind in counts}
@@ -247,7 +247,7 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
         a blurred copy), read on first use."""
         got = chunk.inputs
         explainers = {name: explainer_options(options or {}, got) for name, options in cfg.explainers.items()}
-        return got.x, got.target, explainers, got.stats[0] if got.tabular else None
+        return got.x, got.target, explainers, None if got.modality.spatial else got.stats[0]
 
     def copies_seed(part: slice, m: int) -> dict:
         """The explainers' draws for the m noisy copies of each input of ``part`` (copy s of input i

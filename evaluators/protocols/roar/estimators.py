@@ -54,10 +54,11 @@ from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from foundation.finite import check_finite
-from evaluators.maps import explain, explainer_names, input_kind
+from evaluators.maps import explain, explainer_names
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import IMAGES
 from lightning_modules.interface import default_targets, eval_mode
 
 CHUNK = 1024
@@ -121,7 +122,7 @@ def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tenso
 def estimator_names(model: nn.Module, x: torch.Tensor) -> list[str]:
     """The names ``estimator_maps`` takes for ``model`` and inputs like x: explainers
     (``explainer_names``), controls (``sobel`` for images), ``agg:`` aggregates."""
-    controls = list(ROAR_CONTROLS) if input_kind(x) == "images" else ["random"]
+    controls = list(ROAR_CONTROLS) if IMAGES.recognises(x) else ["random"]
     aggregates = [AGG_PREFIX + a for a in [*PIXEL_AGGREGATORS, *OPTIMISED_AGGREGATORS]]
     return explainer_names(model, x) + controls + aggregates
 
