@@ -12,13 +12,15 @@ and read through one interface: ``EXPLAINERS["saliency"]`` (an :class:`Entry`; a
 is an ``InputError`` naming the choices), ``EXPLAINERS.names(modality="rows")``, ``"x" in
 EXPLAINERS``. Every entry declares the same traits: what it applies to (``modalities``), what it
 reads beyond its inputs (``needs``: a target, baselines, a model, maps, ...), for a score its
-direction (``higher_is_better``), its documented ``defaults``, and a one-line ``help`` (by default
-its docstring's first line). Traits proper to one kind (an explainer's ``linear``, a protocol's
+direction (``higher_is_better``), its documented ``defaults`` (by default the keyword defaults of
+its signature), and a one-line ``help`` (by default its docstring's first line). Traits proper
+to one kind (an explainer's ``linear``, a protocol's
 ``resumable``) are keyword arguments kept in ``extra`` and read as attributes of the entry.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,6 +34,16 @@ ALL_MODALITIES = ("rows", "images")
 def _first_line(obj: Any) -> str:
     doc = getattr(obj, "__doc__", None) or ""
     return next((line.strip() for line in doc.strip().splitlines() if line.strip()), "")
+
+
+def _signature_defaults(obj: Any) -> dict[str, Any]:
+    """The keyword defaults of ``obj``'s signature (a class: of its ``__init__``); {} if it has none."""
+    try:
+        parameters = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):  # not callable, or a builtin without a signature
+        return {}
+    return {p.name: p.default for p in parameters
+            if p.default is not p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,14 +100,15 @@ class Registry:
             needs: tuple[str, ...] = (), higher_is_better: bool | None = None,
             defaults: Mapping[str, Any] | None = None, **extra: Any) -> Entry:  # fmt: skip
         """Registers ``obj`` under ``name`` where a decorator cannot sit (an object built by a
-        factory); a name registered twice is an error."""
+        factory); a name registered twice is an error; ``defaults`` None: ``obj``'s signature's."""
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         unknown = set(modalities) - set(ALL_MODALITIES)
         if unknown:
             raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; expected {ALL_MODALITIES}")
+        defaults = _signature_defaults(obj) if defaults is None else defaults
         entry = Entry(name, obj, _first_line(obj) if help is None else help, tuple(modalities), tuple(needs),
-                      higher_is_better, MappingProxyType(dict(defaults or {})), MappingProxyType(dict(extra)))  # fmt: skip
+                      higher_is_better, MappingProxyType(dict(defaults)), MappingProxyType(dict(extra)))  # fmt: skip
         self._entries[name] = entry
         return entry
 

@@ -83,7 +83,7 @@ from lightning_modules.ensembles import build_ensemble
 from lightning_modules.interface import default_targets
 
 STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
-METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
+TABLE_AGREEMENTS = ["sa", "ssa", "cdc_k", "cdc_d"]  # Ley et al.'s Table 1 agreements, kept per pair of ensembles
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
 POINTS = {"deepshap": "n_points_deepshap", "smoothgrad": "n_points_smoothgrad"}  # a method's own count; others n_points
@@ -344,7 +344,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         e = maps if not images else reduce_map(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(
             0, maps.shape[:2])  # fmt: skip
         agreements = ley_agreements(e, cfg.k)
-        values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
+        values = {metric: agreements[metric].mean(0).cpu() for metric in TABLE_AGREEMENTS}  # over pairs of ensembles
         if images:
             values["angular"] = angular_difference(e).mean(0).cpu()
         for name in cfg.rank_agreements:
