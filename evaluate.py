@@ -29,7 +29,7 @@ by its config, so a re-run or a ``--shard`` process continues the same grid). Ea
 folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compares two runs:
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
-``optimised``, ``sanity``: ``Protocol.resumable``) continues with ``--resume <folder>``.
+``optimised``, ``sanity``: a protocol entry's ``resumable``) continues with ``--resume <folder>``.
 
 Every command that evaluates a model names it with the same options (``add_model_source``):
 ``--run``, ``--population``, ``--checkpoint``, and a model file's ``--model_class``,
@@ -64,7 +64,8 @@ from evaluators.inputs.model_source import FILE_OPTIONS
 from evaluators.inputs.runs import load_run
 from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found, RUN_FOLDER
 from evaluators.protocols.explanation_grid import explanation_grid
-from evaluators.protocols.registry import PROTOCOLS, Protocol
+from evaluators.protocols.registry import PROTOCOLS
+from foundation.registry import Entry
 from foundation.errors import InputError, OneLineParser, run_entry_point
 from foundation.files import json_text, write_text
 from foundation.run_folders import LOCK, hold, new_folder, release
@@ -115,7 +116,7 @@ def holds_config_only(run_dir: Path) -> bool:
     return [p.name for p in run_dir.iterdir() if p.name != LOCK] == ["config.yaml"]
 
 
-def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
+def resumed_config(run_dir: Path, spec: Entry, overrides: dict):
     """The config an interrupted run folder was started with; only ``data_dir`` may change
     (where the raw data lies on this machine): any other option would change its numbers."""
     if not (run_dir / "config.yaml").is_file():
@@ -129,7 +130,7 @@ def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
     return load_config(run_dir / "config.yaml", spec.config, overrides)
 
 
-def default_config(command: str, spec: Protocol, population: str | None) -> Path:
+def default_config(command: str, spec: Entry, population: str | None) -> Path:
     """The config a protocol takes without ``--config``: its default for the kind of ``--population``."""
     defaults = ", ".join(sorted({Path(c).relative_to(ROOT).as_posix() for c in spec.default_configs.values()}))
     if population is None:
@@ -345,12 +346,12 @@ def main(argv: list[str] | None = None) -> dict:
         release(run_dir)
 
 
-def run_protocol(args, spec: Protocol, cfg, run_dir: Path, resume: Path | None, made: list[Path]) -> dict:
+def run_protocol(args, spec: Entry, cfg, run_dir: Path, resume: Path | None, made: list[Path]) -> dict:
     """Evaluate protocol ``spec`` into ``run_dir`` and write its report; a failure before anything was
     written removes the new folder (and the output folders ``made`` for it)."""
     options = {option: getattr(args, option) for option in spec.options or {}}
     try:
-        summary = spec.evaluate(cfg, run_dir, **options) if spec.resumable else spec.evaluate(cfg)
+        summary = spec.obj(cfg, run_dir, **options) if spec.resumable else spec.obj(cfg)
         if summary is None:  # nothing to report yet, e.g. a ROAR grid's cells left to other shards
             return {}
     except BaseException as err:

@@ -49,6 +49,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
@@ -470,3 +471,9 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
                {"aggregation": (columns, data)}, {p.stem: p for p in pngs})
     note = blank_note(summary["blank_maps"], summary["n_inputs"])
     print(yaml.safe_dump(summary["findings"], sort_keys=False) + (note if note else ""))
+
+
+PROTOCOLS.add("aggregation", evaluate_aggregation,
+              help="pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
+              config=AggregationConfig, write=write_aggregation_report, report="aggregation.json", has_sets=False,
+              resumable=True, source="run", options=None, report_dir=None, default_configs=None)  # fmt: skip

@@ -66,6 +66,7 @@ from rich.progress import Progress
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS, TABLE_DEFAULT
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
@@ -479,3 +480,10 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
     save_figure(fig, path)
     plt.close(fig)
     return path
+
+
+PROTOCOLS.add("consistency", evaluate_consistency, help="Ley et al.'s consistency protocol (Table 1, Figure 6)",
+              config=ConsistencyConfig, write=write_consistency_report, report="consistency.json", has_sets=True,
+              resumable=True, source="population", options=None, report_dir=None,
+              default_configs={"tabular population": TABLE_DEFAULT,
+                               "tabular network population": TABLE_DEFAULT})  # fmt: skip

@@ -66,6 +66,7 @@ from evaluators.maps import explainer_names
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import blank_note, count_blank_maps
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
 from foundation.files import atomic_open, save_figure, write_json, write_text
@@ -449,3 +450,10 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
     log_report(summary["config"]["log_to"], out_dir, "optimised_aggregation", summary["config"],
                {"optimised_aggregation": (["row", *metrics], data)}, {"weights": png})
     print(markdown_table(summary))
+
+
+PROTOCOLS.add("optimised", evaluate_optimised,
+              help="optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
+              config=OptimisedAggregationConfig, write=write_optimised_report, report="optimised_aggregation.json",
+              has_sets=False, resumable=True, source="run", options=None, report_dir=None,
+              default_configs=None)  # fmt: skip
