@@ -14,8 +14,8 @@ EXPLAINERS``. Every entry declares the same traits: what it applies to (``modali
 reads beyond its inputs (``needs``: a target, baselines, a model, maps, ...), for a score its
 direction (``higher_is_better``), its documented ``defaults`` (by default the keyword defaults of
 its signature), and a one-line ``help`` (by default its docstring's first line). Traits proper
-to one kind (an explainer's ``linear``, a protocol's
-``resumable``) are keyword arguments kept in ``extra`` and read as attributes of the entry.
+to one kind (an explainer's ``linear``, a protocol's ``resumable``) are keyword arguments kept in
+``extra`` and read as attributes of the entry; the registry's ``traits`` give their defaults.
 """
 
 from __future__ import annotations
@@ -76,10 +76,12 @@ class Entry:
 
 class Registry:
     """Names of one ``kind`` (``"explainer"``, ``"metric"``, ...) and their :class:`Entry`;
-    ``page``: the docs page that describes them (named in the error for an unknown name)."""
+    ``page``: the docs page that describes them (named in the error for an unknown name);
+    ``traits``: the kind's own traits and their defaults, for an entry that does not give them."""
 
-    def __init__(self, kind: str, page: str | None = None) -> None:
+    def __init__(self, kind: str, page: str | None = None, traits: Mapping[str, Any] | None = None) -> None:
         self.kind, self.page = kind, page
+        self.traits = MappingProxyType(dict(traits or {}))
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str | None = None, *, help: str | None = None,
@@ -108,7 +110,7 @@ class Registry:
             raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; expected {ALL_MODALITIES}")
         defaults = _signature_defaults(obj) if defaults is None else defaults
         entry = Entry(name, obj, _first_line(obj) if help is None else help, tuple(modalities), tuple(needs),
-                      higher_is_better, MappingProxyType(dict(defaults)), MappingProxyType(dict(extra)))  # fmt: skip
+                      higher_is_better, MappingProxyType(dict(defaults)), MappingProxyType({**self.traits, **extra}))  # fmt: skip
         self._entries[name] = entry
         return entry
 

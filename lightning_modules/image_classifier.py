@@ -188,18 +188,16 @@ def torchvision_resnet(depth: int) -> Callable[[int, int, bool], nn.Module]:
 
 
 # name -> build(num_classes, in_channels, small_input_stem); built by factories and lambdas here, so added, not
-# decorated; ``small_stem``: whether ``small_input_stem`` applies
-ARCHITECTURES = Registry("architecture", page="training_images.md")
+# decorated; ``small_stem``: whether ``small_input_stem`` applies (False unless given)
+ARCHITECTURES = Registry("architecture", page="training_images.md", traits={"small_stem": False})
 ARCHITECTURES.add("resnet8", lambda num_classes, in_channels, _: CifarResNet(1, num_classes, in_channels),
-                  help="CIFAR ResNet-8 (He et al. 2016, §4.2)", modalities=("images",), small_stem=False)
+                  help="CIFAR ResNet-8 (He et al. 2016, §4.2)", modalities=("images",))
 ARCHITECTURES.add("resnet20", lambda num_classes, in_channels, _: CifarResNet(3, num_classes, in_channels),
-                  help="CIFAR ResNet-20 (He et al. 2016, §4.2)", modalities=("images",), small_stem=False)
+                  help="CIFAR ResNet-20 (He et al. 2016, §4.2)", modalities=("images",))
 ARCHITECTURES.add("small_cnn", lambda num_classes, in_channels, _: small_cnn(num_classes, in_channels),
-                  help="two 3x3 convolutions and a linear layer (MNIST, Fashion-MNIST)", modalities=("images",),
-                  small_stem=False)  # fmt: skip
+                  help="two 3x3 convolutions and a linear layer (MNIST, Fashion-MNIST)", modalities=("images",))
 ARCHITECTURES.add("mlp", lambda num_classes, in_channels, _: image_mlp(num_classes, in_channels),
-                  help="an MLP on the flattened pixels (Watson et al.'s MNIST MLPs)", modalities=("images",),
-                  small_stem=False)  # fmt: skip
+                  help="an MLP on the flattened pixels (Watson et al.'s MNIST MLPs)", modalities=("images",))
 ARCHITECTURES.add("resnet18", torchvision_resnet(18), help="torchvision's ResNet-18", modalities=("images",),
                   small_stem=True)  # fmt: skip
 ARCHITECTURES.add("resnet34", torchvision_resnet(34), help="torchvision's ResNet-34", modalities=("images",),

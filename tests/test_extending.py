@@ -108,18 +108,19 @@ def check_aggregator(ns: dict) -> None:
     from callbacks import AggregationFidelity
     from foundation.errors import InputError
     from evaluators.aggregators.pixel_aggregators import aggregate
-    from evaluators.aggregators.registry import aggregator_names
+    from evaluators.aggregators.registry import AGGREGATORS
     from evaluators.protocols.roar.estimators import estimator_names
 
     stack = ns["stack"].double().numpy()
     assert np.allclose(ns["merged"].numpy(), np.sort(stack, axis=0)[1:4].mean(0), atol=1e-6)
     assert torch.equal(aggregate(ns["stack"], "trimmed_mean", trim=1), ns["merged"])
-    run = ns["AGGREGATORS"]["trimmed_mean"].run
     with pytest.raises(InputError, match="trim"):
-        run(ns["stack"], cut=1)
+        aggregate(ns["stack"], "trimmed_mean", cut=1)
     with pytest.raises(InputError, match="NaN"):
-        run(ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))))
-    assert "trimmed_mean" in aggregator_names("pixel")
+        aggregate(ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))), "trimmed_mean")
+    assert AGGREGATORS["trimmed_mean"].obj is ns["trimmed_mean"] and dict(AGGREGATORS["trimmed_mean"].defaults) == {
+        "trim": 1}
+    assert "trimmed_mean" in AGGREGATORS.names(kind="pixel")
     assert "agg:trimmed_mean" in estimator_names(torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.zeros(3, 4))
     assert AggregationFidelity(aggregators={"trimmed_mean": {"trim": 1}}).aggregators == {"trimmed_mean": {"trim": 1}}
 
@@ -134,19 +135,23 @@ def test_readme_marks_each_example_once():
 
 
 @pytest.fixture
-def registries():
+def registries(monkeypatch):
     """Every registry as it was before the test, restored after it."""
     from datamodules.specs import DATASETS
-    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS
     from evaluators.aggregators.registry import AGGREGATORS
     from evaluators.maps import EXPLAINERS
     from evaluators.metrics.registry import METRICS
     from evaluators.protocols.registry import PROTOCOLS
+    from foundation.registry import Registry
 
-    registries = (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS, PIXEL_AGGREGATORS)
-    saved = [(registry, dict(registry)) for registry in registries]
+    plain = []
+    for registry in (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS):
+        if isinstance(registry, Registry):  # a copy of its entries during the test, its own restored after it
+            monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+        else:  # a plain dict
+            plain.append((registry, dict(registry)))
     yield
-    for registry, before in saved:
+    for registry, before in plain:
         registry.clear()
         registry.update(before)
 

@@ -6,7 +6,7 @@ this module gives the full registry), read by the aggregation protocols and call
 
 An entry's ``obj`` is the Metric averaging the per-input scores over inputs; ``function`` its
 functional core (its own signature, with ``fixed``, the options this name fixes: the insertion
-mode, the ROAD order); ``needs`` what scoring reads: ``model``, ``maps``, ``explain_fn`` (the
+mode, the ROAD order; none unless given); ``needs`` what scoring reads: ``model``, ``maps``, ``explain_fn`` (the
 metric explains perturbed inputs); a metric that needs only ``maps`` (sparseness, complexity) is
 scored with ``model=None``; ``higher_is_better`` its direction. ``score(name, model, x, maps,
 target=None, explain_fn=None, **options)`` is every metric's per-input scores through one
@@ -20,7 +20,7 @@ import torch
 
 from foundation.registry import Registry
 
-METRICS = Registry("metric", page="fidelity_metrics.md")
+METRICS = Registry("metric", page="fidelity_metrics.md", traits={"fixed": {}})
 
 
 def score(name: str, model, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn: Callable | None = None,

@@ -475,5 +475,5 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
 
 PROTOCOLS.add("aggregation", evaluate_aggregation,
               help="pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
-              config=AggregationConfig, write=write_aggregation_report, report="aggregation.json", has_sets=False,
-              resumable=True, source="run", options=None, report_dir=None, default_configs=None)  # fmt: skip
+              config=AggregationConfig, write=write_aggregation_report, report="aggregation.json",
+              resumable=True, source="run")  # fmt: skip

@@ -184,5 +184,4 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
 
 PROTOCOLS.add("landscape", evaluate_landscape, help="ensembles over the loss landscape (Ley et al.)",
               modalities=("rows",), config=LandscapeConfig, write=write_landscape_report, report="landscape.json",
-              has_sets=True, resumable=False, source="population", options=None, report_dir=None,
-              default_configs=None)  # fmt: skip
+              has_sets=True)  # fmt: skip

@@ -455,5 +455,4 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
 PROTOCOLS.add("optimised", evaluate_optimised,
               help="optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
               config=OptimisedAggregationConfig, write=write_optimised_report, report="optimised_aggregation.json",
-              has_sets=False, resumable=True, source="run", options=None, report_dir=None,
-              default_configs=None)  # fmt: skip
+              resumable=True, source="run")  # fmt: skip

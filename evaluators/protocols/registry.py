@@ -13,14 +13,15 @@ its traits:
 * ``write``: ``write(summary, run_dir)`` writes the report into the run folder;
 * ``report``: the file whose presence marks a finished run;
 * ``has_sets``: whether ``--n_sets`` applies; ``resumable``: ``evaluate(cfg, run_dir)`` keeps its
-  finished work in run_dir;
+  finished work in run_dir (both False unless given);
 * ``source``: what it evaluates (evaluate.py's model options map onto its config):
   ``"population"`` (a config of PopulationSource), ``"run"`` (ModelSource's run: one model or a
   population, each member evaluated), ``"model"`` (ModelSource's run, one model only) or
-  ``"pair"`` (two runs named in its config only);
+  ``"pair"`` (two runs named in its config only); ``"population"`` unless given;
 * ``options``: its own command-line options, name -> add_argument's keywords, passed to evaluate;
 * ``report_dir``: cfg -> its run folder (None: a new folder per run);
-* ``default_configs``: a population's kind -> the config taken when ``--config`` is not given.
+* ``default_configs``: a population's kind -> the config taken when ``--config`` is not given
+  (these three None unless given).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from foundation.registry import Registry
 
-PROTOCOLS = Registry("protocol", page="extending.md")
+PROTOCOLS = Registry("protocol", page="extending.md", traits=dict(
+    has_sets=False, resumable=False, source="population", options=None, report_dir=None, default_configs=None))
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TABLE_DEFAULT = str(CONFIGS / "consistency" / "table.yaml")  # the generic table config (any CSVDataModule run)

@@ -311,5 +311,5 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
 
 PROTOCOLS.add("sanity", evaluate_sanity,
               help="model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
-              config=SanityConfig, write=write_sanity_report, report="sanity.json", has_sets=False, resumable=True,
-              source="run", options=None, report_dir=None, default_configs=None)  # fmt: skip
+              config=SanityConfig, write=write_sanity_report, report="sanity.json", resumable=True,
+              source="run")  # fmt: skip

@@ -109,6 +109,5 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
 
 
 PROTOCOLS.add("sigma", evaluate_sigma, help="sigma ablation of perturbed models (Ley et al., Fig. 4-5)",
-              modalities=("rows",), config=SigmaAblationConfig, write=write_sigma_report, report="sigma_ablation.json",
-              has_sets=False, resumable=False, source="population", options=None, report_dir=None,
-              default_configs=None)  # fmt: skip
+              modalities=("rows",), config=SigmaAblationConfig, write=write_sigma_report,
+              report="sigma_ablation.json")  # fmt: skip

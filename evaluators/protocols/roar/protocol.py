@@ -130,7 +130,7 @@ def write_roar_report(summary: dict, out_dir: Path) -> None:
 PROTOCOLS.add(
     "roar", evaluate_roar,
     help="remove and retrain: accuracy of models retrained without each estimator's top pixels (Hooker et al.)",
-    config=RoarConfig, write=write_roar_report, report="roar.json", has_sets=False, resumable=True, source="model",
+    config=RoarConfig, write=write_roar_report, report="roar.json", resumable=True, source="model",
     options={"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
                            "(SLURM arrays); the last shard writes the report"),
              "rankings_only": dict(action="store_true", help="image data: only the sharded, resumable map "
@@ -138,4 +138,4 @@ PROTOCOLS.add(
                                    "rankings.py), shard files i, i+k, ... with --shard; no cell is trained"),
              "rankings_shard_size": dict(type=int, default=256, metavar="N",
                                          help="images per ranking shard file (--rankings_only)")},
-    report_dir=grid_report_dir, default_configs=None)  # fmt: skip
+    report_dir=grid_report_dir)  # fmt: skip
