@@ -13,7 +13,7 @@ is an ``InputError`` naming the choices), ``EXPLAINERS.names(modality="rows")``,
 EXPLAINERS``. Every entry declares the same traits: what it applies to (``modalities``), what it
 reads beyond its inputs (``needs``: a target, baselines, a model, maps, ...), for a score its
 direction (``higher_is_better``), its documented ``defaults`` (by default the keyword defaults of
-its signature), and a one-line ``help`` (by default its docstring's first line). Traits proper
+its signature), and a one-line ``help`` (by default its docstring's first sentence). Traits proper
 to one kind (an explainer's ``linear``, a protocol's ``resumable``) are keyword arguments kept in
 ``extra`` and read as attributes of the entry; the registry's ``traits`` give their defaults.
 """
@@ -31,9 +31,12 @@ from foundation.errors import InputError
 ALL_MODALITIES = ("rows", "images")
 
 
-def _first_line(obj: Any) -> str:
+def _first_sentence(obj: Any) -> str:
+    """The first sentence of ``obj``'s docstring (of its first paragraph), on one line."""
     doc = getattr(obj, "__doc__", None) or ""
-    return next((line.strip() for line in doc.strip().splitlines() if line.strip()), "")
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    end = paragraph.find(". ")
+    return paragraph if end < 0 else paragraph[: end + 1]
 
 
 def _signature_defaults(obj: Any) -> dict[str, Any]:
@@ -109,8 +112,9 @@ class Registry:
         if unknown:
             raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; expected {ALL_MODALITIES}")
         defaults = _signature_defaults(obj) if defaults is None else defaults
-        entry = Entry(name, obj, _first_line(obj) if help is None else help, tuple(modalities), tuple(needs),
-                      higher_is_better, MappingProxyType(dict(defaults)), MappingProxyType({**self.traits, **extra}))  # fmt: skip
+        traits = MappingProxyType({**self.traits, **extra})
+        entry = Entry(name, obj, _first_sentence(obj) if help is None else help, tuple(modalities), tuple(needs),
+                      higher_is_better, MappingProxyType(dict(defaults)), traits)  # fmt: skip
         self._entries[name] = entry
         return entry
 
@@ -127,8 +131,8 @@ class Registry:
     def names(self, modality: str | None = None, **traits: Any) -> list[str]:
         """The registered names in registration order, those applying to ``modality`` and
         whose traits equal ``traits`` (fields or ``extra``) only."""
-        return [name for name, entry in self._entries.items()
-                if entry.applies_to(modality) and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
+        return [name for name, entry in self._entries.items() if entry.applies_to(modality)
+                and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

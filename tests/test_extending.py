@@ -167,3 +167,80 @@ def test_readme_example_runs(name, tmp_path, monkeypatch, registries, request):
     monkeypatch.setitem(sys.modules, module.__name__, module)  # a script's classes need it (dataclasses look it up)
     exec(compile(examples()[name], f"docs/extending.md ({name} example)", "exec"), module.__dict__)
     CHECKS[name](module.__dict__)
+
+
+# --- a metric and an aggregator registered at run time, found through evaluate.py's options and the protocols --
+def test_a_metric_registered_at_run_time_is_an_optimised_column_and_a_callback_metric(tiny_run, tmp_path, monkeypatch):
+    import torch
+
+    import evaluate
+    from callbacks import AggregationFidelity
+    from evaluators.aggregators.optimised_aggregators import explainer_maps
+    from evaluators.inputs.runs import load_run
+    from evaluators.metrics.base import MeanOverInputs
+    from evaluators.metrics.registry import METRICS
+    from foundation.errors import InputError
+    from lightning_modules.interface import default_classes
+
+    monkeypatch.setattr(METRICS, "_entries", dict(METRICS._entries))
+
+    def peak(maps):
+        """Per input: the largest absolute attribution."""
+        return maps.flatten(1).abs().amax(1)
+
+    @METRICS.register("toy_peak", needs=("maps",), higher_is_better=False, function=peak)
+    class Peak(MeanOverInputs):
+        higher_is_better = False
+
+        def __init__(self, **kwargs):
+            super().__init__({}, **kwargs)
+
+        def scores(self, model, x, maps, target, explain_fn):
+            return peak(maps)
+
+    explainers = {"saliency": {}, "input_x_gradient": {}}
+    cfg = {"run": str(tiny_run), "n_inputs": 3, "explainers": explainers, "aggregators": ["agg_mean"], "m_agg": 4,
+           "m_eval": 6, "m_sens": 3, "stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc",
+           "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out")}  # fmt: skip
+    (tmp_path / "optimised.yaml").write_text(json.dumps(cfg))
+    command = ["optimised", "--config", str(tmp_path / "optimised.yaml")]
+    refused = r"--map_metrics: \['nope'\]: expected .*'sparseness', 'complexity', 'toy_peak'"
+    with pytest.raises(InputError, match=refused):
+        evaluate.main([*command, "--map_metrics", "nope"])
+    summary = evaluate.main([*command, "--map_metrics", "toy_peak"])
+    model, data, _ = load_run(tiny_run)
+    data.setup("test")
+    x, _ = data.probe(3, "test")
+    stack = explainer_maps(model, x, default_classes(model, x), explainers)  # the protocol's maps, made again
+    for row, maps in {"saliency": stack[:, 0], "input_x_gradient": stack[:, 1], "agg_mean": stack.mean(1)}.items():
+        expected = maps.flatten(1).abs().amax(1).mean().item()  # by hand: each map's largest |value|, averaged
+        assert summary["rows"][row]["toy_peak"]["mean"] == pytest.approx(expected, rel=1e-5)
+    (folder,) = (tmp_path / "out").iterdir()
+    assert "| toy_peak ↓ |" in (folder / "table.md").read_text()  # the direction declared at registration
+    assert AggregationFidelity(metrics=("insertion", "toy_peak")).metrics == ("insertion", "toy_peak")
+    assert torch.equal(Peak().scores(None, None, stack[:, 0], None, None), peak(stack[:, 0]))
+
+
+def test_an_aggregator_registered_at_run_time_is_an_aggregation_row_by_the_cli(tiny_run, tmp_path, monkeypatch):
+    import evaluate
+    from evaluators.aggregators.registry import AGGREGATORS
+    from foundation.errors import InputError
+
+    monkeypatch.setattr(AGGREGATORS, "_entries", dict(AGGREGATORS._entries))
+
+    @AGGREGATORS.register("toy_max", kind="pixel", needs=("maps",))
+    def toy_max(stack, map_dims=2):
+        """Per pixel: the largest of the k normalised values."""
+        return stack.amax(0)
+
+    cfg = {"run": str(tiny_run), "n_inputs": 4, "explainers": {"saliency": {}, "gradcam": {}},
+           "aggregators": {"mean": {}}, "normalisations": ["z"], "sweeps": {}, "steps": 4, "log_to": "none",
+           "device": "cpu", "output_dir": str(tmp_path / "out"), "n_grid": 2}  # fmt: skip
+    (tmp_path / "agg.yaml").write_text(json.dumps(cfg))
+    command = ["aggregation", "--config", str(tmp_path / "agg.yaml")]
+    with pytest.raises(InputError, match=r"--aggregators: \['nope'\]: expected .*'rbm', 'toy_max'\]"):
+        evaluate.main([*command, "--aggregators", "mean,nope"])
+    summary = evaluate.main([*command, "--aggregators", "mean,toy_max"])
+    assert summary["config"]["aggregators"] == {"mean": {}, "toy_max": {}}
+    assert {"agg/mean", "agg/toy_max"} <= set(summary["rows"])
+    assert summary["rows"]["agg/toy_max"] != summary["rows"]["agg/mean"]  # a map of its own, scored

@@ -53,7 +53,7 @@ from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
-from evaluators.maps import explain, explainer_names
+from evaluators.maps import EXPLAINERS, explain, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
@@ -476,4 +476,5 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
 PROTOCOLS.add("aggregation", evaluate_aggregation,
               help="pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
               config=AggregationConfig, write=write_aggregation_report, report="aggregation.json",
-              resumable=True, source="run")  # fmt: skip
+              resumable=True, source="run",
+              choices={"explainers": (EXPLAINERS, {}), "aggregators": (AGGREGATORS, {"kind": "pixel"})})  # fmt: skip

@@ -485,4 +485,5 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
 PROTOCOLS.add("consistency", evaluate_consistency, help="Ley et al.'s consistency protocol (Table 1, Figure 6)",
               config=ConsistencyConfig, write=write_consistency_report, report="consistency.json", has_sets=True,
               resumable=True, default_configs={"tabular population": TABLE_DEFAULT,
-                                               "tabular network population": TABLE_DEFAULT})  # fmt: skip
+                                               "tabular network population": TABLE_DEFAULT},
+              choices={"methods": (EXPLAINERS, {})})  # fmt: skip

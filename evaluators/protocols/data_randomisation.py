@@ -275,4 +275,4 @@ def format_table(summary: dict) -> str:
 PROTOCOLS.add("data_randomisation", evaluate_data_randomisation,
               help="data randomisation: maps of models trained on true vs permuted labels (Adebayo et al. §3.2)",
               config=DataRandomisationConfig, write=write_data_randomisation_report,
-              report="data_randomisation.json", source="pair")  # fmt: skip
+              report="data_randomisation.json", source="pair", choices={"explainers": (EXPLAINERS, {})})  # fmt: skip

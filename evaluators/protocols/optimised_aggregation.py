@@ -62,7 +62,7 @@ from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.counts import default_of
 from evaluators.inputs.members import population_name, population_path
-from evaluators.maps import explainer_names
+from evaluators.maps import EXPLAINERS, explainer_names
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import blank_note, count_blank_maps
@@ -455,4 +455,6 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
 PROTOCOLS.add("optimised", evaluate_optimised,
               help="optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
               config=OptimisedAggregationConfig, write=write_optimised_report, report="optimised_aggregation.json",
-              resumable=True, source="run")  # fmt: skip
+              resumable=True, source="run",
+              choices={"explainers": (EXPLAINERS, {}), "aggregators": (AGGREGATORS, {"kind": "optimised"}),
+                       "map_metrics": (METRICS, {"needs": ("maps",)})})  # fmt: skip

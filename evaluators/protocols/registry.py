@@ -20,8 +20,10 @@ its traits:
   ``"pair"`` (two runs named in its config only); ``"population"`` unless given;
 * ``options``: its own command-line options, name -> add_argument's keywords, passed to evaluate;
 * ``report_dir``: cfg -> its run folder (None: a new folder per run);
-* ``default_configs``: a population's kind -> the config taken when ``--config`` is not given
-  (these three None unless given).
+* ``default_configs``: a population's kind -> the config taken when ``--config`` is not given;
+* ``choices``: config options that name registered things, option -> (registry, traits): evaluate.py
+  gives each a ``--<option> a,b`` whose names must be the registry's names with those traits
+  (these four None unless given).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pathlib import Path
 from foundation.registry import Registry
 
 PROTOCOLS = Registry("protocol", page="extending.md", traits=dict(
-    has_sets=False, resumable=False, source="population", options=None, report_dir=None, default_configs=None))
+    has_sets=False, resumable=False, source="population", options=None, report_dir=None, default_configs=None,
+    choices=None))
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TABLE_DEFAULT = str(CONFIGS / "consistency" / "table.yaml")  # the generic table config (any CSVDataModule run)

@@ -45,7 +45,7 @@ from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
-from evaluators.maps import explainer_names
+from evaluators.maps import EXPLAINERS, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
 from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
@@ -312,4 +312,4 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
 PROTOCOLS.add("sanity", evaluate_sanity,
               help="model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
               config=SanityConfig, write=write_sanity_report, report="sanity.json", resumable=True,
-              source="run")  # fmt: skip
+              source="run", choices={"explainers": (EXPLAINERS, {})})  # fmt: skip
