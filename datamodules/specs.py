@@ -82,6 +82,7 @@ DATASETS.add("gmsc", DatasetSpec("gmsc", "gmsc", "cs-training.csv.zip", raw_read
                                  sampled=True),
              help="Give Me Some Credit (Kaggle), a class-balanced sample", modalities=("rows",))
 
+
 def get_spec(name: str) -> DatasetSpec:
     """Look a dataset up by name; an unknown name lists the known ones."""
     return DATASETS[name].obj

@@ -39,6 +39,7 @@ def check_data_order(data_order: str) -> None:
     if data_order not in DATA_ORDERS:
         raise InputError(f"option data_order={data_order!r}; expected one of {list(DATA_ORDERS)}")
 
+
 # the population kinds by the class name a population file records (``population_io``), each registered at its
 # class with the modalities its members take
 POPULATIONS = Registry("population", page="populations.md")

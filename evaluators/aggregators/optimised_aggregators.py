@@ -54,7 +54,8 @@ the maps at perturbed inputs; the aggregate E ω is not post-processed.
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
 naming the explainer and the map), and so are inputs x with NaN or ±inf.
 
-Every optimised aggregator (registered in ``AGGREGATORS`` with ``kind="optimised"``) is ``(model, x, target, explainers, **options)
+Every optimised aggregator (registered in ``AGGREGATORS`` with ``kind="optimised"``) is
+``(model, x, target, explainers, **options)
 -> (maps (N, *S), weights (N, k) float64 or None)``, with x on the model's device and
 ``target`` already resolved (``resolve_targets``); ``optimised_aggregation`` checks the
 arguments and resolves the target. Options: those of ``explainer_maps`` (reduce, absolute,

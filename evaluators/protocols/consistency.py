@@ -80,10 +80,10 @@ from evaluators.protocols.population_sets import (
 from foundation.batching import rows_within
 from foundation.errors import InputError
 from foundation.files import atomic_write, write_json, save_figure, write_text
-from lightning_modules.ensembles import build_ensemble
+from lightning_modules.ensembles import ENSEMBLES, build_ensemble
 from lightning_modules.interface import default_targets
 
-STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
+STRATEGIES = ["single", *ENSEMBLES.names()]  # one member, or an ensemble of the registry (Ley et al.'s five)
 TABLE_AGREEMENTS = ["sa", "ssa", "cdc_k", "cdc_d"]  # Ley et al.'s Table 1 agreements, kept per pair of ensembles
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
