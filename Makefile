@@ -158,7 +158,7 @@ test-all: install
 # supported Python, Debian 12's own /usr/bin/python3 (3.11.2), in a second environment built
 # the same way and linked as .venv-oldest; .ci/run calls it after `make test`.
 OLDEST_PYTHON ?= /usr/bin/python3
-OLDEST_TESTS := tests/test_archives.py tests/test_images_data.py tests/test_datasets_real.py
+OLDEST_TESTS := tests/datamodules/test_archives.py tests/datamodules/test_images.py tests/datamodules/test_datasets_real.py
 test-oldest:
 	$(MAKE) --no-print-directory PYTHON=$(OLDEST_PYTHON) VENV=.venv-oldest install
 	.venv-oldest/bin/python -c 'import sys; print(">> oldest supported Python:", sys.version.split()[0])'
@@ -173,7 +173,7 @@ lint: install
 # The documentation site (mkdocs.yml) into site/, with no network: every warning (a broken
 # link or anchor, a page left out of the nav, a docstring that does not render) is an error.
 # The API pages are generated during the build from the packages (tools/docs_api.py).
-# tests/test_docs_build.py runs the same build in `make test`. The variables silence the
+# tests/docs/test_docs_build.py runs the same build in `make test`. The variables silence the
 # banners that the installed MkDocs plugins print about MkDocs 2.0.
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
 docs: install

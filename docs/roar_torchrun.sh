@@ -19,7 +19,7 @@
 #
 #     NNODES=4 NODE_RANK=<r> NPROC=8 bash docs/roar_torchrun.sh grid configs/roar/cifar10.yaml
 #
-# On the CPU (what tests/test_roar_shards.py runs): NPROC=2 and --accelerator cpu train two gloo
+# On the CPU (what tests/datamodules/test_roar_shards.py runs): NPROC=2 and --accelerator cpu train two gloo
 # processes. PYTHON (default .venv/bin/python) and MASTER_PORT (default 29500) may be set too.
 set -euo pipefail
 MODE=${1:?usage: bash docs/roar_torchrun.sh cell <data> <shards> [options] | grid <config.yaml>}

@@ -9,7 +9,7 @@ serves one task whatever the command (``OPTION_PAGES``, exact names or dotted pr
 the page of the command it was given to (``COMMAND_PAGES``: evaluate.py's protocol, train.py,
 another entry point). Pages are paths from the checkout's root; an entry may list several, of
 which the first that exists in the checkout is named (a page that the documentation is growing
-into, then the one that holds the text today). tests/test_docs_pages.py checks that each entry
+into, then the one that holds the text today). tests/foundation/test_docs_pages.py checks that each entry
 names a page that exists.
 """
 

@@ -1,1 +1,1 @@
-"""Test suite (a regular package, so `tests.helpers` is never shadowed by an installed `tests`)."""
+"""Test suite (a regular package, so `tests.support.helpers` is never shadowed by an installed `tests`)."""

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("RELIABLE_EXPLANATIONS_DATA", ROOT.parent / "shared" / "data"))
 
 os.environ.setdefault("WANDB_MODE", "offline")  # tests never reach a W&B server
@@ -54,7 +54,7 @@ def small_population(tmp_path_factory) -> str:
 def tiny_run(tmp_path_factory) -> Path:
     """A train.py run folder of the ResNet-8 config on a tiny 32x32 image folder (2 steps)."""
     import train
-    from tests.test_images_data import make_folder
+    from tests.datamodules.test_images import make_folder
 
     tmp = tmp_path_factory.mktemp("tiny_run")
     make_folder(tmp / "tiny", size=32)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BOTTOM = "foundation"
 PACKAGES = (BOTTOM, "lightning_modules", "datamodules", "callbacks", "evaluators")
 PROJECT = (*PACKAGES, "train", "evaluate", "portable", "bench", "tools", "tests")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, on a machine with a CUDA GPU, within 9 minutes:
-#   the `gpu` tests (tests/test_gpu.py), then the GPU figures of the benches that run on a
+#   the `gpu` tests (tests/gpu/test_gpu.py), then the GPU figures of the benches that run on a
 #   GPU where one exists: image_explainers.py and insertion_deletion.py (--device cuda),
 #   optimised_aggregation.py and image_population.py (they pick the GPU themselves).
 #     bash tools/gpu_check.sh          # from the repository root; outputs under ${OUT:-gpu_out}/
@@ -39,7 +39,7 @@ TOTAL_S=${TOTAL_S:-530}
 
 run environment 45 "$PYTHON" -c "import torch; print(torch.__version__, torch.cuda.is_available(), \
 torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA device')"
-run gpu_tests 170 "$PYTHON" -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider
+run gpu_tests 170 "$PYTHON" -m pytest -m gpu tests/gpu/test_gpu.py -q -p no:cacheprovider
 if [ "$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null)" = 1 ]; then
   run image_explainers 110 "$PYTHON" bench/image_explainers.py --device cuda
   run insertion_deletion 50 "$PYTHON" bench/insertion_deletion.py --device cuda

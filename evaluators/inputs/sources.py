@@ -37,7 +37,7 @@ MEMBER_FOLDER = "a folder of image runs written by train.py"
 
 # The fixed paths that the Makefile's targets and the documented commands train (docs/reproducing.md, "The
 # commands, in order" and "Image protocols"), and that the configs name: an evaluator
-# that misses one says which command makes it. tests/test_config_paths.py checks that each
+# that misses one says which command makes it. tests/configs/test_config_paths.py checks that each
 # command makes its path and that every config's run or population is one a command makes.
 MADE_BY = {
     "runs/fashion_mnist/cnn-seed0": (RUN_FOLDER, "make fashion-mnist-cnn"),

@@ -17,9 +17,9 @@ import yaml
 
 import train
 from evaluators.inputs.runs import load_run
-from tests.helpers import assert_one_line_error, run_in_process
-from tests.test_images_data import make_folder
-from tests.user_nets import TableNet, TinyCNN
+from tests.support.helpers import assert_one_line_error, run_in_process
+from tests.datamodules.test_images import make_folder
+from tests.support.user_nets import TableNet, TinyCNN
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1"]  # fmt: skip
@@ -69,7 +69,7 @@ def brought_in(tmp_path_factory):
         "categorical": ["colour"]}}}))  # fmt: skip
     model = tmp / "net.pt"
     torch.save(raw_rule_net().state_dict(), model)
-    options = ["--data_config", str(config), "--model_class", "tests.user_nets.TableNet",
+    options = ["--data_config", str(config), "--model_class", "tests.support.user_nets.TableNet",
                "--model_args", "{in_features: 4, hidden: 2}"]  # fmt: skip
     return tmp, test, model, options
 
@@ -117,7 +117,7 @@ def test_image_pixels_in_0_1_are_the_raw_inputs(tmp_path):
     torch.manual_seed(0)
     net = TinyCNN(num_classes=3).eval()
     torch.save(net.state_dict(), tmp_path / "cnn.pt")
-    loaded, data, _ = load_run(tmp_path / "cnn.pt", model_class="tests.user_nets.TinyCNN",
+    loaded, data, _ = load_run(tmp_path / "cnn.pt", model_class="tests.support.user_nets.TinyCNN",
                                model_args={"num_classes": 3}, data_config=str(config), model_inputs="raw")
     x, _ = data.probe(len(pixels), "test")
     with torch.no_grad():

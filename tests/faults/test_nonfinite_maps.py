@@ -35,8 +35,8 @@ from evaluators.metrics.agreement_functional import (
 from evaluators.metrics.complexity import Sparseness
 from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.registry import METRICS, score
-from tests.helpers import assert_one_line_error, run_in_process
-from tests.tiny_models import tiny_conv_net, tiny_mlp
+from tests.support.helpers import assert_one_line_error, run_in_process
+from tests.support.tiny_models import tiny_conv_net, tiny_mlp
 
 REFUSED = r"has \d+ (NaN|infinite) value\(s\)"
 

@@ -22,12 +22,12 @@ from foundation.errors import InputError
 from foundation.files import json_text, write_json
 from lightning_modules import ImageClassifier, PopulationMLP
 from lightning_modules.finite import FiniteTraining
-from tests.helpers import PoisonMember, assert_one_line_error, run_in_process
+from tests.support.helpers import PoisonMember, assert_one_line_error, run_in_process
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.limit_train_batches", "4", "--trainer.limit_test_batches", "2"]  # fmt: skip
 # a user's TableNet whose outputs turn NaN from its 7th training forward pass: step 6 = epoch 1, batch 2
-DIVERGES = ["--model", "lightning_modules.Classifier", "--model.net", "tests.user_nets.NaNAfter",
+DIVERGES = ["--model", "lightning_modules.Classifier", "--model.net", "tests.support.user_nets.NaNAfter",
             "--model.net.hidden", "4", "--model.net.after", "6"]  # fmt: skip
 
 
@@ -91,13 +91,13 @@ def test_train_py_refuses_nan_test_outputs_instead_of_an_accuracy(tmp_path):
 
 @pytest.mark.parametrize("model", [["--config", "configs/population.yaml", "--population.chunk_size", "2"],
                                    ["--model", "lightning_modules.ModulePopulation", "--model.net",
-                                    "tests.user_nets.TableNet", "--model.net.hidden", "4"]],
+                                    "tests.support.user_nets.TableNet", "--model.net.hidden", "4"]],
                          ids=["stacked-chunks", "whole"])  # fmt: skip
 def test_a_population_stops_naming_the_member_whose_loss_is_nan(model, tmp_path):
     """Member 1 (seed 11) of a stacked population trained in chunks of two, its first chunk's
     second, and of a ModulePopulation trained whole, turns NaN before step 6 (epoch 1)."""
     result = run_in_process("train.py", *model, "--model.size", "4", "--model.first_seed", "10",
-                            "--trainer.callbacks+=tests.helpers.PoisonMember", "--trainer.callbacks.step", "6",
+                            "--trainer.callbacks+=tests.support.helpers.PoisonMember", "--trainer.callbacks.step", "6",
                             *QUIET, "--trainer.max_epochs", "2", "--output_dir", str(tmp_path), "--run_name", "pop")
     chunked = model[0] == "--config"
     kind, members = ("PopulationMLP", 2) if chunked else ("ModulePopulation", 4)

@@ -22,7 +22,7 @@ import yaml
 
 from foundation.errors import DiskFull, InputError
 from foundation.run_folders import LOCK, hold, new_folder, release
-from tests.helpers import ROOT, assert_one_line_error, run_in_process
+from tests.support.helpers import ROOT, assert_one_line_error, run_in_process
 
 FILL_ENV = "RELEXP_TEST_FILL"  # the mounted tmpfs that FillDisk fills
 

@@ -23,8 +23,8 @@ import evaluate
 import train
 from datamodules import CSVDataModule, ImageFolderDataModule, InputError
 from foundation.errors import shorten
-from tests.helpers import assert_one_line_error, run_in_process
-from tests.test_images_data import make_folder
+from tests.support.helpers import assert_one_line_error, run_in_process
+from tests.datamodules.test_images import make_folder
 
 
 def short(message: str, path: str) -> bool:

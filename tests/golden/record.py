@@ -3,7 +3,7 @@ seeded models and inputs, as a SHA-256 of each tensor's bytes plus readable summ
 
 ``python -m tests.golden.record --write`` rewrites ``tests/golden/record.json``;
 ``python -m tests.golden.record --out FILE`` writes the record computed now to FILE (what
-``tests/test_golden.py`` runs). Both run in portable mode (``portable.py``: set here before
+``tests/golden/test_golden.py`` runs). Both run in portable mode (``portable.py``: set here before
 torch and numpy are imported; it includes OpenBLAS's generic kernels), so the record holds on
 any x86-64 CPU with the pinned packages.
 Rewriting the record is a decision: state which entries changed and why in the closing note.

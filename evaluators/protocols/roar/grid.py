@@ -14,7 +14,7 @@ t = 0 is one cell shared by every estimator (``clean-t00``: nothing removed). Ta
 train as ONE ``PopulationMLP``: the K retrainings of up to ``cells_per_population`` cells
 (default: every cell the process has to run), member (c, k) reading cell c's modified rows
 (``datamodules.stacked_cells``) and equal to ``MLPClassifier(seed=seed+k)`` trained alone on
-them (``tests/test_roar_grid.py``), so a tabular grid costs about one population's training.
+them (``tests/evaluators/protocols/roar/test_grid.py``), so a tabular grid costs about one population's training.
 Image cells fit K copies of the clean ``ImageClassifier`` one after another. Each fit runs under
 a ``pl.Trainer`` built from the grid's ``trainer`` options (``devices``/``strategy``: Lightning
 DDP over several GPUs for images; populations train on one device, their hand-written
@@ -26,7 +26,7 @@ to rankings in a sharded, resumable pass (``evaluators.protocols.roar.rankings``
 roar --rankings_only --shard i/k`` runs it alone), each cell's modified splits are written once
 as shards and served from them (``datamodules.roar_shards``), and accuracies are counted batch by
 batch from the test loader; the cells' numbers equal the in-memory path's on data small enough
-for both (``tests/test_roar_streamed_grid.py``).
+for both (``tests/evaluators/protocols/roar/test_streamed_grid.py``).
 
 Every finished cell is written atomically to ``<out>/cells/<estimator>-t<pct>.json``; a run
 skips the cells already there, so a grid killed at any moment loses at most the cells in
