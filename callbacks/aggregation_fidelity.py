@@ -41,7 +41,7 @@ from evaluators.aggregators.optimised_aggregators import (
     VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
 )  # fmt: skip
 from evaluators.aggregators.pixel_aggregators import aggregate_all
-from evaluators.aggregators.registry import aggregator_names
+from evaluators.aggregators.registry import AGGREGATORS
 from foundation.finite import check_finite
 from evaluators.maps import explain
 from evaluators.metrics.infidelity import subset_perturbations
@@ -50,13 +50,19 @@ from evaluators.reports.map_grid import plot_map_grid
 from foundation.errors import InputError
 from foundation.modality import modality_of
 from lightning_modules.interface import default_classes
-from evaluators.metrics.registry import METRICS as REGISTRY
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.relative_stability import STABILITIES
 from lightning_modules.interface import eval_mode
 
-METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability", "sparseness", "complexity")
-MAP_METRICS = ("sparseness", "complexity")  # scores of the maps alone
+# the registered metrics scored here from the model (the probe's curves, its subset perturbations, its
+# noisy copies); besides them, every registered metric of the maps alone (``needs == ("maps",)``)
+MODEL_METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability")
 MAP_OPTIONS = tuple(inspect.signature(explainer_maps).parameters)[4:]  # the optimised aggregators' map options
+
+
+def scored_metrics() -> list[str]:
+    """The metrics the callback scores: ``MODEL_METRICS`` and the registry's metrics of the maps alone."""
+    return [*MODEL_METRICS, *METRICS.names(needs=("maps",))]
 
 
 class AggregationFidelity(pl.Callback):
@@ -85,19 +91,19 @@ class AggregationFidelity(pl.Callback):
         ``insertion``, ``deletion``, ``infidelity``, ``fcor`` (the last two on ``n_samples``
         subset perturbations of the probe, shared by every map), ``relative_stability``
         (RIS, RRS, ROS on ``n_samples`` noisy copies of each probe input), ``sparseness``,
-        ``complexity`` (of the maps alone)."""
+        ``complexity`` (of the maps alone: any registered metric that needs only the maps)."""
         if normalisation not in NORMALISATIONS:
             raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
                              f"{sorted(NORMALISATIONS)}")  # fmt: skip
-        unknown = sorted(set(aggregators or {}) - set(aggregator_names("pixel")))
+        unknown = sorted(set(aggregators or {}) - set(AGGREGATORS.names(kind="pixel")))
         if unknown:
             raise InputError(f"AggregationFidelity: unknown aggregator(s) {unknown}; expected some of "
-                             f"{sorted(aggregator_names('pixel'))}")  # fmt: skip
-        unknown = sorted(set(optimised or {}) - set(aggregator_names("optimised")))
-        unknown += sorted(set(metrics) - set(METRICS))
+                             f"{sorted(AGGREGATORS.names(kind='pixel'))}")  # fmt: skip
+        unknown = sorted(set(optimised or {}) - set(AGGREGATORS.names(kind="optimised")))
+        unknown += sorted(set(metrics) - set(scored_metrics()))
         if unknown:
             raise InputError(f"AggregationFidelity: unknown optimised aggregator(s) or metric(s) {unknown}; expected "
-                             f"some of {aggregator_names('optimised')} and {list(METRICS)}")  # fmt: skip
+                             f"some of {AGGREGATORS.names(kind='optimised')} and {scored_metrics()}")  # fmt: skip
         if every_n_epochs < 1 or n_probe < 1:
             raise InputError(f"AggregationFidelity: every_n_epochs={every_n_epochs}, n_probe={n_probe}; "
                              "expected positive integers")  # fmt: skip
@@ -176,7 +182,7 @@ class AggregationFidelity(pl.Callback):
         repeated = {name: None if w is None else w.repeat_interleave(n, 0) for name, w in weights.items()}
         noisy, _ = self._maps(pl_module, perturbed.flatten(0, 1), target.repeat_interleave(n), explainers, stats,
                               repeated)  # fmt: skip
-        scores, relative_stability = {}, REGISTRY["relative_stability"].function
+        scores, relative_stability = {}, METRICS["relative_stability"].function
         for name, m in maps.items():
             result = relative_stability(pl_module, x, m, lambda v, t, name=name: noisy[name], target,
                                         change="norm", perturbed=perturbed, seed=self.seed,
@@ -197,15 +203,15 @@ class AggregationFidelity(pl.Callback):
         scores = {}
         for name, m in maps.items():
             for mode in curves:
-                metric = REGISTRY[mode].metric(**options)
+                metric = METRICS[mode].obj(**options)
                 metric.update(pl_module, x, m)
                 scores[f"aggregation/{name}/{mode}"] = metric.compute().item()
             if "infidelity" in self.metrics:
-                scores[f"aggregation/{name}/infidelity"] = REGISTRY["infidelity"].function(m, samples).mean().item()
+                scores[f"aggregation/{name}/infidelity"] = METRICS["infidelity"].function(m, samples).mean().item()
             if "fcor" in self.metrics:
-                scores[f"aggregation/{name}/fcor"] = REGISTRY["fcor"].function(m, samples).nanmean().item()
-            for metric in (metric for metric in MAP_METRICS if metric in self.metrics):
-                scores[f"aggregation/{name}/{metric}"] = REGISTRY[metric].function(m).nanmean().item()
+                scores[f"aggregation/{name}/fcor"] = METRICS["fcor"].function(m, samples).nanmean().item()
+            for metric in (metric for metric in METRICS.names(needs=("maps",)) if metric in self.metrics):
+                scores[f"aggregation/{name}/{metric}"] = METRICS[metric].function(m).nanmean().item()
         return scores
 
     def _log_grid(self, trainer: pl.Trainer, pl_module: pl.LightningModule, x: torch.Tensor, y: torch.Tensor,

@@ -18,7 +18,7 @@ import pytorch_lightning as pl
 import torch
 
 from evaluators.maps import explain
-from evaluators.metrics.agreement import METRICS, PairwiseAgreement
+from evaluators.metrics.agreement import AGREEMENT_METRICS, PairwiseAgreement
 from foundation.errors import InputError
 from foundation.modality import REDUCTIONS, modality_of
 from lightning_modules.interface import fixed_target
@@ -34,9 +34,10 @@ class ExplanationConsistency(pl.Callback):
         metrics: tuple[str, ...] = ("sa", "ssa", "cdc", "angular"),
         map_reduction: str = "sum",
     ) -> None:
-        unknown = [m for m in metrics if m not in METRICS]
+        unknown = [m for m in metrics if m not in AGREEMENT_METRICS]
         if unknown:
-            raise InputError(f"ExplanationConsistency: unknown metric(s) {unknown}; expected some of {list(METRICS)}")
+            raise InputError(f"ExplanationConsistency: unknown metric(s) {unknown}; expected some of "
+                             f"{list(AGREEMENT_METRICS)}")  # fmt: skip
         if map_reduction not in REDUCTIONS:
             raise InputError(f"ExplanationConsistency: option map_reduction={map_reduction!r}; expected one of "
                              f"{list(REDUCTIONS)}")  # fmt: skip

@@ -266,7 +266,7 @@ class FinancialDataModule(TabularDataModule):
         the other datasets are read whole."""
         self.spec = get_spec(dataset)
         if sample_seed is not None and not self.spec.sampled:
-            sampled = [name for name, spec in DATASETS.items() if spec.sampled]
+            sampled = [name for name, entry in DATASETS.items() if entry.obj.sampled]
             raise InputError(f"option sample_seed={sample_seed} for dataset {dataset!r}; it applies to "
                              f"{sampled} only (the other datasets are read whole)")  # fmt: skip
         super().__init__(**kwargs)

@@ -33,11 +33,12 @@ from lightning_modules.classifier import OPTIMIZERS, Classifier, Optimizer, buil
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.interface import check_num_classes, tabular_class
 from lightning_modules.net_options import net_kwargs
-from lightning_modules.population_base import Population, seed_list
+from lightning_modules.population_base import POPULATIONS, Population, seed_list
 
 Inputs = Literal["images", "rows"]
 
 
+@POPULATIONS.register("ModulePopulation", modalities=("rows", "images"))  # its option inputs says which
 class ModulePopulation(Population, ImageNetworks):
     """K networks of one config (see the module's docstring); ``forward``: logits (K, N, classes).
 

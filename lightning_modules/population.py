@@ -39,7 +39,7 @@ from lightning_modules.mlp import (
     check_loss_on,
     classification_loss,
 )
-from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
+from lightning_modules.population_base import POPULATIONS, DataOrder, Population, check_data_order, seed_list
 from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_backward, stacked_forward
 
 # On a CPU, an evaluation batch is run through the members in pieces whose widest
@@ -49,6 +49,7 @@ from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_back
 EVAL_BLOCK_BYTES = 8 * 2**20
 
 
+@POPULATIONS.register("PopulationMLP", modalities=("rows",))
 class PopulationMLP(Population):
     """M seed-varied ``MLPClassifier`` members with stacked parameters.
 

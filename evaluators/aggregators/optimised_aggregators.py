@@ -54,7 +54,8 @@ the maps at perturbed inputs; the aggregate E ω is not post-processed.
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
 naming the explainer and the map), and so are inputs x with NaN or ±inf.
 
-Every function of ``OPTIMISED_AGGREGATORS`` is ``(model, x, target, explainers, **options)
+Every optimised aggregator (registered in ``AGGREGATORS`` with ``kind="optimised"``) is
+``(model, x, target, explainers, **options)
 -> (maps (N, *S), weights (N, k) float64 or None)``, with x on the model's device and
 ``target`` already resolved (``resolve_targets``); ``optimised_aggregation`` checks the
 arguments and resolves the target. Options: those of ``explainer_maps`` (reduce, absolute,
@@ -64,13 +65,13 @@ normalisation, smoothing, max_batch) and each function's own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names
@@ -204,6 +205,7 @@ def variance_aggregate(maps: torch.Tensor, map_dims: int, eps: float = VAR_EPS) 
 
 
 # --- the aggregators: (model, x, target, explainers, **options) -> (maps, weights or None) ------------------
+@AGGREGATORS.register("agg_mean", kind="optimised", needs=("model", "x", "explainers"))
 def agg_mean(model, x, target, explainers, **map_options):
     """Equal weights 1/k."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
@@ -211,12 +213,14 @@ def agg_mean(model, x, target, explainers, **map_options):
     return combine(maps, weights), weights
 
 
+@AGGREGATORS.register("agg_var", kind="optimised", needs=("model", "x", "explainers"))
 def agg_var(model, x, target, explainers, eps: float = VAR_EPS, **map_options):
     """μ / (σ + ε) per feature; no weights."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
     return variance_aggregate(maps, modality_of(x).map_dims, eps), None
 
 
+@AGGREGATORS.register("agg_robust", kind="optimised", needs=("model", "x", "explainers"))
 def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, seed: int = 0,
                **map_options):  # fmt: skip
     """ω = argmin ωᵀΓ_robust ω."""
@@ -226,6 +230,7 @@ def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: flo
     return combine(maps, weights), weights
 
 
+@AGGREGATORS.register("agg_faith", kind="optimised", needs=("model", "x", "explainers"))
 def agg_faith(model, x, target, explainers, n_samples: int = M_AGG, share: float = SHARE,
               baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
               compactness: float = COMPACTNESS, seed: int = 0, **map_options):  # fmt: skip
@@ -237,6 +242,7 @@ def agg_faith(model, x, target, explainers, n_samples: int = M_AGG, share: float
     return combine(maps, weights), weights
 
 
+@AGGREGATORS.register("agg_opt", kind="optimised", needs=("model", "x", "explainers"))
 def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, share: float = SHARE,
             baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
             compactness: float = COMPACTNESS, seed: int = 0, lam: float = LAMBDA, **map_options):  # fmt: skip
@@ -250,30 +256,22 @@ def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float 
     return combine(maps, weights), weights
 
 
-OPTIMISED_AGGREGATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor | None]]] = {
-    "agg_mean": agg_mean,
-    "agg_var": agg_var,
-    "agg_robust": agg_robust,
-    "agg_faith": agg_faith,
-    "agg_opt": agg_opt,
-}
-
-
 def aggregator_options(method: str) -> list[str]:
     """The keyword options ``optimised_aggregation`` accepts for ``method``."""
-    own = list(inspect.signature(OPTIMISED_AGGREGATORS[method]).parameters)[4:-1]
+    own = list(inspect.signature(AGGREGATORS[method].obj).parameters)[4:-1]
     return own + list(inspect.signature(explainer_maps).parameters)[4:]
 
 
 def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explainers: dict[str, dict], target=None,
                           **options) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """The aggregate maps (N, *S) of inputs x (images (N, C, H, W) or tabular rows (N, d)) by
-    ``OPTIMISED_AGGREGATORS[method]`` over ``explainers`` (registry name -> options of
+    the optimised aggregator ``method`` of ``AGGREGATORS`` over ``explainers`` (registry name -> options of
     ``evaluators.maps.explain``), and its weights (N, k) (None for ``agg_var``), on the
     model's device; ``target``: None (the default target, ``interface.default_targets``), an
     int or N labels. See the module's docstring for the options."""
-    if method not in OPTIMISED_AGGREGATORS:
-        raise InputError(f"unknown optimised aggregator {method!r}; expected one of {list(OPTIMISED_AGGREGATORS)}")
+    if method not in AGGREGATORS.names(kind="optimised"):
+        raise InputError(f"unknown optimised aggregator {method!r}; expected one of "
+                         f"{AGGREGATORS.names(kind='optimised')}")  # fmt: skip
     check_inputs(model, x)
     names = explainer_names(model, x)
     if not isinstance(explainers, dict) or not explainers or any(
@@ -287,11 +285,11 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
     with eval_mode(model):  # tabular explainers do not switch modes themselves (dropout)
         x = x.detach().to(model_device(model, x))
         target = resolve_targets(model, x, target, options.get("max_batch"))
-        return OPTIMISED_AGGREGATORS[method](model, x, target, explainers, **options)
+        return AGGREGATORS[method].obj(model, x, target, explainers, **options)
 
 
 # The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
 # the other functions here are steps inside ``optimised_aggregation`` and ``explainer_maps``, which
 # check their maps once.
-__all__ = ["OPTIMISED_AGGREGATORS", "aggregator_options", "explainer_maps", "optimised_aggregation",
+__all__ = ["aggregator_options", "explainer_maps", "optimised_aggregation",
            "variance_aggregate"]

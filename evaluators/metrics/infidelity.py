@@ -37,6 +37,7 @@ from torch import nn
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.model_scores import check_inputs, explained_scores, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
@@ -172,6 +173,7 @@ class SubsetMetric(MeanOverInputs):
         return self.score(maps.to(samples.deltas.device), samples)
 
 
+@METRICS.register("infidelity", needs=("model", "maps"), higher_is_better=False, function=infidelity)
 class Infidelity(SubsetMetric):
     """The mean infidelity (lower is better); args: ``normalize`` and those of ``SubsetMetric``."""
 

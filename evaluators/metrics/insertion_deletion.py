@@ -75,6 +75,7 @@ from torch.nn import functional as F
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.model_scores import check_inputs_and_maps, resolve_targets, target_outputs
 from evaluators.metrics.perturbations import tensor_baseline
 from foundation.batching import resolve_max_batch
@@ -301,6 +302,8 @@ class _CurveAUC(MeanOverInputs):
         return auc(curves, fractions)
 
 
+@METRICS.register("insertion", needs=("model", "maps"), higher_is_better=True, function=insertion_deletion_curves,
+                  fixed={"mode": "insertion"})  # fmt: skip
 class InsertionAUC(_CurveAUC):
     """Mean insertion AUC (higher is better); see ``_CurveAUC``."""
 
@@ -308,6 +311,8 @@ class InsertionAUC(_CurveAUC):
     higher_is_better = True
 
 
+@METRICS.register("deletion", needs=("model", "maps"), higher_is_better=False, function=insertion_deletion_curves,
+                  fixed={"mode": "deletion"})  # fmt: skip
 class DeletionAUC(_CurveAUC):
     """Mean deletion AUC (lower is better); see ``_CurveAUC``."""
 

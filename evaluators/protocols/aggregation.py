@@ -46,13 +46,14 @@ import yaml
 from evaluators.inputs.model_source import ModelSource
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
-from evaluators.aggregators.registry import aggregator_names
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
-from evaluators.maps import explain, explainer_names
+from evaluators.maps import EXPLAINERS, explain, explainer_names
 from foundation.modality import REDUCTIONS
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
@@ -102,7 +103,7 @@ class AggregationConfig(ModelSource):
     reduction: str = "abs_sum"  # image maps (C, H, W) -> (H, W)
     normalisation: str = "z"
     normalisations: list[str] = field(default_factory=lambda: list(NORMALISATIONS))
-    aggregators: dict = field(default_factory=lambda: {name: {} for name in aggregator_names("pixel")})
+    aggregators: dict = field(default_factory=lambda: {name: {} for name in AGGREGATORS.names(kind="pixel")})
     sweeps: dict = field(default_factory=lambda: {  # the paper's Figures 5-9, fewer points
         "percentile": {"q": [0, 10, 25, 40, 50, 75, 100]},
         "ucb": {"eps": [-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]},
@@ -130,11 +131,11 @@ class AggregationConfig(ModelSource):
                 raise InputError(f"option {name}={value!r}; expected one of {sorted(allowed)}")
         check_log_to(self.log_to)
         unknown = sorted(set(self.normalisations) - set(NORMALISATIONS))
-        unknown += sorted(set(self.aggregators) - set(aggregator_names("pixel")))
-        unknown += sorted(set(self.sweeps) - set(aggregator_names("pixel")))
+        unknown += sorted(set(self.aggregators) - set(AGGREGATORS.names(kind="pixel")))
+        unknown += sorted(set(self.sweeps) - set(AGGREGATORS.names(kind="pixel")))
         if unknown:
             raise InputError(f"unknown normalisation(s) or aggregator(s) {unknown}; expected some of "
-                             f"{sorted(NORMALISATIONS)} and {sorted(aggregator_names('pixel'))}")  # fmt: skip
+                             f"{sorted(NORMALISATIONS)} and {sorted(AGGREGATORS.names(kind='pixel'))}")  # fmt: skip
         for name, sweep in self.sweeps.items():
             if not isinstance(sweep, dict) or len(sweep) != 1 or not isinstance(next(iter(sweep.values())), list):
                 raise InputError(f"option sweeps.{name}={sweep!r}; expected one parameter and its values, "
@@ -472,3 +473,10 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
                {"aggregation": (columns, data)}, {p.stem: p for p in pngs})
     note = blank_note(summary["blank_maps"], summary["n_inputs"])
     print(yaml.safe_dump(summary["findings"], sort_keys=False) + (note if note else ""))
+
+
+PROTOCOLS.add("aggregation", evaluate_aggregation,
+              help="pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
+              config=AggregationConfig, write=write_aggregation_report, report="aggregation.json",
+              resumable=True, source="run",
+              choices={"explainers": (EXPLAINERS, {}), "aggregators": (AGGREGATORS, {"kind": "pixel"})})  # fmt: skip

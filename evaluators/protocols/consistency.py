@@ -66,6 +66,7 @@ from rich.progress import Progress
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS, TABLE_DEFAULT
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
@@ -79,11 +80,11 @@ from foundation.batching import rows_within
 from foundation.errors import InputError
 from foundation.modality import IMAGES, REDUCTIONS, ROWS, Modality, modality_of
 from foundation.files import atomic_write, write_json, save_figure, write_text
-from lightning_modules.ensembles import build_ensemble
+from lightning_modules.ensembles import ENSEMBLES, build_ensemble
 from lightning_modules.interface import default_targets
 
-STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
-METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
+STRATEGIES = ["single", *ENSEMBLES.names()]  # one member, or an ensemble of the registry (Ley et al.'s five)
+TABLE_AGREEMENTS = ["sa", "ssa", "cdc_k", "cdc_d"]  # Ley et al.'s Table 1 agreements, kept per pair of ensembles
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
 POINTS = {"deepshap": "n_points_deepshap", "smoothgrad": "n_points_smoothgrad"}  # a method's own count; others n_points
@@ -345,7 +346,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     def scores(maps):
         e = modality.reduce(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(0, maps.shape[:2])
         agreements = ley_agreements(e, cfg.k)
-        values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
+        values = {metric: agreements[metric].mean(0).cpu() for metric in TABLE_AGREEMENTS}  # over pairs of ensembles
         if modality is IMAGES:  # the image protocol's own score
             values["angular"] = angular_difference(e).mean(0).cpu()
         for name in cfg.rank_agreements:
@@ -480,3 +481,10 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
     save_figure(fig, path)
     plt.close(fig)
     return path
+
+
+PROTOCOLS.add("consistency", evaluate_consistency, help="Ley et al.'s consistency protocol (Table 1, Figure 6)",
+              config=ConsistencyConfig, write=write_consistency_report, report="consistency.json", has_sets=True,
+              resumable=True, default_configs={"tabular population": TABLE_DEFAULT,
+                                               "tabular network population": TABLE_DEFAULT},
+              choices={"methods": (EXPLAINERS, {})})  # fmt: skip

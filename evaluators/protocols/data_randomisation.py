@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from evaluators.inputs.counts import counted
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.inputs.image_members import load_image_members
 from evaluators.inputs.runs import load_run
@@ -271,3 +272,9 @@ def format_table(summary: dict) -> str:
         lines.append(f"{r['explainer']:<22}{r['measure']:<14}{r['mean']:>8.3f}{ci['ci95_inputs']:>9}"
                      f"{ci['ci95_members']:>10}{r['nan']:>5}")  # fmt: skip
     return "\n".join(lines)
+
+
+PROTOCOLS.add("data_randomisation", evaluate_data_randomisation,
+              help="data randomisation: maps of models trained on true vs permuted labels (Adebayo et al. §3.2)",
+              config=DataRandomisationConfig, write=write_data_randomisation_report,
+              report="data_randomisation.json", source="pair", choices={"explainers": (EXPLAINERS, {})})  # fmt: skip

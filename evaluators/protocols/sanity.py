@@ -45,7 +45,7 @@ from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
-from evaluators.maps import explainer_names
+from evaluators.maps import EXPLAINERS, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
 from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
@@ -53,6 +53,7 @@ from evaluators.protocols.sanity_population import evaluate_population, write_po
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
 from evaluators.reports.wandb_log import check_log_to, log_report
 from evaluators.sanity import MODES, model_randomisation, random_logit
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.modality import Modality
@@ -307,3 +308,9 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
     log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], {"sanity": (columns, rows)},
                {p.stem: p for p in pngs})  # fmt: skip
     print((out_dir / "table.md").read_text())
+
+
+PROTOCOLS.add("sanity", evaluate_sanity,
+              help="model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
+              config=SanityConfig, write=write_sanity_report, report="sanity.json", resumable=True,
+              source="run", choices={"explainers": (EXPLAINERS, {})})  # fmt: skip
