@@ -10,7 +10,6 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from skimage.filters import sobel
-from torch import nn
 
 from datamodules.images import FashionMNISTDataModule, _ArraysDataModule
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs, remove_top, removed_count
@@ -18,8 +17,7 @@ from datamodules.tabular import FinancialDataModule
 from foundation.errors import InputError
 from evaluators.protocols.roar import maps as roar_maps
 from evaluators.maps import explain
-from evaluators.protocols.roar.estimators import estimator_maps, pass_rows, random_scores, sobel_scores
-from evaluators.protocols.roar.grid import accuracy
+from evaluators.protocols.roar.estimators import estimator_maps, random_scores, sobel_scores
 from lightning_modules.image_classifier import ImageClassifier, create_image_model
 from lightning_modules.mlp import MLPClassifier
 
@@ -227,33 +225,6 @@ def test_dataset_maps_cache_hit_and_miss(tmp_path, monkeypatch):
         with torch.no_grad():
             next(model.parameters()).add_(1.0)
         roar_maps.dataset_maps(model, dm, "saliency", "test", tmp_path, chunk=10, progress=False)
-
-
-def test_whole_split_passes_take_cache_sized_rows_on_a_cpu(tmp_path, monkeypatch):
-    """On a CPU, dataset_maps and a cell's accuracy run forward passes of pass_rows rows (2^15
-    pixels: 41 images of 28 x 28) instead of the explainers' 256 and the accuracy's 4,096; an
-    estimator's own max_batch wins; the maps and the accuracy are those of the default passes."""
-    shapes = ((1, 28, 28), (3, 32, 32), (3, 224, 224), (10,))
-    assert [pass_rows(nn.Linear(2, 2), torch.zeros(1, *shape)) for shape in shapes] == [41, 32, 1, 256]
-    assert pass_rows(nn.Linear(2, 2), torch.zeros(1, 10), 4096) == 4096
-    assert pass_rows(nn.Linear(2, 2, device="meta"), torch.zeros(1, 1, 28, 28)) is None  # not a CPU: the default
-    torch.manual_seed(0)
-    model = create_image_model("small_cnn", 10, 1).eval()
-    x, y = torch.randn(100, 1, 28, 28), torch.randint(0, 10, (100,))
-    rows = []
-    model.register_forward_pre_hook(lambda module, inputs: rows.append(len(inputs[0])))
-    monkeypatch.setattr(roar_maps, "model_inputs", lambda datamodule, split: (x, y))
-    # the predicted classes' passes, then the gradients' (SmoothGrad: 13 images of 3 samples)
-    cases = (("saliency", {}, [41, 41, 18] * 2), ("smoothgrad_sq", {"nt_samples": 3}, [41, 41, 18] + [39] * 7 + [27]),
-             ("saliency", {"max_batch": 7}, ([7] * 14 + [2]) * 2))
-    for name, options, passes in cases:
-        rows.clear()
-        maps = roar_maps.dataset_maps(model, None, name, "test", tmp_path, progress=False, seed=1, **options)
-        assert rows == passes
-        torch.testing.assert_close(maps, estimator_maps(model, x, name, seed=1, **options), rtol=1e-5, atol=1e-7)
-    rows.clear()
-    assert accuracy(model, x, y).item() == (model(x).argmax(1) == y).double().mean().item()
-    assert rows[:-1] == [41, 41, 18]  # the last pass: the reference's 100 rows at once
 
 
 def test_image_datamodule_modifies_train_and_test_and_trains(tmp_path):

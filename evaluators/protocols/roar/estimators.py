@@ -38,10 +38,7 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
     per pixel (H, W) and are repeated over the C channels.
 
 Batching and seeds (docs/roar.md): chunks of ``chunk`` examples, every explainer called with
-``seed`` and the chunk's examples' indices in their split (``index``, default 0 … N-1) and
-``max_batch`` rows per forward pass (None: the explainers' default, ``resolve_max_batch``), on
-which the maps do not depend. ROAR's passes over a whole split (``maps.dataset_maps``, the ranking
-pass) take :func:`pass_rows`.
+``seed`` and the chunk's examples' indices in their split (``index``, default 0 … N-1).
 """
 
 from __future__ import annotations
@@ -58,7 +55,7 @@ from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, 
 from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
 from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names, input_kind
-from foundation.batching import MAX_BATCH, resolve_max_batch, rows_within
+from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
 from lightning_modules.interface import default_targets, eval_mode
@@ -73,21 +70,6 @@ ROAR_DEFAULTS: dict[str, dict] = {
     "integrated_gradients": {"n_steps": 25},
 }
 SOBEL_EDGE, SOBEL_SMOOTH = (1.0, 0.0, -1.0), (0.25, 0.5, 0.25)
-CPU_PASS_PIXELS = 2**15  # input pixels per forward pass of ROAR's whole-split passes on a CPU (pass_rows)
-
-
-def pass_rows(model: nn.Module, x: torch.Tensor, most: int = MAX_BATCH) -> int | None:
-    """Rows per forward pass of ROAR's passes over a whole split of inputs like ``x`` with ``model``:
-    on a CPU at most ``most`` rows holding at most :data:`CPU_PASS_PIXELS` input pixels (H·W; 41
-    images of 28 × 28, 32 of 32 × 32, one of 224 × 224; a tabular row counts as one), so that a
-    pass's activations stay in the caches; None on an accelerator (the explainers' default,
-    ``resolve_max_batch``). On the 2-core EPYC (1 MiB L2 per core, 32 MiB L3) the MNIST CNN's
-    SmoothGrad gradients cost 20-30 % less per row in passes of 30 rows than of 255 (the explainers'
-    CPU default, 2^18 pixels), its forward passes 45-55 % less in passes of 64 rows than of 1,000
-    (docs/roar.md, "Speed"); the maps are the same to the bit."""
-    if model_device(model, x).type != "cpu":
-        return None
-    return rows_within(x, most, CPU_PASS_PIXELS)
 
 
 def random_scores(x: torch.Tensor, index: torch.Tensor, seed: int) -> torch.Tensor:
@@ -123,16 +105,14 @@ def _explainers(explainers, model: nn.Module, x: torch.Tensor) -> dict[str, dict
     return {name: {**ROAR_DEFAULTS.get(name, {}), **(o or {})} for name, o in explainers.items()}
 
 
-def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tensor, max_batch: int | None = None,
-                explainers=AGG_EXPLAINERS, normalisation: str = "z", absolute: bool = True,
-                **options) -> torch.Tensor:  # fmt: skip
+def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tensor, explainers=AGG_EXPLAINERS,
+                normalisation: str = "z", absolute: bool = True, **options) -> torch.Tensor:  # fmt: skip
     explainers = _explainers(explainers, model, x)
     if aggregator in OPTIMISED_AGGREGATORS:
-        options = {"seed": seed, "index": index, "max_batch": max_batch, **options}
-        maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target, **options)
+        maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target,
+                                        **{"seed": seed, "index": index, **options})  # fmt: skip
         return maps if maps.shape == x.shape else maps[:, None].expand_as(x)
-    maps = [explain(model, x, name, target=target, seed=seed, index=index, **{"max_batch": max_batch, **o})
-            for name, o in explainers.items()]  # fmt: skip
+    maps = [explain(model, x, name, target=target, seed=seed, index=index, **o) for name, o in explainers.items()]
     map_dims = x.dim() - 1  # every element of an example: (C, H, W) or (d,)
     stack = torch.stack([normalise(m.abs() if absolute else m, normalisation, map_dims) for m in maps])
     return aggregate(stack, aggregator, map_dims, **options)
@@ -151,25 +131,22 @@ def _check_name(model: nn.Module, x: torch.Tensor, name: str) -> None:
         raise InputError(f"unknown ROAR estimator {name!r}; expected one of {estimator_names(model, x)}")
 
 
-def _estimate(model, x, name, target, index, seed, max_batch, options) -> torch.Tensor:
+def _estimate(model, x, name, target, index, seed, options) -> torch.Tensor:
     """One chunk's maps, every explainer drawing from (seed, the examples' indices)."""
     if name in ROAR_CONTROLS:
         return ROAR_CONTROLS[name](x, index, seed)
-    target = default_targets(model, x, target, resolve_max_batch(max_batch, x))
+    target = default_targets(model, x, target, resolve_max_batch(None, x))
     if name.startswith(AGG_PREFIX):
-        return _aggregated(model, x, target, name[len(AGG_PREFIX):], seed=seed, index=index, max_batch=max_batch,
-                           **options)  # fmt: skip
-    return explain(model, x, name, target=target, seed=seed, index=index, max_batch=max_batch,
+        return _aggregated(model, x, target, name[len(AGG_PREFIX):], seed=seed, index=index, **options)
+    return explain(model, x, name, target=target, seed=seed, index=index,
                    **{**ROAR_DEFAULTS.get(name, {}), **options})  # fmt: skip
 
 
 def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, chunk: int = CHUNK, seed: int = 0,
-                   index: torch.Tensor | None = None, max_batch: int | None = None,
-                   **options) -> torch.Tensor:  # fmt: skip
+                   index: torch.Tensor | None = None, **options) -> torch.Tensor:  # fmt: skip
     """Maps of estimator ``name`` (see the module's docstring) for inputs x (images (N, C, H,
     W) or rows (N, d)), shaped like x, on the model's device, detached. ``target``: images
-    only, None (the predicted class), an int or N labels; ``max_batch``: rows per forward pass
-    (None: the explainers' default); ``options`` go to the estimator.
+    only, None (the predicted class), an int or N labels; ``options`` go to the estimator.
     Maps with NaN or ±inf (a model whose scores are not finite) are refused, the error naming
     the estimator and the example (its ``index``), so none is ever cached or ranked by."""
     _check_name(model, x, name)
@@ -187,6 +164,6 @@ def estimator_maps(model: nn.Module, x: torch.Tensor, name: str, target=None, ch
         for start in range(0, n, chunk):
             part = slice(start, min(start + chunk, n))
             t = target[part] if isinstance(target, torch.Tensor) else target
-            parts.append(_estimate(model, x[part].to(device), name, t, index[part], seed, max_batch, options).detach())
+            parts.append(_estimate(model, x[part].to(device), name, t, index[part], seed, options).detach())
             check_finite(parts[-1], f"ROAR estimator {name!r}: maps", "example", numbers=index[part])
         return torch.cat(parts)

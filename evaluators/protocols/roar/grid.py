@@ -54,7 +54,6 @@ from datamodules.roar_shards import ShardedDataModule, served_from_files
 from datamodules.stacked_cells import StackedCellsDataModule
 from evaluators.inputs.counts import counted
 from foundation.finite import check_finite
-from evaluators.protocols.roar.estimators import pass_rows
 from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.rankings import PASS_CHUNK, SHARD_SIZE, RankingStore, ranking_pass, streamed_fill
 from foundation.batching import rows_within
@@ -165,11 +164,10 @@ def cell_path(out_dir: Path, cell: Cell) -> Path:
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int | None = None,
              what: str = "the model") -> torch.Tensor:  # fmt: skip
     """The share of ``x`` that ``model`` classifies as ``y`` (one value; (M,) for a population),
-    in batches on the model's device: ``batch`` rows, by default at most 4,096 holding at most
-    2^22 input pixels on an accelerator (4,096 images up to 32 × 32, 83 at 224 × 224), ``CPU_PASS_PIXELS``
-    on a CPU (``pass_rows``: 41 images of 28 × 28; tabular rows 4,096). ``what`` names the model where
+    in batches on the model's device: ``batch`` rows, by default 4,096 holding at most 2^22
+    input pixels (4,096 images up to 32 × 32, 83 at 224 × 224). ``what`` names the model where
     its outputs are not finite (:func:`loader_accuracy`)."""
-    batch = batch or pass_rows(model, x, 4096) or rows_within(x, 4096, 2**22)
+    batch = batch or rows_within(x, 4096, 2**22)
     return loader_accuracy(model, zip(x.split(batch), y.split(batch)), what)
 
 

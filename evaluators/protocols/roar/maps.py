@@ -31,7 +31,7 @@ from rich.progress import Progress
 from torch import nn
 
 from datamodules.roar import model_inputs
-from evaluators.protocols.roar.estimators import CHUNK, estimator_maps, pass_rows
+from evaluators.protocols.roar.estimators import CHUNK, estimator_maps
 from foundation.errors import InputError
 from foundation.files import atomic_write
 
@@ -83,9 +83,7 @@ def dataset_maps(model: nn.Module, datamodule, estimator: str, split: str, cache
     """The maps (float32, on the CPU, shaped like the split's model inputs) of ``estimator``
     for every example of ``split`` (``"train"`` or ``"test"``), read from ``cache_dir`` or
     computed chunk by chunk (``chunk`` examples, a rich progress bar unless ``progress`` is
-    False; ``pass_rows`` rows per forward pass unless ``options`` name ``max_batch``, which the
-    maps do not depend on, so it is no part of the key unless named) and cached; ``seed`` and
-    ``options`` go to ``estimator_maps``."""
+    False) and cached; ``seed`` and ``options`` go to ``estimator_maps``."""
     x, _ = model_inputs(datamodule, split)
     key = cache_key(model, x, estimator, split, seed, chunk, options)
     root = Path(cache_dir).expanduser()
@@ -102,13 +100,13 @@ def dataset_maps(model: nn.Module, datamodule, estimator: str, split: str, cache
             log.warning("recomputing %s: it holds %s", path, "another key" if saved["key"] != key else "NaN or ±inf")
         except Exception as err:  # noqa: BLE001 (an unreadable cache entry is redone, never used)
             log.warning("recomputing %s: it is unreadable (%s)", path, err)
-    parts, passes = [], {"max_batch": pass_rows(model, x), **options}
+    parts = []
     with Progress(disable=not progress) as bar:
         task = bar.add_task(f"{estimator} maps of {split}", total=len(x))
         for start in range(0, len(x), chunk):
             part = slice(start, min(start + chunk, len(x)))
             parts.append(estimator_maps(model, x[part], estimator, chunk=chunk, seed=seed,
-                                        index=torch.arange(part.start, part.stop), **passes).float().cpu())
+                                        index=torch.arange(part.start, part.stop), **options).float().cpu())
             bar.advance(task, part.stop - part.start)
     maps = torch.cat(parts)
     atomic_write(path, lambda tmp: torch.save({"maps": maps, "key": key}, tmp))

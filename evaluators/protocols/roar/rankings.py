@@ -52,7 +52,7 @@ from torch import nn
 
 from datamodules.roar import FRACTIONS, TIE_STREAM, UNITS, ranked_scores, removed_count, uniform_hash
 from datamodules.roar_shards import stored_size
-from evaluators.protocols.roar.estimators import estimator_maps, pass_rows
+from evaluators.protocols.roar.estimators import estimator_maps
 from evaluators.protocols.roar.maps import _canonical, model_digest
 from foundation.errors import InputError
 from foundation.files import atomic_write, dead_writer, json_text
@@ -280,8 +280,7 @@ def _shard_payload(model, datamodule, estimator, split, key, start, stop, chunk,
     for a in range(start, stop, chunk):
         index = torch.arange(a, min(a + chunk, stop))
         x, _ = datamodule.as_model_inputs(*datamodule.stored_images(split, index))
-        maps = estimator_maps(model, x, estimator, chunk=chunk, seed=seed, index=index,
-                              **{"max_batch": pass_rows(model, x), **options}).float().cpu()  # fmt: skip
+        maps = estimator_maps(model, x, estimator, chunk=chunk, seed=seed, index=index, **options).float().cpu()
         for unit in units:
             order = removal_order(maps, unit, square, seed, index)
             if store == "levels":
