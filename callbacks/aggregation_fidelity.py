@@ -44,7 +44,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate_all
 from evaluators.aggregators.registry import aggregator_names
 from foundation.finite import check_finite
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from evaluators.maps.reduction import reduce_map
 from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import plot_map_grid
@@ -56,7 +56,7 @@ from lightning_modules.interface import eval_mode
 
 IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
                   "gradcam": {}}  # fmt: skip
-TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {}, "integrated_gradients": {}, "input_x_gradient": {}}
+TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {"stdevs": 0.1}, "integrated_gradients": {}, "input_x_gradient": {}}
 METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability", "sparseness", "complexity")
 MAP_METRICS = ("sparseness", "complexity")  # scores of the maps alone
 MAP_OPTIONS = tuple(inspect.signature(explainer_maps).parameters)[4:]  # the optimised aggregators' map options

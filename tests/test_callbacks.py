@@ -49,7 +49,7 @@ def fashion_mnist_or_skip():
 
 def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_metrics(tmp_path):
     from evaluators.maps import explain
-    from evaluators.maps.image_explainers import reduce_map
+    from evaluators.maps.reduction import reduce_map
     from evaluators.aggregators.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
     from lightning_modules import ImageClassifier
@@ -205,7 +205,7 @@ class TwoImageMembers(pl.LightningModule):
 
 
 def test_image_population_consistency_is_logged_per_pixel_on_a_two_epoch_run(tmp_path):
-    from evaluators.maps.image_explainers import reduce_map
+    from evaluators.maps.reduction import reduce_map
 
     data = fashion_mnist_or_skip()
     population = TwoImageMembers()

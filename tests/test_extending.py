@@ -144,11 +144,12 @@ def registries():
     from evaluators.protocols.registry import PROTOCOLS
 
     registries = (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS, PIXEL_AGGREGATORS)
-    saved = [(registry, dict(registry)) for registry in registries]
+    stores = [getattr(registry, "_entries", registry) for registry in registries]  # a Registry's names, or a dict
+    saved = [(store, dict(store)) for store in stores]
     yield
-    for registry, before in saved:
-        registry.clear()
-        registry.update(before)
+    for store, before in saved:
+        store.clear()
+        store.update(before)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

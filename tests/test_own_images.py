@@ -18,7 +18,7 @@ import train
 from evaluators.inputs.image_members import load_image_members
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from evaluators.maps.reduction import reduce_map
 from evaluators.metrics.agreement_functional import separability
 from tests.test_images_data import make_folder
 

@@ -74,7 +74,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import reduce_map
+from evaluators.maps.reduction import reduce_map
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
 from evaluators.metrics.model_scores import check_inputs, resolve_targets
 from evaluators.metrics.perturbations import (

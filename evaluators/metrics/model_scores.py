@@ -3,7 +3,7 @@ score, the class each input is scored on, and the scalar outputs they read.
 
 * **Inputs and maps** (``check_inputs``, ``check_inputs_and_maps``): images x
   (N, C, H, W) take one map value per pixel, maps (N, H, W) (reduce (N, C, H, W)
-  attributions with ``evaluators.maps.image_explainers.reduce_map`` first); rows x (N, d)
+  attributions with ``evaluators.maps.reduction.reduce_map`` first); rows x (N, d)
   (the only inputs of a tabular model) take maps (N, d), one value per feature.
   Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
   ``InputError`` naming the input, map or output row (``foundation.finite.check_finite``).
@@ -27,7 +27,7 @@ from foundation.finite import check_finite
 from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
 from lightning_modules.interface import (
-    check_classes, class_probabilities, default_targets, explained_output, fixed_target, output_kind,
+    check_classes, class_probabilities, default_class, default_targets, explained_output, output_kind,
 )  # fmt: skip
 
 OUTPUTS = ("logit", "probability")
@@ -37,7 +37,7 @@ MODEL_OUTPUT = "the model's output on the inputs scored (clean or perturbed)"
 def check_inputs(model: nn.Module, x) -> bool:
     """Whether x are rows; InputError unless x is finite (N, d) rows (the only inputs of a
     tabular model, one with a fixed class) or (N, C, H, W) images."""
-    dims = (2,) if fixed_target(model) is not None else (2, 4)
+    dims = (2,) if default_class(model) is not None else (2, 4)
     expected = "(N, d) float rows for a tabular model" if dims == (2,) else "(N, C, H, W) float images or (N, d) rows"
     if (not isinstance(x, torch.Tensor) or x.dim() not in dims or len(x) == 0
             or not x.is_floating_point()):  # fmt: skip

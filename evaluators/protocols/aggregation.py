@@ -53,7 +53,7 @@ from foundation.finite import check_finite
 from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from evaluators.maps.reduction import REDUCTIONS, reduce_map
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report

@@ -173,8 +173,9 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
     if not images and set(measures) - set(ROW_MEASURES):
         raise InputError(f"option measures={measures}: tabular maps take {list(ROW_MEASURES)} only")
     for explainer in cfg.explainers:
-        if EXPLAINERS[explainer].takes not in ("any", "images" if images else "rows"):
-            raise InputError(f"explainer {explainer!r} takes {EXPLAINERS[explainer].takes}; the data serves "
+        if not EXPLAINERS[explainer].applies_to("images" if images else "rows"):
+            takes = " or ".join(EXPLAINERS[explainer].modalities)
+            raise InputError(f"explainer {explainer!r} takes {takes}; the data serves "
                              f"{'images' if images else 'rows'}")  # fmt: skip
     pairs = min(len(sides["true"][0]), len(sides["permuted"][0]), cfg.members or 2**62)
     x, y = x.to(device), y.to(device)
