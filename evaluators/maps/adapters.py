@@ -28,7 +28,7 @@ from torch import nn
 from evaluators.maps.batches import activation_floats, chunks, per_input_options
 from evaluators.maps.registry import trait
 from evaluators.maps.stacked_deepshap import SOFTMAX_RULES, deeplift_shap_of_ensemble
-from foundation.batching import resolve_max_batch
+from foundation.batching import MAX_BATCH, resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
 from lightning_modules.ensembles import MLPEnsemble
@@ -156,12 +156,27 @@ def _explain(model, x, method, entry, targets, seeds, seed, max_batch, options, 
     return _run(_scores(model, output), x, entry, targets, seeds, seed, max_batch, options)
 
 
+def _widths(model: nn.Module) -> int:
+    """The activations one row makes in one member of a table model: the widths of its layers
+    (stacked members': one member's; else its ``nn.Linear`` modules' outputs; 0 where it has none)."""
+    if isinstance(model, (PopulationMLP, MLPEnsemble)):
+        return sum(w.shape[1] for w in (model.weights if isinstance(model, PopulationMLP) else model.stacked[0]))
+    return sum(m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+
+
 def default_rows(model: nn.Module, x: torch.Tensor, max_batch: int | None) -> int:
-    """Rows per forward pass: ``max_batch`` where given; for a ``PopulationMLP`` as many as keep
-    one pass's activations within ``batches.activation_floats``; else ``resolve_max_batch``."""
-    if max_batch is None and isinstance(model, PopulationMLP):
-        return max(1, activation_floats(x.device) // sum(w.shape[1] for w in model.weights))
-    return resolve_max_batch(max_batch, x)
+    """Rows per forward pass: ``max_batch`` where given; for rows (N, d) through a model of
+    ``nn.Linear`` layers or stacked members, as many as keep one member's activations of a pass
+    within ``batches.activation_floats`` (a table MLP's passes are cheap: 256 rows a pass, the
+    images' bound, spent most of SmoothGrad's time in per-pass overhead); an ensemble's, all its
+    members' activations, but at least ``MAX_BATCH`` rows (its chunks of members then hold
+    fewer members: each chunk draws its inputs' noise again); else ``resolve_max_batch``."""
+    widths = _widths(model) if max_batch is None and x.dim() == 2 else 0
+    if not widths:
+        return resolve_max_batch(max_batch, x)
+    if isinstance(model, MLPEnsemble):
+        return max(MAX_BATCH, activation_floats(x.device) // (widths * model.size))
+    return max(1, activation_floats(x.device) // widths)
 
 
 def explain_model(model: nn.Module, x: torch.Tensor, method: str, entry, target, seeds: list[int], seed: int,

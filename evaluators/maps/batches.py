@@ -94,16 +94,19 @@ def check_sampling(name: str, samples, stdevs) -> float:
 def sampled(x, target, max_batch, seeds, n, draw, attribute, nt_type: str, per_input: dict) -> torch.Tensor:
     """Captum's NoiseTunnel written out so that each input's draws depend only on its own seed.
 
-    Input i's n samples are ``draw(x_i, seeds[i])``: a tuple of per-sample tensors (n, ...),
-    the noisy inputs first; ``per_input`` tensors (one row per input, e.g. per-input
-    baselines) are repeated for its n samples. ``attribute(*sample_rows, targets,
+    Input i's n samples come from ``draw(seeds[i])``: a tuple of per-sample tensors (n, ...),
+    the noise first (the samples are x_i + noise), drawn once per distinct seed of a chunk (a
+    population's copies of an input share its seed and its draws); ``per_input`` tensors (one
+    row per input, e.g. per-input baselines) are repeated for its n samples. ``attribute(*sample_rows, targets,
     **rows_of_per_input)`` explains at most ``max_batch`` sample rows at a time (input i's
     samples consecutive); then per input the mean over its samples (``smoothgrad``), the mean
     square (``smoothgrad_sq``) or mean square − square mean (``vargrad``), summed and scaled by
     1/n as Captum does."""
     out = []
     for s in chunks(len(x), inputs_per_chunk(max_batch, n)):
-        samples = [torch.cat(parts) for parts in zip(*(draw(x[i], seeds[i]) for i in range(s.start, s.stop)))]
+        drawn = {seed: draw(seed) for seed in dict.fromkeys(seeds[s])}
+        inputs = [(x[i][None] + drawn[seeds[i]][0], *drawn[seeds[i]][1:]) for i in range(s.start, s.stop)]
+        samples = [torch.cat(parts) for parts in zip(*inputs)]
         rows_target = target[s].repeat_interleave(n)
         extra = {k: v[s].repeat_interleave(n, dim=0) for k, v in per_input.items()}
         a = torch.cat([attribute(*(t[p] for t in samples), rows_target[p], **{k: v[p] for k, v in extra.items()})

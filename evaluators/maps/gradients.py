@@ -112,8 +112,8 @@ def _noise_tunnel(nt_type: str):
         method = _base(base, model, x)
         whole, per_input = per_input_options(options, x)
 
-        def draw(xi, seed):
-            return (xi[None] + normal((nt_samples, *xi.shape), stdevs, seed, xi.device),)
+        def draw(seed):
+            return (normal((nt_samples, *x.shape[1:]), stdevs, seed, x.device),)
 
         def attribute(xs, ts, **rows_options):
             return method(xs, ts, **whole, **rows_options)
@@ -165,12 +165,12 @@ def gradient_shap(model, x, target, max_batch, seeds, baselines: torch.Tensor | 
     stdevs = check_sampling("n_samples", n_samples, stdevs)
     baselines = baselines.to(x.device, x.dtype)
 
-    def draw(xi, seed):
+    def draw(seed):
         numpy_generator = np.random.RandomState(seed)
         references = baselines[torch.from_numpy(numpy_generator.choice(len(baselines), n_samples))]
-        noisy = xi[None] + normal((n_samples, *xi.shape), stdevs, seed, xi.device)
-        alpha = torch.tensor(numpy_generator.uniform(0.0, 1.0, n_samples), device=xi.device, dtype=xi.dtype)
-        return noisy, references, alpha
+        noise = normal((n_samples, *x.shape[1:]), stdevs, seed, x.device)
+        alpha = torch.tensor(numpy_generator.uniform(0.0, 1.0, n_samples), device=x.device, dtype=x.dtype)
+        return noise, references, alpha
 
     def attribute(noisy, references, alpha, ts):
         alpha = alpha.view(-1, *[1] * (noisy.dim() - 1))
