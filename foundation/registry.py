@@ -95,7 +95,8 @@ class Registry:
         if unknown:
             raise ValueError(f"{self.kind} {name!r}: unknown modalities {sorted(unknown)}; expected {ALL_MODALITIES}")
         entry = Entry(name, obj, _first_line(obj) if help is None else help, tuple(modalities), tuple(needs),
-                      higher_is_better, MappingProxyType(dict(defaults or {})), MappingProxyType(dict(extra)))  # fmt: skip
+                      higher_is_better, MappingProxyType(dict(defaults or {})),
+                      MappingProxyType(dict(extra)))  # fmt: skip
         self._entries[name] = entry
         return entry
 
@@ -112,8 +113,8 @@ class Registry:
     def names(self, modality: str | None = None, **traits: Any) -> list[str]:
         """The registered names in registration order, those applying to ``modality`` and
         whose traits equal ``traits`` (fields or ``extra``) only."""
-        return [name for name, entry in self._entries.items()
-                if entry.applies_to(modality) and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
+        return [name for name, entry in self._entries.items() if entry.applies_to(modality)
+                and all(getattr(entry, k, None) == v for k, v in traits.items())]  # fmt: skip
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

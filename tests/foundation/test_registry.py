@@ -39,7 +39,8 @@ def test_names_filter_by_modality_and_traits_in_registration_order():
 def test_unknown_name_and_double_registration_are_refused():
     things = Registry("metric", page="fidelity_metrics.md")
     things.add("auc", len)
-    with pytest.raises(InputError, match=r"unknown metric 'aucc'; expected one of \['auc'\] \(docs/fidelity_metrics.md\)"):
+    with pytest.raises(InputError,
+                       match=r"unknown metric 'aucc'; expected one of \['auc'\] \(docs/fidelity_metrics.md\)"):
         things["aucc"]
     with pytest.raises(ValueError, match="registered twice"):
         things.add("auc", len)
