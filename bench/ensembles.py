@@ -6,7 +6,7 @@ The ensemble: 2 curves x 25 points x 50 first-layer weight perturbations (sigma 
 = 2,500 German Credit MLPs (61 inputs); the explanation: Saliency (input gradient of
 the ensemble's explained output, its members' mean positive-class logit) on 1,000 inputs.
 
-(batched) ``evaluators.maps.tabular_explainers.explain(ensemble, x, "saliency")``: Captum's
+(batched) ``evaluators.maps.explain(ensemble, x, "saliency")``: the registry's
           Saliency on the ``MLPEnsemble`` module, members stacked in chunks of
           cache-sized activations, each chunk one forward and backward pass;
 (looped)  what a user does without stacking: build each of the 2,500 models as its

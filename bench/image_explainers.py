@@ -63,7 +63,7 @@ from bench._agreement import check_float32, check_float64  # noqa: E402
 from bench._gradient_floor import rows_per_image, seconds_per_row  # noqa: E402
 from datamodules.images import ImageFolderDataModule  # noqa: E402
 from evaluators.maps import explain  # noqa: E402
-from evaluators.maps.image_explainers import last_conv_block  # noqa: E402
+from evaluators.maps.gradients import last_conv_block  # noqa: E402
 from foundation.batching import resolve_max_batch  # noqa: E402
 from foundation.devices import resolve_device  # noqa: E402
 from foundation.files import json_text  # noqa: E402

@@ -78,7 +78,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evaluators.maps import explain  # noqa: E402
-from evaluators.maps.image_explainers import reduce_map  # noqa: E402
+from foundation.modality import reduce_map  # noqa: E402
 from evaluators.metrics.insertion_deletion import insertion_deletion_curves  # noqa: E402
 from foundation.devices import resolve_device  # noqa: E402
 from foundation.files import json_text  # noqa: E402

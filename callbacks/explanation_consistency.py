@@ -21,7 +21,7 @@ from evaluators.maps import explain
 from evaluators.metrics.agreement import AGREEMENT_METRICS, PairwiseAgreement
 from foundation.errors import InputError
 from foundation.modality import REDUCTIONS, modality_of
-from lightning_modules.interface import fixed_target
+from lightning_modules.interface import default_class
 
 
 class ExplanationConsistency(pl.Callback):
@@ -53,7 +53,7 @@ class ExplanationConsistency(pl.Callback):
         if self._probe is None:
             self._probe = trainer.datamodule.probe(self.probe_size)
         x, y = (t.to(pl_module.device) for t in self._probe)
-        if fixed_target(pl_module) is not None:
+        if default_class(pl_module) is not None:
             return explain(pl_module, x, self.method).detach()
         maps = [explain(pl_module.member(i).to(pl_module.device), x, self.method, target=y).detach()
                 for i in range(pl_module.size)]  # fmt: skip

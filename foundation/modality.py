@@ -149,7 +149,7 @@ ROWS = register(Modality(
     name="rows", kind="tabular", noun="rows", shape="(N, d)", input_dims=2, reduced_dim=None, unit="feature",
     stat_unit="feature", stat_dims=(0,), own_statistics=False, fixed_class=True, spatial=False, whole_splits=True,
     reduction=None, units_per_step=1, figure=None,
-    default_explainers=MappingProxyType({"saliency": {}, "smoothgrad": {}, "integrated_gradients": {},
+    default_explainers=MappingProxyType({"saliency": {}, "smoothgrad": {"stdevs": 0.1}, "integrated_gradients": {},
                                          "input_x_gradient": {}}),
 ))  # fmt: skip
 IMAGES = register(Modality(
@@ -168,6 +168,12 @@ def _by_name(name: str) -> Modality:
         raise InputError(f"modality {name!r}; expected one of {sorted(MODALITIES)} "
                          f"(or a data kind {sorted(m.kind for m in MODALITIES.values())})")  # fmt: skip
     return found
+
+
+def reduce_map(maps: torch.Tensor, how: str = "abs_sum") -> torch.Tensor:
+    """Image maps (N, C, H, W) to per-pixel maps (N, H, W) over channels: ``IMAGES.reduce`` by
+    ``how``, ``sum``, ``abs_sum`` (sum of absolute values) or ``max_abs`` (largest absolute value)."""
+    return IMAGES.reduce(maps, how)
 
 
 def modality_of(obj: Any) -> Modality:
@@ -197,4 +203,4 @@ def modality_of(obj: Any) -> Modality:
                      f"{sorted(MODALITIES)} (foundation.modality)")  # fmt: skip
 
 
-__all__ = ["IMAGES", "MODALITIES", "REDUCTIONS", "ROWS", "Modality", "modality_of", "register"]
+__all__ = ["IMAGES", "MODALITIES", "REDUCTIONS", "ROWS", "Modality", "modality_of", "reduce_map", "register"]

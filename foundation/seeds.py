@@ -1,11 +1,13 @@
 """Seeds of the explainers' random draws (``evaluators.maps``): no explainer draws from a
 generator its caller has not seeded through it.
 
-* Image explainers draw each image's samples from its own seed, :func:`derived_seed` (seed,
-  the image's index): a map depends on (seed, index) alone, not on the chunking or on
-  which other images share the call (``image_explainers``).
-* Tabular explainers are Captum's, drawing from the global generators; each call runs
-  within :func:`seeded_generators`, which seeds them and restores them afterwards.
+Every explainer, for every model, draws each input's samples from its own seed,
+:func:`input_seeds`: :func:`derived_seed` (seed, the input's index in its split). A map then
+depends on (seed, index) alone, not on the chunking or on which other inputs share the call (a
+population member's copy of an input gets that input's seed, so its map is the member's own).
+Methods that are Captum's and draw from the global generators (LIME, KernelSHAP) explain each
+input in a call of its own within :func:`seeded_generators` of its seed, which seeds them and
+restores them afterwards.
 """
 
 from __future__ import annotations
@@ -45,17 +47,9 @@ def input_index(index, n: int) -> list[int]:
     return index.tolist()
 
 
-def image_seeds(seed: int, index, n: int) -> list[int]:
-    """Image i's seed, ``derived_seed(seed, index[i])`` (``index`` None: 0 … n − 1)."""
+def input_seeds(seed: int, index, n: int) -> list[int]:
+    """Input i's seed, ``derived_seed(seed, index[i])`` (``index`` None: 0 … n − 1)."""
     return [derived_seed(check_seed(seed), i) for i in input_index(index, n)]
-
-
-def call_seed(seed: int, index) -> int:
-    """The seed of one call over inputs with indices ``index``: ``seed`` where ``index`` is
-    None, else ``derived_seed(seed, index[0])``, so that the calls over the chunks of a
-    split draw independently of one another."""
-    seed = check_seed(seed)
-    return seed if index is None else derived_seed(seed, input_index(index, len(index))[0])
 
 
 @contextmanager

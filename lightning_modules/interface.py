@@ -4,8 +4,8 @@ A classifier is an ``nn.Module`` whose ``forward`` maps inputs (N, ...) to class
 (N, K) (an ensemble's: its members' mean logit; a ``PopulationMLP``'s: (M, N, K)); any
 ``nn.Module`` meets it with no wrapper. A model may also define ``probabilities(x)``
 (where they are not the softmax of its logits), ``member_logits(x)`` (M, N, K),
-``explained_class`` (the class its explanations are of by default, for a model explained by the
-tabular explainers: an int, or ``PREDICTED``) and ``explain_output`` (``"logit"`` or
+``explained_class`` (the class its explanations are of by default: an int, or ``PREDICTED``; such a
+model is explained through its class scores, ``evaluators.maps.adapters``) and ``explain_output`` (``"logit"`` or
 ``"probability"``, the output explained).
 """
 
@@ -40,10 +40,10 @@ def class_probabilities(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return own(x) if callable(own) else model(x).softmax(-1)
 
 
-def fixed_target(model: nn.Module) -> int | str | None:
-    """The default class of a model the tabular explainers explain (``explained_class``): an int
-    (every input's) or ``PREDICTED``; None for any other classifier (explained per input, by
-    default for its predicted class)."""
+def default_class(model: nn.Module) -> int | str | None:
+    """The class a model's explanations are of by default (``explained_class``): an int (every
+    input's) or ``PREDICTED``; None for a classifier without one (by default each input's
+    predicted class, of its logits)."""
     return getattr(model, "explained_class", None)
 
 
@@ -81,7 +81,7 @@ def default_targets(model: nn.Module, x: torch.Tensor, target=None, rows: int | 
     """The explained class per input, a LongTensor (N,) on x's device: ``target`` (an int or N
     labels), else the model's ``explained_class`` where it is an int, else its predicted class
     (``predicted_class``, ``rows`` inputs at a time, without gradients)."""
-    fixed = fixed_target(model)
+    fixed = default_class(model)
     if target is None and fixed in (None, PREDICTED):
         with torch.no_grad():
             return torch.cat([predicted_class(model, part) for part in x.split(rows or len(x) or 1)])

@@ -16,7 +16,7 @@ test points and background rows, and prints top-k SA, SSA and CDC@d beside Captu
 DeepLiftShap of the logit on the same ensembles. ``shap`` is not a project dependency: its
 install above is for this ablation only. The protocol computes the same rule itself, on every
 strategy and much faster (``--set explain_output=probability --set deepshap_softmax_rule=rescale``,
-``evaluators.maps.tabular_explainers.deeplift_shap_of_ensemble``); this script is the check of
+``evaluators.maps.stacked_deepshap.deeplift_shap_of_ensemble``); this script is the check of
 that rule against ``shap`` on real populations (``tests/evaluators/maps/test_explainers.py`` checks it on a small
 one when ``shap`` is importable).
 """

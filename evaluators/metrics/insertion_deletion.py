@@ -15,7 +15,7 @@ when every step moves as many units).
 
 * **Units and maps.** Images x (N, C, H, W) take maps (N, H, W): one value per pixel, all
   C channels of a pixel move together (reduce (N, C, H, W) attributions with
-  ``evaluators.maps.image_explainers.reduce_map`` first). Rows x (N, d) (of a tabular
+  ``foundation.modality.reduce_map`` first). Rows x (N, d) (of a tabular
   ``MLPClassifier``, ``MLPEnsemble`` or any classifier of rows) take maps (N, d). Inputs, maps,
   a baseline tensor, ``stats`` and the model's outputs must be finite: NaN or ±inf is
   refused with one ``InputError`` naming which (``foundation.finite``).

@@ -3,7 +3,7 @@ score, the class each input is scored on, and the scalar outputs they read.
 
 * **Inputs and maps** (``check_inputs``, ``check_inputs_and_maps``): images x
   (N, C, H, W) take one map value per pixel, maps (N, H, W) (reduce (N, C, H, W)
-  attributions with ``evaluators.maps.image_explainers.reduce_map`` first); rows x (N, d)
+  attributions with ``foundation.modality.reduce_map`` first); rows x (N, d)
   (the only inputs of a tabular model) take maps (N, d), one value per feature.
   Inputs, maps and the model's outputs must be finite: NaN or ±inf is refused with one
   ``InputError`` naming the input, map or output row (``foundation.finite.check_finite``).
@@ -28,7 +28,7 @@ from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
 from foundation.modality import MODALITIES, Modality, modality_of
 from lightning_modules.interface import (
-    check_classes, class_probabilities, default_targets, explained_output, fixed_target, output_kind,
+    check_classes, class_probabilities, default_class, default_targets, explained_output, output_kind,
 )  # fmt: skip
 
 OUTPUTS = ("logit", "probability")
@@ -38,7 +38,7 @@ MODEL_OUTPUT = "the model's output on the inputs scored (clean or perturbed)"
 def check_inputs(model: nn.Module, x) -> Modality:
     """The modality of x (``foundation.modality``); InputError unless x is finite (N, d) rows
     (the only inputs of a tabular model, one with a fixed class) or (N, C, H, W) images."""
-    fixed = fixed_target(model) is not None
+    fixed = default_class(model) is not None
     accepted = [m for m in MODALITIES.values() if m.fixed_class or not fixed]
     expected = " or ".join(f"{m.shape} float {m.noun}" for m in accepted) + (" for a model with a fixed class" * fixed)
     if (not any(m.recognises(x) for m in accepted) or len(x) == 0 or not x.is_floating_point()):  # fmt: skip

@@ -69,7 +69,7 @@ from evaluators.inputs.counts import counted, default_of
 from evaluators.protocols.registry import PROTOCOLS, TABLE_DEFAULT
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.tabular_explainers import SOFTMAX_RULES
+from evaluators.maps.stacked_deepshap import SOFTMAX_RULES
 from evaluators.metrics.agreement_functional import (
     RANK_AGREEMENTS, angular_difference, ley_agreements, pair_separations,
 )  # fmt: skip
@@ -134,7 +134,7 @@ class ConsistencyConfig(PopulationSource):
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
-        registry = [n for n, spec in EXPLAINERS.items() if spec.takes in ("any", self.modality.name)]
+        registry = EXPLAINERS.names(modality=self.modality.name)
         unknown = [m for m in self.methods if m not in registry]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(registry)}")

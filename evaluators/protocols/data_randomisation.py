@@ -175,9 +175,9 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
     if not modality.spatial and set(measures) - set(ROW_MEASURES):
         raise InputError(f"option measures={measures}: {modality.kind} maps take {list(ROW_MEASURES)} only")
     for explainer in cfg.explainers:
-        if EXPLAINERS[explainer].takes not in ("any", modality.name):
-            raise InputError(f"explainer {explainer!r} takes {EXPLAINERS[explainer].takes}; the data serves "
-                             f"{modality.noun}")  # fmt: skip
+        if not EXPLAINERS[explainer].applies_to(modality.name):
+            takes = " or ".join(EXPLAINERS[explainer].modalities)
+            raise InputError(f"explainer {explainer!r} takes {takes}; the data serves {modality.noun}")
     pairs = min(len(sides["true"][0]), len(sides["permuted"][0]), cfg.members or 2**62)
     x, y = x.to(device), y.to(device)
     accuracies = {}

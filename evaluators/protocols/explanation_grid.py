@@ -45,7 +45,7 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     into ``out_dir`` (made here; it must not exist yet). ``data_location``: where the run's
     images lie now, if they moved (its folder or archive, as ``evaluate.py run --data_dir``);
     ``model_options``: of a model file given as ``run_dir`` (``load_run``)."""
-    names = sorted(n for n, spec in EXPLAINERS.items() if spec.takes != "rows")
+    names = sorted(EXPLAINERS.names(modality="images"))
     unknown = [m for m in methods if m not in names]
     if unknown:
         raise InputError(f"unknown explainer(s) {unknown}; expected some of {names}")

@@ -46,7 +46,7 @@ from evaluators.inputs.members import load_members, model_options, population_na
 from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.maps import EXPLAINERS, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS
+from foundation.modality import REDUCTIONS
 from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report

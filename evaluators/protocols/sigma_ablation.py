@@ -47,7 +47,7 @@ class SigmaAblationConfig(PopulationSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        names = sorted(n for n, spec in EXPLAINERS.items() if spec.fixed is not None)
+        names = sorted(EXPLAINERS.names(modality="rows"))
         if self.method not in names:
             raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {names}")
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from foundation.modality import REDUCTIONS, reduce_map
 from evaluators.metrics.similarity import MEASURES
 from foundation.devices import model_device
 from foundation.errors import InputError

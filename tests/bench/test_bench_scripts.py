@@ -33,6 +33,7 @@ SHRUNK = {
                               "SIZE_224": 32, "REFERENCE_RUN": ROOT / "no-such-run", "DATA_DIR": ROOT / "no-such-data"},
     "population": {"K": 3, "K_NAIVE": 2, "SETTINGS": [("adult", 512, 4e-3, 1), ("german", 32, 4e-3, 1)]},
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
+    "tabular_explain": {"M": 3, "N": 6, "B": 3, "N_SLOW": 2, "N_T": 2, "N_PERTURB": 2},
     "sanity_checks": {"N_IMAGES": 2, "IG_STEPS": 2, "DATA_DIR": ROOT / "no-such-data"},
     "roar": {"TABULAR": RoarGrid(estimators={"saliency": {}}, fractions=[0.0, 0.5], retrainings=2, trainer=ROAR_STEPS),
              "IMAGES": RoarGrid(estimators={"random": {}}, fractions=[0.5], retrainings=1, trainer=ROAR_STEPS),
@@ -186,7 +187,7 @@ def test_insertion_deletion_check(monkeypatch):
     bench = load_bench("insertion_deletion")
     monkeypatch.setattr(bench, "REFERENCE_RUN", ROOT / "no-such-run")
     from evaluators.maps import explain
-    from evaluators.maps.image_explainers import reduce_map
+    from foundation.modality import reduce_map
     from evaluators.metrics.insertion_deletion import insertion_deletion_curves
     from lightning_modules.interface import class_probabilities
 

@@ -15,7 +15,7 @@ from tests.support.helpers import fashion_mnist_or_skip
 
 def test_aggregation_fidelity_logs_each_epoch_and_its_final_scores_equal_the_metrics(tmp_path):
     from evaluators.maps import explain
-    from evaluators.maps.image_explainers import reduce_map
+    from foundation.modality import reduce_map
     from evaluators.aggregators.pixel_aggregators import aggregate_all
     from evaluators.metrics.insertion_deletion import DeletionAUC, InsertionAUC
     from lightning_modules import ImageClassifier

@@ -65,7 +65,7 @@ class TwoImageMembers(pl.LightningModule):
 
 
 def test_image_population_consistency_is_logged_per_pixel_on_a_two_epoch_run(tmp_path):
-    from evaluators.maps.image_explainers import reduce_map
+    from foundation.modality import reduce_map
 
     data = fashion_mnist_or_skip()
     population = TwoImageMembers()

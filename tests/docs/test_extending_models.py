@@ -1,4 +1,4 @@
-"""The "Extending" explainer example (``Explainer(gradient_sign)``, a spec with a ``run`` only) on
+"""The "Extending" explainer example (``@EXPLAINERS.register("gradient_sign")``, a function only) on
 the project's model kinds: the example's code, read from whichever of docs/extending.md and
 README.md holds it, runs as written; then its statements after it builds ``model`` and ``x`` run
 again on an ``MLPClassifier`` (logits and probabilities), a ``PopulationMLP``, a ``ModulePopulation``
@@ -76,13 +76,13 @@ def example_namespace(monkeypatch):
     """The example run as written, as a module of its own; the explainer registry restored after."""
     from evaluators.maps import EXPLAINERS
 
-    before = dict(EXPLAINERS)
+    before = dict(EXPLAINERS._entries)
     module = types.ModuleType("extending_explainer")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(example(), "the explainer example", "exec"), module.__dict__)
     yield module.__dict__
-    EXPLAINERS.clear()
-    EXPLAINERS.update(before)
+    EXPLAINERS._entries.clear()
+    EXPLAINERS._entries.update(before)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -18,7 +18,7 @@ import train
 from evaluators.inputs.image_members import load_image_members
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from foundation.modality import reduce_map
 from evaluators.metrics.agreement_functional import separability
 from tests.datamodules.test_images import make_folder
 from tests.support import ROOT

@@ -100,13 +100,13 @@ def test_aggregate_all_names_the_base_map():
 @pytest.fixture
 def nan_saliency(monkeypatch):
     """The image registry's saliency with one bad value in image 2's map (set ``kind`` on it)."""
-    original = EXPLAINERS["saliency"].run
+    original = EXPLAINERS["saliency"].obj
     state = {"value": math.nan}
 
     def saliency(model, x, target, max_batch, **options):
         return poisoned(original(model, x, target, max_batch, **options), (2, 0, 1, 1), state["value"])
 
-    monkeypatch.setitem(EXPLAINERS, "saliency", replace(EXPLAINERS["saliency"], run=saliency))
+    monkeypatch.setitem(EXPLAINERS._entries, "saliency", replace(EXPLAINERS["saliency"], obj=saliency))
     return state
 
 
@@ -272,12 +272,12 @@ def test_metric_refuses_a_model_output_that_turns_nan_or_inf(name, kind):
 def test_aggregation_protocol_with_a_nan_explainer_ends_with_one_line(tiny_run, tmp_path, monkeypatch, capsys):
     from tests.evaluators.protocols.test_aggregation import small_config
 
-    original = EXPLAINERS["gradcam"].run
+    original = EXPLAINERS["gradcam"].obj
 
     def gradcam(model, x, target, max_batch, **options):
         return poisoned(original(model, x, target, max_batch, **options), (3, 0, 4, 4), math.nan)
 
-    monkeypatch.setitem(EXPLAINERS, "gradcam", replace(EXPLAINERS["gradcam"], run=gradcam))
+    monkeypatch.setitem(EXPLAINERS._entries, "gradcam", replace(EXPLAINERS["gradcam"], obj=gradcam))
     with pytest.raises(SystemExit) as stop:
         run_entry_point(evaluate.main, ["aggregation", "--config", str(small_config(tmp_path, tiny_run))])
     lines = capsys.readouterr().err.strip().splitlines()
@@ -303,9 +303,9 @@ def test_aggregation_fidelity_callback_with_a_nan_explainer_raises_naming_it(mon
     from callbacks import AggregationFidelity
     from lightning_modules import MLPClassifier
 
-    spec = EXPLAINERS["input_x_gradient"]
-    poisoned_fixed = lambda model, x, **o: poisoned(spec.fixed(model, x, **o), (3, 0), math.inf)  # noqa: E731
-    monkeypatch.setitem(EXPLAINERS, "input_x_gradient", replace(spec, fixed=poisoned_fixed))
+    entry = EXPLAINERS["input_x_gradient"]
+    poisoned_run = lambda *args, **o: poisoned(entry.obj(*args, **o), (3, 0), math.inf)  # noqa: E731
+    monkeypatch.setitem(EXPLAINERS._entries, "input_x_gradient", replace(entry, obj=poisoned_run))
     data = FinancialDataModule(dataset="german")
     callback = AggregationFidelity(explainers={"saliency": {}, "input_x_gradient": {}}, n_probe=5, at_train_end=False)
     trainer = pl.Trainer(max_epochs=1, limit_train_batches=2, logger=False, enable_checkpointing=False,

@@ -291,9 +291,9 @@ def nan_saliency(monkeypatch):
     spec = EXPLAINERS["saliency"]
 
     def run(model, x, target, max_batch, **options):
-        return poisoned(spec.run(model, x, target, max_batch, **options), index=C * H * W + 3)
+        return poisoned(spec.obj(model, x, target, max_batch, **options), index=C * H * W + 3)
 
-    monkeypatch.setitem(EXPLAINERS, "saliency", replace(spec, run=run))
+    monkeypatch.setitem(EXPLAINERS._entries, "saliency", replace(spec, obj=run))
 
 
 @pytest.mark.parametrize("name", AGGREGATORS)

@@ -47,9 +47,9 @@ def _imports():
 
     from datamodules import TwoMoonsDataModule  # noqa: F401
     from evaluators.maps import EXPLAINERS, explain  # noqa: F401
-    TABULAR_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.fixed is not None]  # noqa: F841 (tabular)
-    IMAGE_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.takes != "rows"]  # noqa: F841 (an image model's)
-    from evaluators.maps.image_explainers import reduce_map  # noqa: F401
+    TABULAR_EXPLAINERS = EXPLAINERS.names(modality="rows")  # noqa: F841 (a table model's)
+    IMAGE_EXPLAINERS = EXPLAINERS.names(modality="images")  # noqa: F841 (an image model's)
+    from foundation.modality import reduce_map  # noqa: F401
     from evaluators.aggregators.normalisations import NORMALISATIONS, normalise  # noqa: F401
     from evaluators.aggregators.optimised_aggregators import optimised_aggregation  # noqa: F401
     from evaluators.aggregators.pixel_aggregators import aggregate  # noqa: F401
@@ -146,7 +146,7 @@ def background():
 
 def tabular_options(method: str, small: bool = True) -> dict:
     options = dict(SMALL.get(method, {})) if small else {}
-    if method == "deepshap":
+    if method in ("deepshap", "gradient_shap"):  # a background sample, required
         options["baselines"] = background()
     return options
 

@@ -174,13 +174,16 @@ def test_consistency_protocol_on_gpu_matches_cpu(tmp_path):
 
 
 def test_smoothgrad_of_an_ensemble_in_chunks_on_gpu_sees_one_noise(ensembles, monkeypatch):
-    """Every chunk restarts the GPU's generator, not the CPU's: chunked equals one pass."""
-    import evaluators.maps.tabular_explainers as explainers
+    """Every chunk draws each input's noise from the input's own seed on the GPU: chunked equals
+    one pass, and the caller's generators are left as they were."""
+    from evaluators.maps import batches
+    from evaluators.maps.adapters import ExplainedOutput
+    from foundation.seeds import input_seeds
 
     ensemble, x = copy.deepcopy(ensembles["combine"]).to(GPU), torch.randn(20, 6, device=GPU)
-    torch.manual_seed(5)
-    whole = EXPLAINERS["smoothgrad"].fixed(explainers.ExplainedOutput(ensemble), x)
-    monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cuda", 1)  # one member per chunk
+    whole = EXPLAINERS["smoothgrad"].obj(ExplainedOutput(ensemble), x, torch.ones(20, dtype=torch.long, device=GPU),
+                                         256, seeds=input_seeds(5, None, 20))  # fmt: skip
+    monkeypatch.setitem(batches.ACTIVATION_FLOATS_PER_CHUNK, "accelerator", 1)  # one member per chunk
     cpu_state, gpu_state = torch.get_rng_state(), torch.cuda.get_rng_state()
     torch.testing.assert_close(explain(ensemble, x, "smoothgrad", seed=5), whole, rtol=1e-4, atol=1e-6)
     assert torch.equal(torch.get_rng_state(), cpu_state) and torch.equal(torch.cuda.get_rng_state(), gpu_state)
@@ -302,12 +305,12 @@ def test_image_smoothgrad_on_gpu_with_the_cpu_noise_equals_cpu(image_model, monk
     """The GPU run's noise drawn from the CPU generator (``torch.normal`` patched to draw on
     the CPU and move the draw to the device): the same numbers as the CPU run's, so this
     checks the GPU's computation of SmoothGrad, not its noise."""
-    import evaluators.maps.image_explainers as image_explainers
+    import evaluators.maps.gradients as gradients
 
     x, target = random_images(2), torch.tensor([3, 7])
     on_cpu = explain(image_model, x, "smoothgrad", target=target, nt_samples=8, seed=5)
-    normal = image_explainers._normal
-    monkeypatch.setattr(image_explainers, "_normal", lambda shape, stdevs, seed, device: normal(
+    normal = gradients.normal
+    monkeypatch.setattr(gradients, "normal", lambda shape, stdevs, seed, device: normal(
         shape, stdevs, seed, torch.device("cpu")).to(device))
     on_gpu = explain(copy.deepcopy(image_model).to(GPU), x.to(GPU), "smoothgrad", target=target.to(GPU),
                      nt_samples=8, seed=5)  # fmt: skip

@@ -170,7 +170,7 @@ def test_every_registry_explainer_explains_an_ensemble(members, images):
                "smoothgrad": {"nt_samples": 3}, "smoothgrad_sq": {"nt_samples": 3}, "vargrad": {"nt_samples": 3},
                "occlusion": {"sliding_window_shapes": (1, 4, 4)}, "rise": {"n_masks": 20, "seed": 0},
                "gradcam": {"layer": members[1][0]}}  # fmt: skip
-    for method in (name for name, spec in EXPLAINERS.items() if spec.takes != "rows"):
+    for method in EXPLAINERS.names(modality="images"):
         maps = explain(ensemble, images, method, **options.get(method, {}))
         assert maps.shape == images.shape and torch.isfinite(maps).all(), method
 

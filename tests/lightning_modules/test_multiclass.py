@@ -15,7 +15,8 @@ import evaluate
 import train
 from datamodules import InputError
 from evaluators.maps import EXPLAINERS, explain
-from foundation.seeds import call_seed, seeded_generators
+from evaluators.maps import batches
+from foundation.seeds import input_seeds, seeded_generators
 from lightning_modules import MLPClassifier, PopulationMLP, load_population
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
@@ -143,7 +144,7 @@ DETERMINISTIC = ["saliency", "integrated_gradients", "input_x_gradient", "guided
                  "feature_ablation", "deepshap"]  # fmt: skip
 SAMPLED = {"smoothgrad": {}, "smoothgrad_sq": {}, "vargrad": {}, "gradient_shap": {}, "lime": {"n_samples": 12},
            "kernel_shap": {"n_samples": 12}, "shapley_value_sampling": {"n_samples": 4}}  # fmt: skip
-TABULAR = sorted(name for name, spec in EXPLAINERS.items() if spec.fixed is not None)
+TABULAR = sorted(EXPLAINERS.names(modality="rows"))
 SEED = 5
 
 
@@ -167,7 +168,7 @@ def captum_sampled(model: torch.nn.Module, x: torch.Tensor, method: str, target:
     """Captum on the single MLP for all inputs with one class each, drawing from the global generators."""
     if method in ("smoothgrad", "smoothgrad_sq", "vargrad"):
         return attr.NoiseTunnel(attr.Saliency(model)).attribute(
-            x, nt_type=method, nt_samples=50, stdevs=options.get("stdevs", 0.1), target=target, abs=False)
+            x, nt_type=method, nt_samples=50, stdevs=options.get("stdevs", 0.15), target=target, abs=False)
     if method == "gradient_shap":
         return attr.GradientShap(model).attribute(x, background, n_samples=50, stdevs=0.0, target=target)
     cls = {"lime": attr.Lime, "kernel_shap": attr.KernelShap, "shapley_value_sampling": attr.ShapleyValueSampling}
@@ -175,13 +176,16 @@ def captum_sampled(model: torch.nn.Module, x: torch.Tensor, method: str, target:
 
 
 def reference(model, x, method, target, background, options) -> torch.Tensor:
-    """The per-input reference: deterministic methods input by input, sampling ones in one call
-    drawing from the seed the registry gives the call."""
+    """The per-input reference: Captum input by input, a sampling method drawing from the global
+    generators seeded with the input's own seed (``seeds.input_seeds``)."""
     if method in DETERMINISTIC:
         return torch.cat([captum_one(model, x[i : i + 1], method, int(target[i]), background)
                           for i in range(len(x))])  # fmt: skip
-    with seeded_generators(call_seed(SEED, None), x.device):
-        return captum_sampled(model, x, method, target, background, options)
+    out = []
+    for i, seed in enumerate(input_seeds(SEED, None, len(x))):
+        with seeded_generators(seed, x.device):
+            out.append(captum_sampled(model, x[i : i + 1], method, target[i : i + 1], background, options))
+    return torch.cat(out)
 
 
 def registry_options(method: str, background: torch.Tensor) -> dict:
@@ -216,17 +220,10 @@ def test_mlp_explains_each_inputs_class_as_captum_does(three_class_population, m
 def test_population_explains_each_inputs_class_as_captum_does_on_each_member(three_class_population, method):
     population = three_class_population
     x, labels, background = inputs()
-    options = registry_options(method, background)
-    if method in ("smoothgrad", "smoothgrad_sq", "vargrad"):  # one noise draw for all members' rows: without
-        options["stdevs"] = 0.0  # noise the layout of the copies and their classes is what is tested
-    ours = explain(population, x, method, target=labels, seed=SEED, **options)
+    ours = explain(population, x, method, target=labels, seed=SEED, **registry_options(method, background))
     assert ours.shape == (3, len(x), D)
-    sequential = method in ("gradient_shap", "lime", "kernel_shap")  # members one after another, one seed
-    with seeded_generators(call_seed(SEED, None), x.device):
-        drawn = [captum_sampled(population.member(i), x, method, labels, background, options)
-                 for i in range(3)] if sequential else None  # fmt: skip
-    for i in range(3):
-        theirs = drawn[i] if sequential else reference(population.member(i), x, method, labels, background, options)
+    for i in range(3):  # each member's map is the member's own, with the same per-input draws
+        theirs = reference(population.member(i), x, method, labels, background, SAMPLED.get(method, {}))
         torch.testing.assert_close(ours[i], theirs, rtol=1e-4, atol=1e-6)
 
 
@@ -234,9 +231,7 @@ def test_population_explains_each_inputs_class_as_captum_does_on_each_member(thr
 def test_ensemble_in_chunks_explains_each_inputs_class_as_the_mean_of_its_members(
     three_class_population, method, monkeypatch
 ):
-    import evaluators.maps.tabular_explainers as explainers
-
-    monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 200)  # a chunk per member
+    monkeypatch.setitem(batches.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 256 * 24)  # a chunk per member
     population = three_class_population
     x, labels, background = inputs()
     ensemble = ENSEMBLES["average"](population, [0, 1, 2])

@@ -18,7 +18,7 @@ from torch import nn
 
 from evaluators.maps import EXPLAINERS, explain, explainer_names
 from foundation.errors import InputError
-from foundation.seeds import image_seeds
+from foundation.seeds import input_seeds
 from lightning_modules.ensembles import ENSEMBLES
 from lightning_modules.image_classifier import SeparateReluBasicBlock
 from lightning_modules.interface import class_probabilities, default_targets
@@ -26,8 +26,8 @@ from lightning_modules.mlp import MLPClassifier
 from lightning_modules.population import PopulationMLP
 
 D, N = 4, 5
-ROW_METHODS = sorted(name for name, spec in EXPLAINERS.items() if spec.takes in ("any", "rows"))
-IMAGE_METHODS = sorted(name for name, spec in EXPLAINERS.items() if spec.takes in ("any", "images"))
+ROW_METHODS = sorted(EXPLAINERS.names(modality="rows"))
+IMAGE_METHODS = sorted(EXPLAINERS.names(modality="images"))
 SMALL = {"smoothgrad": {"nt_samples": 3}, "smoothgrad_sq": {"nt_samples": 3}, "vargrad": {"nt_samples": 3},
          "integrated_gradients": {"n_steps": 6}, "lime": {"n_samples": 15}, "kernel_shap": {"n_samples": 15},
          "shapley_value_sampling": {"n_samples": 2}, "gradient_shap": {"n_samples": 3}, "rise": {"n_masks": 6}}
@@ -78,7 +78,7 @@ def captum_rows(model, x, method, target, bg):
         sampled[nt_type] = lambda xs, ts, nt_type=nt_type: attr.NoiseTunnel(attr.Saliency(model)).attribute(
             xs, target=ts, nt_type=nt_type, stdevs=0.15, abs=False, **o)
     maps = []
-    for i, seed in enumerate(image_seeds(0, None, len(x))):
+    for i, seed in enumerate(input_seeds(0, None, len(x))):
         torch.manual_seed(seed)
         np.random.seed(seed)
         random.seed(seed)

@@ -1,7 +1,7 @@
-"""Every explainer's random draws come from its ``seed`` (and, for images, each image's
-index): the same seed gives the same maps whatever the global generators' states, the
-chunking (``max_batch``) or the other images of the call, and the caller's generators
-(torch's, NumPy's, Python's) are left as they were."""
+"""Every explainer's random draws come from its ``seed`` and each input's index: the same seed
+gives the same maps whatever the global generators' states, the chunking (``max_batch``) or the
+other inputs of the call, and the caller's generators (torch's, NumPy's, Python's) are left as
+they were."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import pytest
 import torch
 
 from evaluators.maps import EXPLAINERS, explain
+from evaluators.maps.registry import trait
 from foundation.errors import InputError
-from foundation.seeds import call_seed, derived_seed, image_seeds
+from foundation.seeds import derived_seed, input_seeds
 from lightning_modules.image_classifier import create_image_model
 from lightning_modules.mlp import MLPClassifier
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
-IMAGE_EXPLAINERS = sorted(name for name, spec in EXPLAINERS.items() if spec.takes != "rows")
-TABULAR_EXPLAINERS = sorted(name for name, spec in EXPLAINERS.items() if spec.fixed is not None)
-SAMPLING = sorted(name for name in IMAGE_EXPLAINERS if EXPLAINERS[name].draws)
+IMAGE_EXPLAINERS = sorted(EXPLAINERS.names(modality="images"))
+TABULAR_EXPLAINERS = sorted(EXPLAINERS.names(modality="rows"))
+SAMPLING = sorted(name for name in IMAGE_EXPLAINERS if trait(EXPLAINERS[name], "draws"))
 
 
 @pytest.fixture(scope="module")
@@ -80,15 +81,14 @@ def test_image_maps_do_not_depend_on_max_batch_or_the_other_images(net, x, metho
     torch.testing.assert_close(part, whole[2:4], **TOL)
 
 
-def test_image_seeds_are_numpy_seed_sequences_of_seed_and_index():
-    assert image_seeds(7, None, 3) == [int(np.random.SeedSequence([7, i]).generate_state(1)[0]) for i in range(3)]
-    assert image_seeds(7, torch.tensor([4, 0]), 2) == [derived_seed(7, 4), derived_seed(7, 0)]
-    assert call_seed(7, None) == 7 and call_seed(7, torch.tensor([5, 6])) == derived_seed(7, 5)
+def test_input_seeds_are_numpy_seed_sequences_of_seed_and_index():
+    assert input_seeds(7, None, 3) == [int(np.random.SeedSequence([7, i]).generate_state(1)[0]) for i in range(3)]
+    assert input_seeds(7, torch.tensor([4, 0]), 2) == [derived_seed(7, 4), derived_seed(7, 0)]
     for bad, message in ((-1, "option seed=-1"), (1.5, "option seed=1.5"), (True, "option seed=True")):
         with pytest.raises(InputError, match=message):
-            image_seeds(bad, None, 2)
+            input_seeds(bad, None, 2)
     with pytest.raises(InputError, match=r"option index of shape \(3,\)"):
-        image_seeds(0, torch.arange(3), 2)
+        input_seeds(0, torch.arange(3), 2)
 
 
 def test_image_explainer_refuses_a_bad_seed_or_index(net, x):
@@ -127,18 +127,21 @@ def test_tabular_maps_depend_on_the_seed_alone_and_leave_global_generators_alone
         assert not torch.equal(first, explain(model, rows, method, seed=1, **tabular_options(method)))
 
 
-def test_tabular_seed_is_the_global_seed_captum_would_see():
-    """A tabular call with seed s draws what Captum draws after torch.manual_seed(s) and
-    np.random.seed(s): Expected Gradients takes NumPy's baseline indices and α, torch's noise."""
+def test_a_rows_seed_is_the_global_seed_captum_would_see():
+    """Row i of a call with seed s draws what Captum draws on row i alone after
+    torch.manual_seed(s_i) and np.random.seed(s_i), s_i = derived_seed(s, i): Expected Gradients
+    takes NumPy's baseline indices and α, torch's noise."""
     from captum import attr
 
-    from evaluators.maps.tabular_explainers import ExplainedOutput
+    from evaluators.maps.adapters import ExplainedOutput
 
     torch.manual_seed(0)
     model = MLPClassifier(in_features=5, hidden=(8,)).eval()
     rows, background = torch.randn(3, 5), torch.randn(4, 5)
     ours = explain(model, rows, "gradient_shap", baselines=background, seed=11)
-    torch.manual_seed(11)
-    np.random.seed(11)
-    theirs = attr.GradientShap(ExplainedOutput(model)).attribute(rows, background, n_samples=50, stdevs=0.0)
-    torch.testing.assert_close(ours, theirs, **TOL)
+    for i, seed in enumerate(input_seeds(11, None, 3)):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        theirs = attr.GradientShap(ExplainedOutput(model)).attribute(rows[i : i + 1], background, n_samples=50,
+                                                                     stdevs=0.0, target=1)  # fmt: skip
+        torch.testing.assert_close(ours[i : i + 1], theirs, **TOL)

@@ -8,7 +8,10 @@ import torch
 from captum import attr
 
 from evaluators.maps import EXPLAINERS, explain
+from evaluators.maps import batches
+from evaluators.maps.adapters import ExplainedOutput
 from foundation.errors import InputError
+from foundation.seeds import input_seeds
 from lightning_modules import MLPClassifier, PopulationMLP
 from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 
@@ -55,14 +58,16 @@ def test_registry_matches_captum_called_directly(population, method):
 
 @pytest.mark.parametrize("nt_type", ["smoothgrad", "smoothgrad_sq", "vargrad"])
 def test_noise_tunnel_methods_match_captum_with_the_same_noise(population, nt_type):
+    """Input i's noise is Captum's after ``torch.manual_seed(s_i)`` on input i alone."""
     model = population.member(0)
     x = torch.randn(8, 6)
-    ours = explain(model, x, nt_type, seed=3)
-    torch.manual_seed(3)
-    theirs = attr.NoiseTunnel(attr.Saliency(model)).attribute(
-        x, nt_type=nt_type, nt_samples=50, stdevs=0.1, target=1, abs=False
-    )
-    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    ours = explain(model, x, nt_type, seed=3, stdevs=0.1)
+    theirs = []
+    for i, seed in enumerate(input_seeds(3, None, len(x))):
+        torch.manual_seed(seed)
+        theirs.append(attr.NoiseTunnel(attr.Saliency(model)).attribute(
+            x[i : i + 1], nt_type=nt_type, nt_samples=50, stdevs=0.1, target=1, abs=False))
+    torch.testing.assert_close(ours, torch.cat(theirs), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("method", DETERMINISTIC + ["smoothgrad", "vargrad"])
@@ -78,7 +83,7 @@ def test_population_in_one_call_equals_members_one_by_one(population, method):
         torch.testing.assert_close(batched[i], alone, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", sorted(name for name, spec in EXPLAINERS.items() if spec.fixed is not None))
+@pytest.mark.parametrize("method", sorted(EXPLAINERS.names(modality="rows")))
 def test_every_explainer_runs_on_an_ensemble(population, method):
     ensemble = ENSEMBLES["perturb"](population, [0, 2], n_perturb=3, sigma=0.1)
     x = torch.randn(4, 6)
@@ -114,32 +119,40 @@ def test_ensemble_of_logits_explains_as_the_mean_of_its_members(population, meth
                                    ("smoothgrad", 50), ("deepshap", 6)],
 )  # fmt: skip
 def test_average_ensemble_explained_in_chunks_equals_one_pass(population, method, rows_per_input, monkeypatch):
-    import evaluators.maps.tabular_explainers as explainers
-
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
     x = torch.randn(5, 6)
     options = {"baselines": torch.randn(3, 6)} if method == "deepshap" else {}
-    torch.manual_seed(1)
-    whole = EXPLAINERS[method].fixed(explainers.ExplainedOutput(ensemble), x, **options)
-    # chunks of 5, 5, 2 members: 5 inputs x rows_per_input rows x 210 activations each
-    monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 5 * rows_per_input * 210 * 5)
-    torch.testing.assert_close(explain(ensemble, x, method, seed=1, **options), whole, rtol=1e-5, atol=1e-6)
+    targets = torch.ones(5, dtype=torch.long)
+    whole = EXPLAINERS[method].obj(ExplainedOutput(ensemble), x, targets, 5 * rows_per_input,
+                                   **({"seeds": input_seeds(1, None, 5)} if method == "smoothgrad" else {}), **options)
+    # chunks of 5, 5, 2 members: passes of 5 * rows_per_input rows x 210 activations each
+    monkeypatch.setitem(batches.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 5 * rows_per_input * 210 * 5)
+    chunked = explain(ensemble, x, method, seed=1, max_batch=5 * rows_per_input, **options)
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-6)
 
 
 def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monkeypatch):
-    import evaluators.maps.tabular_explainers as explainers
-
+    """``stacked_deepshap`` computes the generic ``deepshap`` of the ensemble's class scores
+    (the registry's function on ``ExplainedOutput``), which is Captum's ``DeepLiftShap``."""
     ensemble = ENSEMBLES["perturb"](population, [0, 1, 2], n_perturb=4, sigma=0.2)  # 12 members
     torch.manual_seed(3)
     x, background = torch.randn(9, 6), torch.randn(5, 6)
     background[0] = x[0]  # a reference equal to its input: every Δz is 0, Captum's plain-gradient branch
-    captum = attr.DeepLiftShap(explainers.ExplainedOutput(ensemble)).attribute(x, baselines=background)
-    monkeypatch.setitem(explainers.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 1)  # one member per chunk
-    torch.testing.assert_close(explain(ensemble, x, "deepshap", baselines=background), captum, rtol=1e-4, atol=1e-6)
+    captum = attr.DeepLiftShap(ExplainedOutput(ensemble)).attribute(x, baselines=background, target=1)
+    generic = EXPLAINERS["deepshap"].obj(ExplainedOutput(ensemble), x, torch.ones(9, dtype=torch.long), 256,
+                                         baselines=background)  # fmt: skip
+    torch.testing.assert_close(generic, captum)
+    monkeypatch.setitem(batches.ACTIVATION_FLOATS_PER_CHUNK, "cpu", 1)  # one member per chunk
+    torch.testing.assert_close(explain(ensemble, x, "deepshap", baselines=background), generic, rtol=1e-4, atol=1e-6)
+    labels = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1, 1])  # a class per input
+    torch.testing.assert_close(explain(ensemble, x, "deepshap", target=labels, baselines=background),
+                               attr.DeepLiftShap(ExplainedOutput(ensemble)).attribute(x, baselines=background,
+                                                                                      target=labels),
+                               rtol=1e-4, atol=1e-6)  # fmt: skip
     probability = MLPEnsemble(*ensemble.stacked, explain_output="probability")  # softmax: Captum's own path
     torch.testing.assert_close(
         explain(probability, x, "deepshap", baselines=background),
-        attr.DeepLiftShap(explainers.ExplainedOutput(probability)).attribute(x, baselines=background),
+        attr.DeepLiftShap(ExplainedOutput(probability)).attribute(x, baselines=background, target=1),
     )
     with pytest.raises(InputError, match="needs option baselines"):
         explain(ensemble, x, "deepshap")

@@ -13,10 +13,12 @@ from captum import attr
 from torch import nn
 
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import last_conv_block, reduce_map, rise_masks, upsample_masks
+from evaluators.maps.gradients import last_conv_block
+from evaluators.maps.perturbations import rise_masks, upsample_masks
+from foundation.modality import reduce_map
 from foundation.batching import resolve_max_batch, rows_within
 from foundation.errors import InputError
-from foundation.seeds import image_seeds
+from foundation.seeds import input_seeds
 from lightning_modules.image_classifier import create_image_model
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -124,7 +126,7 @@ def test_noise_tunnels_match_captum_image_by_image_with_its_seed(model, images, 
     method = attr.Saliency(model) if base == "saliency" else attr.IntegratedGradients(model)
     if base == "saliency":
         base_options["abs"] = False
-    seeds = image_seeds(5, None, 4)
+    seeds = input_seeds(5, None, 4)
     assert seeds == [int(np.random.SeedSequence([5, i]).generate_state(1)[0]) for i in range(4)]
     theirs = per_image_captum(images, seeds, lambda x, t: attr.NoiseTunnel(method).attribute(
         x, nt_type=nt_type, nt_samples=6, stdevs=0.2, target=t, **base_options))
@@ -134,7 +136,7 @@ def test_noise_tunnels_match_captum_image_by_image_with_its_seed(model, images, 
 def test_noise_tunnel_in_chunks_equals_captum_image_by_image(model, images):
     # max_batch=4 with 6 samples: one image per chunk, its samples explained in calls of 4 and 2 rows
     ours = explain(model, images, "smoothgrad", target=LABELS, nt_samples=6, max_batch=4, seed=2)
-    theirs = per_image_captum(images, image_seeds(2, None, 4), lambda x, t: attr.NoiseTunnel(attr.Saliency(model))
+    theirs = per_image_captum(images, input_seeds(2, None, 4), lambda x, t: attr.NoiseTunnel(attr.Saliency(model))
                               .attribute(x, nt_samples=6, stdevs=0.15, target=t, abs=False))  # fmt: skip
     torch.testing.assert_close(ours, theirs, **TOL)
 
@@ -143,12 +145,12 @@ def test_expected_gradients_match_captum_gradient_shap_image_by_image(model, ima
     torch.manual_seed(3)
     background = torch.randn(7, 3, 16, 16)
     ours = explain(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4)
-    theirs = per_image_captum(images, image_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
+    theirs = per_image_captum(images, input_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
         x, background, n_samples=5, stdevs=0.0, target=t))
     torch.testing.assert_close(ours, theirs, **TOL)
     noisy = explain(model, images, "gradient_shap", target=LABELS, baselines=background, n_samples=5, seed=4,
                     stdevs=0.3, max_batch=2)  # fmt: skip
-    theirs = per_image_captum(images, image_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
+    theirs = per_image_captum(images, input_seeds(4, None, 4), lambda x, t: attr.GradientShap(model).attribute(
         x, background, n_samples=5, stdevs=0.3, target=t))
     torch.testing.assert_close(noisy, theirs, **TOL)
 
@@ -265,7 +267,7 @@ def test_gradcam_layer_is_the_last_conv_block_of_project_networks(arch, layer):
     assert out.shape == x.shape and (out >= 0).all()
 
 
-@pytest.mark.parametrize("method", sorted(name for name, spec in EXPLAINERS.items() if spec.takes != "rows"))
+@pytest.mark.parametrize("method", sorted(EXPLAINERS.names(modality="images")))
 def test_every_method_runs_on_small_cnn(method):
     torch.manual_seed(0)
     net = create_image_model("small_cnn", num_classes=3, in_channels=1)
@@ -293,7 +295,7 @@ def test_noise_tunnel_over_other_bases_matches_captum(model, images, base):
     ours = explain(model, images, "smoothgrad_sq", target=LABELS, base=base, nt_samples=3, seed=6)
     method = {"input_x_gradient": attr.InputXGradient, "guided_backprop": attr.GuidedBackprop,
               "deeplift": attr.DeepLift}[base](model)  # fmt: skip
-    theirs = per_image_captum(images, image_seeds(6, None, 4), lambda x, t: attr.NoiseTunnel(method).attribute(
+    theirs = per_image_captum(images, input_seeds(6, None, 4), lambda x, t: attr.NoiseTunnel(method).attribute(
         x, nt_type="smoothgrad_sq", nt_samples=3, stdevs=0.15, target=t))
     torch.testing.assert_close(ours, theirs, **TOL)
 

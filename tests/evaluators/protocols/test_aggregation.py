@@ -16,7 +16,7 @@ import train
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from foundation.modality import reduce_map
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
 from foundation.errors import InputError
 from lightning_modules.interface import default_classes

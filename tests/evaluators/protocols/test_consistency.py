@@ -12,8 +12,7 @@ import torch
 import evaluate
 from evaluators.inputs.image_members import load_image_members
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
-from foundation.modality import IMAGES
+from foundation.modality import IMAGES, reduce_map
 from evaluators.metrics.agreement_functional import separability
 from evaluators.protocols.population_sets import disjoint_sets
 from evaluators.protocols.consistency import image_rows_per_pass

@@ -11,7 +11,7 @@ from PIL import Image
 import evaluate
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from foundation.modality import reduce_map
 from foundation.errors import InputError
 
 

@@ -19,7 +19,7 @@ import evaluate
 import train
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from foundation.modality import reduce_map
 from evaluators.protocols import sanity
 from evaluators.sanity import other_classes, randomised_models
 from foundation.errors import InputError

@@ -178,7 +178,7 @@ def test_random_logit_against_quantus_and_by_hand():
     expected = [[c for c in range(10) if c != t][k] for t, k in zip(y.tolist(), j)]
     assert other_classes(y, 10, 5).tolist() == expected
     from evaluators.maps import explain
-    from evaluators.maps.image_explainers import reduce_map
+    from foundation.modality import reduce_map
     from skimage.metrics import structural_similarity
 
     a = reduce_map(explain(model, x, "saliency", target=y), "sum").double().numpy()
