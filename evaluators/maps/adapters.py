@@ -31,6 +31,7 @@ from evaluators.maps.stacked_deepshap import SOFTMAX_RULES, deeplift_shap_of_ens
 from foundation.batching import MAX_BATCH, resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import ROWS
 from lightning_modules.ensembles import MLPEnsemble
 from lightning_modules.interface import (
     POSITIVE_CLASS, check_classes, class_scores, default_class, default_targets, eval_mode, output_kind, uniform,
@@ -171,7 +172,7 @@ def default_rows(model: nn.Module, x: torch.Tensor, max_batch: int | None) -> in
     images' bound, spent most of SmoothGrad's time in per-pass overhead); an ensemble's, all its
     members' activations, but at least ``MAX_BATCH`` rows (its chunks of members then hold
     fewer members: each chunk draws its inputs' noise again); else ``resolve_max_batch``."""
-    widths = _widths(model) if max_batch is None and x.dim() == 2 else 0
+    widths = _widths(model) if max_batch is None and ROWS.recognises(x) else 0
     if not widths:
         return resolve_max_batch(max_batch, x)
     if isinstance(model, MLPEnsemble):
