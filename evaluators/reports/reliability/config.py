@@ -1,0 +1,83 @@
+"""The reliability report's options (configs/report/table.yaml; ``evaluate.py report``).
+
+A table's population (a population file of stacked MLPs or of a user's networks on rows) is
+explained on its first ``n_points`` test rows, every member explaining the same class per
+row: a binary population's positive class, a multi-class one's class the population's mean
+probability predicts (``default_targets`` of the population).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from evaluators.inputs.config import PopulationSource
+from evaluators.maps import EXPLAINERS
+from evaluators.metrics.registry import METRICS
+from evaluators.metrics.similarity import MEASURES
+from evaluators.reports.wandb_log import check_log_to
+from foundation.errors import InputError
+
+# The faithfulness metrics a table's report takes: feature removal (deletion towards the
+# training mean, the zero vector of standardised features) and infidelity.
+FAITHFULNESS = ("deletion", "insertion", "infidelity")
+K_SHARE, K_MAX = 0.25, 10  # k chosen from the data: a quarter of the features, at most 10 (at least 1)
+
+
+def default_k(n_features: int) -> int:
+    """Top-k size of SA/SSA/CDC for ``n_features`` features: ``min(K_MAX, max(1, round(K_SHARE · d)))``."""
+    return min(K_MAX, max(1, round(K_SHARE * n_features)))
+
+
+@dataclass
+class ReportConfig(PopulationSource):
+    """Options of the report. ``explainers``: registry names (``evaluators.maps``); ``options``:
+    per explainer, ``explain``'s options; ``k``: top-k of the agreement scores (None:
+    ``default_k``); ``measure``: the similarity of two maps in the sanity sections
+    (``evaluators.metrics.similarity``); ``accuracy_tolerance``: members whose test accuracy is
+    within this of the population's median are "equally good" (the calibrated verdict's seed
+    reference, ``verdict``); ``faithfulness``: metrics of ``FAITHFULNESS``, the first ranks the
+    explainers; ``n_bootstrap``: resamples of members for how many members settle the ranking."""
+
+    KINDS: ClassVar[tuple[str, ...]] = ("tabular population", "tabular network population")
+    WHY_KINDS: ClassVar[str] = "the report covers tables so far (image folders: not yet)"
+
+    explainers: list[str] = field(default_factory=lambda: ["saliency", "input_x_gradient", "integrated_gradients",
+                                                           "smoothgrad"])
+    options: dict = field(default_factory=lambda: {"smoothgrad": {"nt_samples": 20, "stdevs": 0.1},
+                                                   "integrated_gradients": {"n_steps": 20}})
+    n_points: int = 200
+    k: int | None = None
+    measure: str = "spearman_abs"
+    accuracy_tolerance: float = 0.02
+    watson_c: bool = True
+    faithfulness: list[str] = field(default_factory=lambda: ["deletion", "infidelity"])
+    infidelity_samples: int = 50
+    n_bootstrap: int = 1000
+    seed: int = 0
+    log_to: str = "wandb_offline"
+    output_dir: str = "runs/report"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rows = sorted(name for name, spec in EXPLAINERS.items() if spec.takes in ("any", "rows"))
+        unknown = [m for m in self.explainers if m not in rows]
+        if unknown or not self.explainers:
+            raise InputError(f"option explainers={self.explainers!r}: unknown {unknown}; expected a non-empty list "
+                             f"from {rows}")  # fmt: skip
+        if not isinstance(self.options, dict) or any(not isinstance(v, dict) for v in self.options.values()):
+            raise InputError(f"option options={self.options!r}; expected a mapping explainer -> its options")
+        if self.measure not in MEASURES or self.measure in ("ssim", "hog_pearson"):
+            raise InputError(f"option measure={self.measure!r}; expected spearman_abs or spearman (tables)")
+        unknown = [m for m in self.faithfulness if m not in FAITHFULNESS or m not in METRICS]
+        if unknown or not self.faithfulness:
+            raise InputError(f"option faithfulness={self.faithfulness!r}; expected a non-empty list from "
+                             f"{list(FAITHFULNESS)}")  # fmt: skip
+        for option, least in (("n_points", 2), ("n_bootstrap", 10), ("infidelity_samples", 2)):
+            if getattr(self, option) < least:
+                raise InputError(f"option {option}={getattr(self, option)}; expected at least {least}")
+        if self.k is not None and self.k < 1:
+            raise InputError(f"option k={self.k}; expected a positive integer or null (chosen from the data)")
+        if not 0 <= self.accuracy_tolerance <= 1:
+            raise InputError(f"option accuracy_tolerance={self.accuracy_tolerance}; expected a share in [0, 1]")
+        check_log_to(self.log_to)
