@@ -121,6 +121,6 @@ def write_report(report: dict, run_dir: Path) -> None:
     columns = ["explainer", "agree", "sane", "faithful"]
     table = [r["cells"] for r in report["summary"]["rows"]]
     log_report(report["config"]["log_to"], run_dir, "report", report["config"], {"summary": (columns, table)},
-               images, scalars=scalars(report), group=report["population"]["group"])  # fmt: skip
+               {f"figure/{name}": path for name, path in images.items()}, scalars=scalars(report), group=report["population"]["group"])  # fmt: skip
     write_json(run_dir / REPORT, report)
     print(report["summary"]["text"])
