@@ -150,9 +150,8 @@ def _verdict_rows(report: dict) -> list[list[str]]:
     for name, entry in report["sections"]["sanity"]["explainers"].items():
         v = entry["verdict"]
         word = '<span class="pass">PASS</span>' if v["passed"] else '<span class="fail">FAIL</span>'
-        rows.append([html.escape(name), word, *(f"{v[k]['mean']:.3f} ± {v[k]['ci95']:.3f}"
-                                               for k in ("similarity_seed", "similarity_randomised", "delta")),
-                     f"{entry['random_logit']['mean']:.3f} ± {entry['random_logit']['ci95']:.3f}"])  # fmt: skip
+        numbers = [v["similarity_seed"], v["similarity_randomised"], v["delta"], entry["random_logit"]]
+        rows.append([html.escape(name), word, *(f"{n['mean']:.3f} ± {n['ci95']:.3f}" for n in numbers)])
     return rows
 
 
@@ -171,7 +170,8 @@ def page(report: dict, images: dict[str, Path]) -> str:
                      f"<figcaption>{html.escape(CAPTIONS[name])}</figcaption></figure>")  # fmt: skip
     parts.append("<p>Every number, with the per-member values: <code>report.json</code> beside this page.</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><link rel=\"icon\" href=\"data:,\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            "<link rel=\"icon\" href=\"data:,\">"
             f"<title>Reliability report: {html.escape(info['dataset'])}</title><style>{CSS}</style></head>"
             f"<body>{''.join(parts)}</body></html>\n")  # fmt: skip
 

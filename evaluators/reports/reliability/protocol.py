@@ -120,7 +120,8 @@ def write_report(report: dict, run_dir: Path) -> None:
     write_html(report, images, run_dir / "report.html")
     columns = ["explainer", "agree", "sane", "faithful"]
     table = [r["cells"] for r in report["summary"]["rows"]]
+    figures_logged = {f"figure/{name}": path for name, path in images.items()}
     log_report(report["config"]["log_to"], run_dir, "report", report["config"], {"summary": (columns, table)},
-               {f"figure/{name}": path for name, path in images.items()}, scalars=scalars(report), group=report["population"]["group"])  # fmt: skip
+               figures_logged, scalars=scalars(report), group=report["population"]["group"])  # fmt: skip
     write_json(run_dir / REPORT, report)
     print(report["summary"]["text"])

@@ -47,7 +47,8 @@ def agreement(units: dict[str, dict], k: int, watson: bool, seed: int) -> dict:
         entry = {}
         for metric in AGREEMENTS:
             members = per_member(scores[metric].double().mean(1), m)
-            entry[metric] = {**member_interval(members, f"explainer {name!r}: {metric}"), "per_member": members.tolist()}
+            interval = member_interval(members, f"explainer {name!r}: {metric}")
+            entry[metric] = {**interval, "per_member": members.tolist()}
         if watson:
             separations = torch.tensor(pair_separations(maps.float(), seed), dtype=torch.float64)
             members = 1 - per_member(separations, m)
@@ -64,7 +65,8 @@ def sanity(units: dict[str, dict], measure: str, kept: list[int], filtered: bool
         cascade = unit["cascade"]
         steps = [member_interval(cascade[:, j], f"explainer {name!r}: layer {layer}") | {"layer": layer}
                  for j, layer in enumerate(unit["layers"])]  # fmt: skip
-        out[name] = {"verdict": calibrated_verdict(unit["maps"], unit["randomised"], measure, kept, f"explainer {name!r}"),
+        verdict = calibrated_verdict(unit["maps"], unit["randomised"], measure, kept, f"explainer {name!r}")
+        out[name] = {"verdict": verdict,
                      "cascade": steps,
                      "random_logit": member_interval(unit["random_logit"], f"explainer {name!r}: random logit")}
     return {"measure": measure, "reference_members": kept, "accuracy_filter_applied": filtered, "explainers": out}

@@ -127,7 +127,8 @@ def test_wandb_offline_run_holds_scalars_table_figures_and_group(report):
         if record.WhichOneof("record_type") == "run":
             group = record.run.run_group
         if record.WhichOneof("record_type") == "history":
-            logged |= {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            items = record.history.item
+            logged |= {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
     assert group == summary["population"]["group"]
     verdict = summary["sections"]["sanity"]["explainers"]["saliency"]["verdict"]
     assert logged["sanity/saliency/delta"] == pytest.approx(verdict["delta"]["mean"])
@@ -170,7 +171,8 @@ def chromium_driver():
         pytest.skip("Debian's chromium and chromium-driver are not installed (make browser)")
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,900"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,900"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     from selenium.webdriver.chrome.service import Service
