@@ -7,6 +7,7 @@ a real headless browser (Debian's chromium and chromium-driver with Selenium).""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -18,6 +19,8 @@ import torch
 import evaluate
 import train
 from evaluators.reports.reliability import protocol
+from evaluators.reports.reliability.config import default_k
+from foundation.errors import InputError
 from lightning_modules import load_population
 from lightning_modules.population_io import population_datamodule
 from tests.entry_points.test_own_table import data_args, write_table
@@ -196,3 +199,26 @@ def test_page_in_a_headless_browser(report):
     for alt, complete, natural, shown, display, visibility in images:
         assert complete and natural > 0 and shown > 0 and display != "none" and visibility == "visible", alt
     assert errors == []
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("explainers=[gradcam]", "option explainers=['gradcam']: unknown ['gradcam']"),
+    ("measure=ssim", "option measure='ssim'; expected spearman_abs or spearman"),
+    ("faithfulness=[road_morf]", "option faithfulness=['road_morf']"),
+    ("k=6", "option k=6: the table has 5 features; expected k <= 5"),
+])  # fmt: skip
+def test_bad_options_are_refused_in_one_line_leaving_no_folder(population, tmp_path, setting, message):
+    out = tmp_path / "reports"
+    with pytest.raises(InputError, match=re.escape(message)):
+        evaluate.main(["report", "--population", population, "--output_dir", str(out), *OPTIONS, "--set", setting])
+    assert not out.exists()
+
+
+def test_no_population_names_the_default_config():
+    with pytest.raises(InputError, match=re.escape("configs/report/table.yaml")):
+        evaluate.main(["report"])
+
+
+@pytest.mark.parametrize("features, k", [(1, 1), (2, 1), (6, 2), (13, 3), (40, 10), (400, 10)])
+def test_default_k(features, k):
+    assert default_k(features) == k
