@@ -25,7 +25,7 @@ from evaluators.protocols.roar.grid import parse_shard
 from evaluators.protocols.roar.protocol import RoarConfig, evaluate_roar, grid_report_dir, write_roar_report
 from evaluators.protocols.sanity import SanityConfig, evaluate_sanity, write_sanity_report
 from evaluators.protocols.sigma_ablation import SigmaAblationConfig, evaluate_sigma, write_sigma_report
-from evaluators.reports.reliability.config import ReportConfig
+from evaluators.reports.reliability.config import DEFAULT_CONFIGS, ReportConfig
 from evaluators.reports.reliability.protocol import REPORT, evaluate_report, write_report
 
 
@@ -82,5 +82,5 @@ PROTOCOLS = {
                                    write_data_randomisation_report, "data_randomisation.json", False, False, "pair"),
     "report": Protocol("can I trust these explanations? agreement, calibrated sanity and faithfulness in one page "
                        "(docs/trust.md)", ReportConfig, evaluate_report, write_report, REPORT, False, True,
-                       default_configs=dict.fromkeys(ReportConfig.KINDS, str(CONFIGS / "report" / "table.yaml"))),
+                       default_configs=DEFAULT_CONFIGS),
 }  # fmt: skip

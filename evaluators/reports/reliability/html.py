@@ -159,7 +159,8 @@ def page(report: dict, images: dict[str, Path]) -> str:
     """The HTML page (the module docstring)."""
     info = report["population"]
     parts = [f"<h1>Can I trust these explanations? {html.escape(info['dataset'])}</h1>",
-             f"<p>{info['n_members']} members, {info['n_points']} test rows of {info['n_features']} features, "
+             f"<p>{info['n_members']} members, {info['n_points']} test {info['inputs']} of shape "
+             f"{tuple(info['input_shape'])}, "
              f"{info['n_classes']} classes; report computed in {report['seconds']:.0f} s.</p>",
              "<h2>Summary</h2>", f'<pre class="summary">{html.escape(report["summary"]["text"])}</pre>',
              "<h2>Sanity, calibrated by the seed</h2>",

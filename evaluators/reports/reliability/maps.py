@@ -1,13 +1,17 @@
 """Each member's maps, computed once per explainer and shared by every section of the report.
 
-For explainer e and members m = 1 … M (each a classifier of rows), on inputs x (N, d), every
-member explaining the same class ``target`` (N,) with the same random draws (``seed``):
+For explainer e and members m = 1 … M (each a classifier of rows or of images), on inputs x
+(N, d) or (N, C, H, W), every member explaining the same class ``target`` (N,) with the same
+random draws (``seed``):
 
-* ``maps`` (M, N, d): ``explain(member_m, x, e, target, seed)``;
-* ``randomised`` (M, N, d): the maps of member m with every layer re-initialised, the last
-  step of Adebayo et al.'s cascading randomisation (``evaluators.sanity.layers``, seed
-  ``seed``); ``cascade`` (M, L): the mean over inputs of the similarity (``measure``) of each
-  cascading step's maps to the member's own maps, top layer first (``layers``: their names);
+* ``maps`` (M, N, d) or (M, N, H, W): ``explain(member_m, x, e, target, seed)`` in float64,
+  image maps summed over channels (``reduce_map(·, "sum")``: signed per-pixel maps);
+* ``randomised``, shaped as ``maps``: the maps of member m with every layer re-initialised, the
+  last step of Adebayo et al.'s cascading randomisation (``evaluators.sanity.layers``, seed
+  ``seed``); ``cascade`` (M, S): the mean over inputs of the similarity (``measure``) of the
+  maps after S cascading steps to the member's own maps, top layer first (``layers``: the last
+  layer randomised at each step; ``cascade_steps`` steps evenly spread over the L layers, the
+  last always among them, so a deep network is explained S + 1 times, not L + 1);
 * ``random_logit`` (M,): the mean similarity of each input's map of a random other class
   (``evaluators.sanity.random_logit.other_classes``) to its map of ``target``;
 * ``faithfulness`` {metric: (M,)}: each member's mean score of its own maps
@@ -28,9 +32,10 @@ import torch
 from torch import nn
 
 from evaluators.maps import explain
+from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.registry import score
 from evaluators.metrics.similarity import similarity
-from evaluators.sanity.layers import randomised_models
+from evaluators.sanity.layers import randomisable_layers, randomised_models
 from evaluators.sanity.random_logit import other_classes
 from foundation.errors import InputError
 from foundation.files import atomic_write
@@ -47,24 +52,41 @@ def mean_similarity(a: torch.Tensor, b: torch.Tensor, measure: str, names: tuple
     return defined.mean().item() if len(defined) else float("nan")
 
 
-def member_maps(members: Sequence[nn.Module], x: torch.Tensor, target: torch.Tensor, method: str, options: dict,
-                seed: int, explain_fn: Callable = explain) -> torch.Tensor:  # fmt: skip
-    """(M, N, d) float64 maps of every member (the module docstring), checked finite."""
-    maps = torch.stack([explain_fn(m, x, method, target=target, seed=seed, **options).detach().double()
-                        for m in members])  # fmt: skip
-    check_finite(maps, f"explainer {method!r}", "map")
+def explained(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: str, options: dict, seed: int,
+              explain_fn: Callable, what: str) -> torch.Tensor:  # fmt: skip
+    """One model's maps (N, d) or (N, H, W) in float64 (module docstring), checked finite; ``what``
+    names them in the error."""
+    maps = explain_fn(model, x, method, target=target, seed=seed, **options).detach().double()
+    maps = reduce_map(maps, "sum") if maps.dim() == 4 else maps
+    check_finite(maps, what, "map")
     return maps
 
 
+def member_maps(members: Sequence[nn.Module], x: torch.Tensor, target: torch.Tensor, method: str, options: dict,
+                seed: int, explain_fn: Callable = explain) -> torch.Tensor:  # fmt: skip
+    """(M, N, ...) float64 maps of every member (the module docstring), checked finite."""
+    return torch.stack([explained(m, x, target, method, options, seed, explain_fn, f"explainer {method!r}")
+                        for m in members])  # fmt: skip
+
+
+def cascade_positions(n_layers: int, n_steps: int) -> set[int]:
+    """The cascading steps explained: ``n_steps`` of 1 … L evenly spread, L (every layer) among them."""
+    return {int(round(p)) for p in torch.linspace(n_layers, 1, min(n_steps, n_layers)).tolist()}
+
+
 def randomisation(member: nn.Module, own: torch.Tensor, x: torch.Tensor, target: torch.Tensor, method: str,
-                  options: dict, seed: int, measure: str,
-                  explain_fn: Callable = explain) -> tuple[list[str], list[float], torch.Tensor]:  # fmt: skip
-    """Cascading randomisation of one member: the layers (top first), the mean similarity of
-    each step's maps to ``own`` (N, d), and the maps of the last step (every layer randomised)."""
+                  options: dict, seed: int, measure: str, explain_fn: Callable = explain,
+                  cascade_steps: int = 5) -> tuple[list[str], list[float], torch.Tensor]:  # fmt: skip
+    """Cascading randomisation of one member: the last layer randomised at each explained step
+    (top first), the mean similarity of its maps to ``own``, and the maps of the last step
+    (every layer randomised)."""
     layers, steps, maps = [], [], own
-    for layer, randomised in randomised_models(member, "cascading", seed):
-        maps = explain_fn(randomised, x, method, target=target, seed=seed, **options).detach().double()
-        check_finite(maps, f"explainer {method!r} after randomising {layer!r}", "map")
+    chosen = cascade_positions(len(randomisable_layers(member)), cascade_steps)
+    for step, (layer, randomised) in enumerate(randomised_models(member, "cascading", seed), start=1):
+        if step not in chosen:
+            continue
+        maps = explained(randomised, x, target, method, options, seed, explain_fn,
+                         f"explainer {method!r} after randomising {layer!r}")  # fmt: skip
         layers.append(layer)
         steps.append(mean_similarity(maps, own, measure, (f"{method} after randomising {layer}", f"{method}")))
     return layers, steps, maps
@@ -74,9 +96,8 @@ def random_logit_similarity(member: nn.Module, own: torch.Tensor, x: torch.Tenso
                             n_classes: int, method: str, options: dict, seed: int, measure: str,
                             explain_fn: Callable = explain) -> float:  # fmt: skip
     """The mean similarity of each input's map of a random other class to ``own``."""
-    other = other_classes(target, n_classes, seed)
-    maps = explain_fn(member, x, method, target=other, seed=seed, **options).detach().double()
-    check_finite(maps, f"explainer {method!r} of a random other class", "map")
+    maps = explained(member, x, other_classes(target, n_classes, seed), method, options, seed, explain_fn,
+                     f"explainer {method!r} of a random other class")  # fmt: skip
     return mean_similarity(maps, own, measure, (f"{method} of a random other class", method))
 
 
@@ -95,7 +116,7 @@ def faithfulness_scores(member: nn.Module, x: torch.Tensor, target: torch.Tensor
 
 def explainer_unit(folder: Path, members: Sequence[nn.Module], x: torch.Tensor, target: torch.Tensor, n_classes: int,
                    method: str, options: dict, seed: int, measure: str, metrics: Sequence[str],
-                   metric_options: dict[str, dict], explain_fn: Callable = explain,
+                   metric_options: dict[str, dict], cascade_steps: int = 5, explain_fn: Callable = explain,
                    progress: Callable[[str], None] = print) -> dict:  # fmt: skip
     """Every result of one explainer (the module docstring), read from ``folder/<method>.pt``
     where a previous run finished it, else computed and kept there."""
@@ -111,7 +132,8 @@ def explainer_unit(folder: Path, members: Sequence[nn.Module], x: torch.Tensor, 
     layers: list[str] = []
     for i, member in enumerate(members):
         progress(f"{method}: member {i + 1}/{len(members)}")
-        layers, steps, last = randomisation(member, maps[i], x, target, method, options, seed, measure, explain_fn)
+        layers, steps, last = randomisation(member, maps[i], x, target, method, options, seed, measure, explain_fn,
+                                            cascade_steps)
         randomised.append(last)
         cascade.append(steps)
         random_logit.append(random_logit_similarity(member, maps[i], x, target, n_classes, method, options, seed,

@@ -1,18 +1,13 @@
 """``evaluate.py report``: can I trust these explanations? One pass over a table's population.
 
-``evaluate_report(cfg, run_dir)`` loads the population (``ReportConfig``: a population file of
-a table), measures each member's test accuracy on the whole test split, takes the first
-``n_points`` test rows, and for each explainer computes every member's maps once
+``evaluate_report(cfg, run_dir)`` loads the population, its inputs and each member's test
+accuracy (``inputs.report_inputs``), and for each explainer computes every member's maps once
 (``maps.explainer_unit``, kept in ``<run>/maps/<explainer>.pt``: an interrupted report resumed
 with ``--resume <run>`` computes only the explainers not yet finished). The three sections
 (``sections``) and the one-screen summary (``summary``) are computed from those maps.
 ``write_report(report, run_dir)`` writes the figures (PNG), ``report.html`` (``html``), the
 W&B run (``wandb_log.log_report``: scalars, tables and figures, grouped by population) and last
 ``report.json`` (every number; its presence marks a finished report).
-
-Feature removal (``deletion``, ``insertion``) moves features to the zero vector, the training
-mean of standardised features; infidelity replaces removed features by the training set's
-feature means.
 """
 
 from __future__ import annotations
@@ -21,10 +16,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-import torch
-
 from evaluators.reports.reliability.config import ReportConfig, default_k
 from evaluators.reports.reliability.html import figures, write_html
+from evaluators.reports.reliability.inputs import report_inputs
 from evaluators.reports.reliability.maps import explainer_unit
 from evaluators.reports.reliability.sections import agreement, faithfulness, sanity
 from evaluators.reports.reliability.summary import recommendation, summary_rows, summary_text
@@ -32,16 +26,8 @@ from evaluators.reports.reliability.verdict import equally_good
 from evaluators.reports.wandb_log import log_report
 from foundation.errors import InputError
 from foundation.files import write_json, write_text
-from lightning_modules.interface import default_targets
 
 REPORT = "report.json"
-
-
-def metric_options(cfg: ReportConfig, train_means: torch.Tensor) -> dict[str, dict]:
-    """The options of each faithfulness metric (the module docstring's replacements)."""
-    removal = {"baseline": "zero", "seed": cfg.seed}
-    return {"deletion": removal, "insertion": removal,
-            "infidelity": {"n_samples": cfg.infidelity_samples, "baseline": train_means, "seed": cfg.seed}}
 
 
 def eta(start: float, done: int, total: int) -> str:
@@ -54,37 +40,28 @@ def eta(start: float, done: int, total: int) -> str:
 def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     """The report of ``cfg``'s population (the module docstring), every number in one mapping."""
     start = time.perf_counter()
-    population, _, data = cfg.load()
-    data.setup("test")
-    x_test, y_test = (t.to(population.device) for t in data.test_tensors)
-    members = [population.member(i).to(population.device).eval() for i in range(population.size)]
-    if len(members) < 3:
-        raise InputError(f"option population={cfg.population!r}: {len(members)} member(s); the report compares "
-                         "members with one another: expected at least 3")  # fmt: skip
-    with torch.no_grad():
-        accuracies = torch.tensor([(m(x_test).argmax(-1) == y_test).double().mean().item() for m in members])
-        n_classes = members[0](x_test[:1]).shape[-1]
-    x = x_test[: cfg.n_points]
-    with torch.no_grad():
-        target = default_targets(population, x)
-    k = cfg.k or default_k(x.shape[1])
-    if k > x.shape[1]:
-        raise InputError(f"option k={k}: the table has {x.shape[1]} features; expected k <= {x.shape[1]}")
-    options = metric_options(cfg, data.train_tensors[0].mean(0).to(x.device))
+    given = report_inputs(cfg)
+    x = given.x
+    units_per_map = x[0, 0].numel() if given.images else x.shape[1]  # pixels of an image's map, or features
+    k = cfg.k or default_k(units_per_map)
+    if k > units_per_map:
+        raise InputError(f"option k={k}: the maps have {units_per_map} {'pixels' if given.images else 'features'}; "
+                         f"expected k <= {units_per_map}")  # fmt: skip
     units = {}
     for i, method in enumerate(cfg.explainers):
         print(f"explainer {i + 1}/{len(cfg.explainers)}: {method} ({eta(start, i, len(cfg.explainers))})", flush=True)
-        units[method] = explainer_unit(run_dir / "maps", members, x, target, n_classes, method,
+        units[method] = explainer_unit(run_dir / "maps", given.members, x, given.target, given.n_classes, method,
                                        cfg.options.get(method, {}), cfg.seed, cfg.measure, cfg.faithfulness,
-                                       options)  # fmt: skip
+                                       given.metric_options, cfg.cascade_steps)  # fmt: skip
+    accuracies, members = given.accuracies, given.members
     kept, filtered = equally_good(accuracies, cfg.accuracy_tolerance)
     sections = {"agreement": agreement(units, k, cfg.watson_c, cfg.seed),
                 "sanity": sanity(units, cfg.measure, kept, filtered),
                 "faithfulness": faithfulness(units, cfg.faithfulness, cfg.n_bootstrap, cfg.seed)}
     report = {"config": dataclasses.asdict(cfg),
               "population": {"dataset": cfg.report_name(), "n_members": len(members), "n_points": len(x),
-                             "n_features": x.shape[1], "n_classes": n_classes,
-                             "names": [f"seed{s}" for s in getattr(population, "seeds", range(len(members)))],
+                             "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
+                             "map_units": units_per_map, "n_classes": given.n_classes, "names": given.names,
                              "accuracy": accuracies.tolist(), "accuracy_mean": accuracies.mean().item(),
                              "group": f"{cfg.report_name()}/{Path(cfg.population).resolve().parent.name}"},
               "sections": sections,

@@ -1,8 +1,9 @@
 """The report's three sections, from the maps each explainer's unit holds (``maps.explainer_unit``).
 
-* ``agreement``: per explainer, Ley et al.'s SA@k, SSA@k and CDC@k between every pair of
-  members (``agreement_functional.ley_agreements``, each pair's mean over inputs), per member
-  the mean over the pairs it is in, and their seed-level mean with its 95 % t-interval
+* ``agreement``: per explainer (an image's map as a vector of its pixels), Ley et al.'s SA@k,
+  SSA@k and CDC@k between every pair of members (``agreement_functional.ley_agreements``, each
+  pair's mean over inputs), per member the mean over the pairs it is in, and their seed-level
+  mean with its 95 % t-interval
   (``seed_robustness.member_interval``); Watson et al.'s C (1 − the mean over pairs of
   S(a, b) = 2 |M(a, b) − 0.5|, ``agreement_functional.pair_separations``), per member
   1 − the mean S of its pairs.
@@ -41,7 +42,7 @@ def agreement(units: dict[str, dict], k: int, watson: bool, seed: int) -> dict:
     """The agreement section (the module docstring)."""
     out = {}
     for name, unit in units.items():
-        maps = unit["maps"]
+        maps = unit["maps"].flatten(2)  # (M, N, d): an image's map as a vector of its pixels
         m = maps.shape[0]
         scores = ley_agreements(maps, k)
         entry = {}

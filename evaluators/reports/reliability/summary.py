@@ -84,7 +84,7 @@ def summary_text(report: dict) -> str:
     reference = sections["sanity"]
     kept = len(reference["reference_members"])
     lines = [f"Can I trust these explanations? {info['dataset']}: {info['n_members']} members, {info['n_points']} "
-             f"test rows, mean test accuracy {info['accuracy_mean']:.3f}",
+             f"test {info['inputs']}, mean test accuracy {info['accuracy_mean']:.3f}",
              f"(95 % t-intervals over members; seed reference from {kept} equally good members"
              + ("" if reference["accuracy_filter_applied"] else ", all members: too few within the tolerance") + ")",
              "", line(head), line(["-" * w for w in widths]), *map(line, rows), "",

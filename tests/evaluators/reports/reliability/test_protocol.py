@@ -203,9 +203,9 @@ def test_page_in_a_headless_browser(report):
 
 @pytest.mark.parametrize("setting, message", [
     ("explainers=[gradcam]", "option explainers=['gradcam']: unknown ['gradcam']"),
-    ("measure=ssim", "option measure='ssim'; expected spearman_abs or spearman"),
+    ("measure=ssim", "option measure='ssim'; expected one of ['spearman_abs', 'spearman'] (rows)"),
     ("faithfulness=[road_morf]", "option faithfulness=['road_morf']"),
-    ("k=6", "option k=6: the table has 5 features; expected k <= 5"),
+    ("k=6", "option k=6: the maps have 5 features; expected k <= 5"),
 ])  # fmt: skip
 def test_bad_options_are_refused_in_one_line_leaving_no_folder(population, tmp_path, setting, message):
     out = tmp_path / "reports"
