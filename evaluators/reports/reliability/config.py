@@ -16,6 +16,7 @@ from evaluators.maps import EXPLAINERS
 from evaluators.metrics.registry import METRICS
 from evaluators.metrics.similarity import MEASURES
 from evaluators.reports.wandb_log import check_log_to
+from evaluators.sanity.maps import explainer_options
 from foundation.errors import InputError
 
 # The faithfulness metrics a table's report takes: feature removal (deletion towards the
@@ -53,6 +54,7 @@ class ReportConfig(PopulationSource):
     options: dict = field(default_factory=lambda: {"smoothgrad": {"nt_samples": 20, "stdevs": 0.1},
                                                    "integrated_gradients": {"n_steps": 20}})
     n_points: int = 200
+    seed: int = 0
     k: int | None = None
     measure: str = "spearman_abs"
     cascade_steps: int = 5
@@ -62,20 +64,20 @@ class ReportConfig(PopulationSource):
     infidelity_samples: int = 50
     n_bootstrap: int = 1000
     n_accuracy_images: int = 500
-    seed: int = 0
-    log_to: str = "wandb_offline"
     output_dir: str = "runs/report"
+    log_to: str = "wandb_offline"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        kind = "images" if self.images else "rows"
-        known = sorted(name for name, spec in EXPLAINERS.items() if spec.takes in ("any", kind))
-        unknown = [m for m in self.explainers if m not in known]
-        if unknown or not self.explainers:
-            raise InputError(f"option explainers={self.explainers!r}: unknown {unknown}; expected a non-empty list "
-                             f"from {known} ({kind})")  # fmt: skip
-        if not isinstance(self.options, dict) or any(not isinstance(v, dict) for v in self.options.values()):
+        if not isinstance(self.explainers, list):
+            raise InputError(f"option explainers={self.explainers!r}; expected a list of explainer names")
+        if not isinstance(self.options, dict):
             raise InputError(f"option options={self.options!r}; expected a mapping explainer -> its options")
+        explainer_options({name: self.options.get(name, {}) for name in self.explainers})  # names known, non-empty
+        kind = "images" if self.images else "rows"
+        other = [m for m in self.explainers if EXPLAINERS[m].takes not in ("any", kind)]
+        if other:
+            raise InputError(f"option explainers: {other} do not take {kind}; the population's inputs are {kind}")
         measures = list(MEASURES) if self.images else ["spearman_abs", "spearman"]
         if self.measure not in measures:
             raise InputError(f"option measure={self.measure!r}; expected one of {measures} ({kind})")

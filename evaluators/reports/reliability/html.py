@@ -111,7 +111,8 @@ def settle_figure(report: dict, path: Path) -> None:
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("members resampled")
     ax.set_ylabel("share naming the best")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # one explainer: no ranking to settle, an empty plot
+        ax.legend(fontsize=7)
     save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 

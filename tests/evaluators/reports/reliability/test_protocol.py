@@ -202,7 +202,9 @@ def test_page_in_a_headless_browser(report):
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("explainers=[gradcam]", "option explainers=['gradcam']: unknown ['gradcam']"),
+    ("explainers=[gradcam]", "option explainers: ['gradcam'] do not take rows"),
+    ("explainers=[nonesuch]", "unknown explainer 'nonesuch'; expected one of"),
+    ("options={saliency: 3}", "explainer 'saliency': options 3; expected a mapping"),
     ("measure=ssim", "option measure='ssim'; expected one of ['spearman_abs', 'spearman'] (rows)"),
     ("faithfulness=[road_morf]", "option faithfulness=['road_morf']"),
     ("k=6", "option k=6: the maps have 5 features; expected k <= 5"),
