@@ -30,7 +30,7 @@ by its config, so a re-run or a ``--shard`` process continues the same grid). Ea
 folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compares two runs:
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
-``optimised``, ``sanity``, ``report``: ``Protocol.resumable``) continues with ``--resume <folder>``.
+``optimised``, ``sanity``, ``report``: a protocol entry's ``resumable``) continues with ``--resume <folder>``.
 
 Every command that evaluates a model names it with the same options (``add_model_source``):
 ``--run``, ``--population``, ``--checkpoint``, and a model file's ``--model_class``,
@@ -51,7 +51,7 @@ portable.enable_if_asked(sys.argv)  # before torch is imported: the mode's varia
 import dataclasses
 import datetime
 import shutil
-from argparse import RawDescriptionHelpFormatter
+from argparse import ArgumentTypeError, RawDescriptionHelpFormatter
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -64,8 +64,10 @@ from evaluators.inputs.model_inputs import MODEL_INPUTS
 from evaluators.inputs.model_source import FILE_OPTIONS
 from evaluators.inputs.runs import load_run
 from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found, RUN_FOLDER
+from evaluators.maps import EXPLAINERS
 from evaluators.protocols.explanation_grid import explanation_grid
-from evaluators.protocols.registry import PROTOCOLS, Protocol
+from evaluators.protocols.registry import PROTOCOLS
+from foundation.registry import Entry
 from foundation.errors import InputError, OneLineParser, run_entry_point
 from foundation.files import json_text, write_text
 from foundation.run_folders import LOCK, hold, new_folder, release
@@ -116,7 +118,7 @@ def holds_config_only(run_dir: Path) -> bool:
     return [p.name for p in run_dir.iterdir() if p.name != LOCK] == ["config.yaml"]
 
 
-def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
+def resumed_config(run_dir: Path, spec: Entry, overrides: dict):
     """The config an interrupted run folder was started with; only ``data_dir`` may change
     (where the raw data lies on this machine): any other option would change its numbers."""
     if not (run_dir / "config.yaml").is_file():
@@ -130,7 +132,7 @@ def resumed_config(run_dir: Path, spec: Protocol, overrides: dict):
     return load_config(run_dir / "config.yaml", spec.config, overrides)
 
 
-def default_config(command: str, spec: Protocol, population: str | None) -> Path:
+def default_config(command: str, spec: Entry, population: str | None) -> Path:
     """The config a protocol takes without ``--config``: its default for the kind of ``--population``."""
     defaults = ", ".join(sorted({Path(c).relative_to(ROOT).as_posix() for c in spec.default_configs.values()}))
     if population is None:
@@ -223,6 +225,35 @@ def source_options(command: str, args) -> dict:
     return {name: value for name, value in given.items() if name != "population"}
 
 
+def registered_names(registry, traits: dict) -> list[str]:
+    """The names of ``registry`` with ``traits`` (a plain dict of names: all of them)."""
+    return registry.names(**traits) if traits else list(registry)
+
+
+def names_option(option: str, registry, traits: dict | None = None):
+    """An argparse ``type``: comma-separated names, each one of ``registered_names(registry, traits)``
+    (asked when the option is read, so a name registered by then is one)."""
+
+    def parse(text: str) -> list[str]:
+        known = registered_names(registry, traits or {})
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in known]
+        if unknown or not names:
+            raise ArgumentTypeError(f"{unknown or text!r}: expected comma-separated names, some of {known}")
+        return names
+
+    parse.__name__ = option  # argparse names the option's type in its error
+    return parse
+
+
+def choice_value(config: type, option: str, names: list[str]) -> list[str] | dict[str, dict]:
+    """``names`` as the config's ``option`` takes them: a list, or for an option that maps names to
+    their options (a dict by default) each name with its default options, ``{}``."""
+    field = next(f for f in dataclasses.fields(config) if f.name == option)
+    default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+    return {name: {} for name in names} if isinstance(default, dict) else names
+
+
 def build_parser() -> OneLineParser:
     """evaluate.py's sub-commands: ``run``, ``explain`` and every protocol of ``PROTOCOLS``; each
     that evaluates a model takes the model options of ``add_model_source``."""
@@ -237,7 +268,8 @@ def build_parser() -> OneLineParser:
     grid = commands.add_parser("explain", help="a PNG grid of test images x explainers of an image model's run")
     add_model_source(grid, positional=True)
     grid.add_argument("--methods", default="saliency,integrated_gradients,smoothgrad,guided_backprop,gradcam,rise",
-                      help="comma-separated explainers of evaluators.maps.image_explainers")  # fmt: skip
+                      type=names_option("methods", EXPLAINERS),
+                      help=f"comma-separated explainers, some of {list(EXPLAINERS)}")  # fmt: skip
     grid.add_argument("--n_images", type=int, default=8,
                       help="test images, evenly spaced through the run's test split (default 8)")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
@@ -258,6 +290,10 @@ def build_parser() -> OneLineParser:
             sub.add_argument("--n_sets", type=int, default=None)
         for option, keywords in (spec.options or {}).items():
             sub.add_argument(f"--{option}", **keywords)
+        for option, (registry, traits) in (spec.choices or {}).items():
+            sub.add_argument(f"--{option}", default=None, type=names_option(option, registry, traits), metavar="A,B",
+                             help=f"the config's {option}, comma-separated (each with its default options), some "
+                                  f"of {registered_names(registry, traits)}")  # fmt: skip
         sub.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                          help="override any option of the config; VALUE is read as YAML; KEY may be a dotted "
                               "path into a mapping option, e.g. trainer.max_epochs=1")  # fmt: skip
@@ -274,6 +310,9 @@ def parse(argv: list[str]) -> tuple:
     spec = PROTOCOLS[args.command]
     overrides = source_options(args.command, args) if spec.source != "pair" else {}
     overrides.update({k: getattr(args, k, None) for k in ("data_dir", "n_sets", "output_dir")})
+    for option in spec.choices or {}:
+        if getattr(args, option) is not None:
+            overrides[option] = choice_value(spec.config, option, getattr(args, option))
     for setting in args.settings:
         key, sep, value = setting.partition("=")
         if not sep or not key:
@@ -305,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(text)
         return metrics
     if args.command == "explain":
-        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        methods = args.methods
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir, checkpoint, options = single_model("explain", overrides)
         if not run_dir.exists():  # before its grid's folder is made there
@@ -346,12 +385,12 @@ def main(argv: list[str] | None = None) -> dict:
         release(run_dir)
 
 
-def run_protocol(args, spec: Protocol, cfg, run_dir: Path, resume: Path | None, made: list[Path]) -> dict:
+def run_protocol(args, spec: Entry, cfg, run_dir: Path, resume: Path | None, made: list[Path]) -> dict:
     """Evaluate protocol ``spec`` into ``run_dir`` and write its report; a failure before anything was
     written removes the new folder (and the output folders ``made`` for it)."""
     options = {option: getattr(args, option) for option in spec.options or {}}
     try:
-        summary = spec.evaluate(cfg, run_dir, **options) if spec.resumable else spec.evaluate(cfg)
+        summary = spec.obj(cfg, run_dir, **options) if spec.resumable else spec.obj(cfg)
         if summary is None:  # nothing to report yet, e.g. a ROAR grid's cells left to other shards
             return {}
     except BaseException as err:

@@ -53,6 +53,7 @@ from evaluators.inputs.model_fit import check_resumed_checkpoint
 from evaluators.reports.wandb_log import WANDB_PROJECT
 from foundation.errors import InputError, one_line, run_entry_point
 from foundation.files import read_yaml, write_json, write_text
+from foundation.modality import ROWS
 from foundation.run_folders import claim_run_folder, release
 from lightning_modules.checkpoint_io import atomic_checkpoints
 from lightning_modules.net_options import net_options_from_data, one_net_option, set_net_options
@@ -505,7 +506,7 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
     }  # fmt: skip
     write_json(run_dir / "metrics.json", metrics, sort_keys=True)
     trained = "" if on_train is None else f", training accuracy {100 * metrics['train_acc_mean']:.2f} %"
-    kind = {"images": "image population", "rows": "population"}[population.INPUTS]
+    kind = "population" if population.modality is ROWS else f"{population.modality.kind} population"
     print(f"{kind}: {population.size} members, test accuracy {100 * metrics['test_acc_mean']:.2f} % "
           f"± {100 * metrics['test_acc_std']:.2f}{trained}; {metrics['train_seconds']} s; run {run_dir}")  # fmt: skip
     return metrics

@@ -41,25 +41,28 @@ from evaluators.aggregators.optimised_aggregators import (
     VAR_EPS, combine, explainer_maps, optimised_aggregation, variance_aggregate,
 )  # fmt: skip
 from evaluators.aggregators.pixel_aggregators import aggregate_all
-from evaluators.aggregators.registry import aggregator_names
+from evaluators.aggregators.registry import AGGREGATORS
 from foundation.finite import check_finite
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import plot_map_grid
 from foundation.errors import InputError
+from foundation.modality import modality_of
 from lightning_modules.interface import default_classes
-from evaluators.metrics.registry import METRICS as REGISTRY
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.relative_stability import STABILITIES
 from lightning_modules.interface import eval_mode
 
-IMAGE_DEFAULTS = {"saliency": {}, "smoothgrad": {"nt_samples": 16}, "integrated_gradients": {"n_steps": 16},
-                  "gradcam": {}}  # fmt: skip
-TABULAR_DEFAULTS = {"saliency": {}, "smoothgrad": {}, "integrated_gradients": {}, "input_x_gradient": {}}
-METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability", "sparseness", "complexity")
-MAP_METRICS = ("sparseness", "complexity")  # scores of the maps alone
+# the registered metrics scored here from the model (the probe's curves, its subset perturbations, its
+# noisy copies); besides them, every registered metric of the maps alone (``needs == ("maps",)``)
+MODEL_METRICS = ("insertion", "deletion", "infidelity", "fcor", "relative_stability")
 MAP_OPTIONS = tuple(inspect.signature(explainer_maps).parameters)[4:]  # the optimised aggregators' map options
+
+
+def scored_metrics() -> list[str]:
+    """The metrics the callback scores: ``MODEL_METRICS`` and the registry's metrics of the maps alone."""
+    return [*MODEL_METRICS, *METRICS.names(needs=("maps",))]
 
 
 class AggregationFidelity(pl.Callback):
@@ -80,27 +83,27 @@ class AggregationFidelity(pl.Callback):
         metrics: tuple[str, ...] = ("insertion", "deletion"),
         n_samples: int = 50,
     ) -> None:
-        """``explainers``: registry name -> options (default: cheap gradient methods, see
-        ``IMAGE_DEFAULTS`` / ``TABULAR_DEFAULTS``); ``aggregators``: name -> parameters
+        """``explainers``: registry name -> options (default: cheap gradient methods, the inputs'
+        ``Modality.default_explainers``); ``aggregators``: name -> parameters
         (default ``mean`` and ``ucb``, the paper's two best); ``optimised``: Decker et al.'s
         aggregators over the same explainers, name -> options of ``optimised_aggregation``
         (e.g. ``{agg_faith: {}, agg_robust: {n_samples: 10}}``); ``metrics``: some of
         ``insertion``, ``deletion``, ``infidelity``, ``fcor`` (the last two on ``n_samples``
         subset perturbations of the probe, shared by every map), ``relative_stability``
         (RIS, RRS, ROS on ``n_samples`` noisy copies of each probe input), ``sparseness``,
-        ``complexity`` (of the maps alone)."""
+        ``complexity`` (of the maps alone: any registered metric that needs only the maps)."""
         if normalisation not in NORMALISATIONS:
             raise InputError(f"AggregationFidelity: normalisation={normalisation!r}; expected one of "
                              f"{sorted(NORMALISATIONS)}")  # fmt: skip
-        unknown = sorted(set(aggregators or {}) - set(aggregator_names("pixel")))
+        unknown = sorted(set(aggregators or {}) - set(AGGREGATORS.names(kind="pixel")))
         if unknown:
             raise InputError(f"AggregationFidelity: unknown aggregator(s) {unknown}; expected some of "
-                             f"{sorted(aggregator_names('pixel'))}")  # fmt: skip
-        unknown = sorted(set(optimised or {}) - set(aggregator_names("optimised")))
-        unknown += sorted(set(metrics) - set(METRICS))
+                             f"{sorted(AGGREGATORS.names(kind='pixel'))}")  # fmt: skip
+        unknown = sorted(set(optimised or {}) - set(AGGREGATORS.names(kind="optimised")))
+        unknown += sorted(set(metrics) - set(scored_metrics()))
         if unknown:
             raise InputError(f"AggregationFidelity: unknown optimised aggregator(s) or metric(s) {unknown}; expected "
-                             f"some of {aggregator_names('optimised')} and {list(METRICS)}")  # fmt: skip
+                             f"some of {AGGREGATORS.names(kind='optimised')} and {scored_metrics()}")  # fmt: skip
         if every_n_epochs < 1 or n_probe < 1:
             raise InputError(f"AggregationFidelity: every_n_epochs={every_n_epochs}, n_probe={n_probe}; "
                              "expected positive integers")  # fmt: skip
@@ -119,10 +122,9 @@ class AggregationFidelity(pl.Callback):
         if data is None:
             raise InputError("AggregationFidelity needs a datamodule (trainer.fit(model, datamodule=...))")
         x, y = data.probe(self.n_probe, "val" if "val" in getattr(data, "split_sizes", ()) else "test")
-        if hasattr(data, "normalization"):  # images: the normal baseline from each image's own channel statistics
+        if modality_of(data).own_statistics:  # images: the normal baseline from each image's own channel statistics
             return x, y, None
-        x_train = data.train_tensors[0]  # rows: a tabular datamodule
-        return x, y, (x_train.mean(0), x_train.std(0, unbiased=False))
+        return x, y, modality_of(data).statistics(data.train_tensors[0])  # a table: its training rows' statistics
 
     # --- one evaluation -------------------------------------------------------------
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule, when: str) -> dict[str, float]:
@@ -132,16 +134,16 @@ class AggregationFidelity(pl.Callback):
                 self._probe = self._load_probe(trainer, pl_module)
             x, y = (t.to(pl_module.device) for t in self._probe[:2])
             stats = None if self._probe[2] is None else tuple(s.to(pl_module.device) for s in self._probe[2])
-            tabular = x.dim() == 2
+            modality = modality_of(x)
             with eval_mode(pl_module):
-                explainers = self.explainers or (TABULAR_DEFAULTS if tabular else IMAGE_DEFAULTS)
+                explainers = self.explainers or {name: dict(o) for name, o in modality.default_explainers.items()}
                 target = default_classes(pl_module, x)  # the default target: a tabular model's positive class
                 maps, weights = self._maps(pl_module, x, target, explainers, stats)
                 scores = self._scores(pl_module, x, maps, stats)
                 if "relative_stability" in self.metrics:
                     scores.update(self._stability(pl_module, x, target, explainers, stats, maps, weights))
         self.history.append({"epoch": trainer.current_epoch, "when": when, **scores})
-        if self.log_grid and not tabular and trainer.is_global_zero:
+        if self.log_grid and modality.figure == "heatmap" and trainer.is_global_zero:
             self._log_grid(trainer, pl_module, x, y, maps)
         return scores
 
@@ -150,24 +152,24 @@ class AggregationFidelity(pl.Callback):
         """Base, aggregated and optimised maps of x for ``target`` (N,), and the optimised
         aggregators' weights: fitted on x, or the given ``weights`` (name -> (len(x), k), None
         for ``agg_var``) applied to the explainers' maps."""
-        tabular = x.dim() == 2
+        modality = modality_of(x)
         base = {}
         for k, (name, options) in enumerate(explainers.items()):
             m = explain(pl_module, x, name, target=target, **{"seed": self.seed + k, **(options or {})}).detach()
-            base[f"base_{name}"] = m if tabular else reduce_map(m, self.reduction)
+            base[f"base_{name}"] = modality.reduce(m, self.reduction)
             check_finite(base[f"base_{name}"], f"explainer {name!r}", "map")
-        maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, 1 if tabular else 2)}
+        maps = {**base, **aggregate_all(base, self.normalisation, self.aggregators, modality.map_dims)}
         fitted = {}
         for name, options in self.optimised.items():
             options = dict(options or {})
             if weights is None:
-                if tabular and name in ("agg_faith", "agg_opt"):  # features replaced by the training means
+                if stats is not None and name in ("agg_faith", "agg_opt"):  # features replaced by the training means
                     options.setdefault("baseline", stats[0])
                 maps[name], fitted[name] = optimised_aggregation(pl_module, x, name, explainers, target, **options)
                 continue
             map_options = {k: options[k] for k in MAP_OPTIONS if k in options}
             stack = explainer_maps(pl_module, x, target, explainers, **map_options)
-            maps[name] = (variance_aggregate(stack, 1 if tabular else 2, options.get("eps", VAR_EPS))
+            maps[name] = (variance_aggregate(stack, modality.map_dims, options.get("eps", VAR_EPS))
                           if weights[name] is None else combine(stack, weights[name]))  # fmt: skip
         return maps, fitted
 
@@ -180,7 +182,7 @@ class AggregationFidelity(pl.Callback):
         repeated = {name: None if w is None else w.repeat_interleave(n, 0) for name, w in weights.items()}
         noisy, _ = self._maps(pl_module, perturbed.flatten(0, 1), target.repeat_interleave(n), explainers, stats,
                               repeated)  # fmt: skip
-        scores, relative_stability = {}, REGISTRY["relative_stability"].function
+        scores, relative_stability = {}, METRICS["relative_stability"].function
         for name, m in maps.items():
             result = relative_stability(pl_module, x, m, lambda v, t, name=name: noisy[name], target,
                                         change="norm", perturbed=perturbed, seed=self.seed,
@@ -201,15 +203,15 @@ class AggregationFidelity(pl.Callback):
         scores = {}
         for name, m in maps.items():
             for mode in curves:
-                metric = REGISTRY[mode].metric(**options)
+                metric = METRICS[mode].obj(**options)
                 metric.update(pl_module, x, m)
                 scores[f"aggregation/{name}/{mode}"] = metric.compute().item()
             if "infidelity" in self.metrics:
-                scores[f"aggregation/{name}/infidelity"] = REGISTRY["infidelity"].function(m, samples).mean().item()
+                scores[f"aggregation/{name}/infidelity"] = METRICS["infidelity"].function(m, samples).mean().item()
             if "fcor" in self.metrics:
-                scores[f"aggregation/{name}/fcor"] = REGISTRY["fcor"].function(m, samples).nanmean().item()
-            for metric in (metric for metric in MAP_METRICS if metric in self.metrics):
-                scores[f"aggregation/{name}/{metric}"] = REGISTRY[metric].function(m).nanmean().item()
+                scores[f"aggregation/{name}/fcor"] = METRICS["fcor"].function(m, samples).nanmean().item()
+            for metric in (metric for metric in METRICS.names(needs=("maps",)) if metric in self.metrics):
+                scores[f"aggregation/{name}/{metric}"] = METRICS[metric].function(m).nanmean().item()
         return scores
 
     def _log_grid(self, trainer: pl.Trainer, pl_module: pl.LightningModule, x: torch.Tensor, y: torch.Tensor,

@@ -18,9 +18,9 @@ import pytorch_lightning as pl
 import torch
 
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
-from evaluators.metrics.agreement import METRICS, PairwiseAgreement
+from evaluators.metrics.agreement import AGREEMENT_METRICS, PairwiseAgreement
 from foundation.errors import InputError
+from foundation.modality import REDUCTIONS, modality_of
 from lightning_modules.interface import fixed_target
 
 
@@ -34,9 +34,10 @@ class ExplanationConsistency(pl.Callback):
         metrics: tuple[str, ...] = ("sa", "ssa", "cdc", "angular"),
         map_reduction: str = "sum",
     ) -> None:
-        unknown = [m for m in metrics if m not in METRICS]
+        unknown = [m for m in metrics if m not in AGREEMENT_METRICS]
         if unknown:
-            raise InputError(f"ExplanationConsistency: unknown metric(s) {unknown}; expected some of {list(METRICS)}")
+            raise InputError(f"ExplanationConsistency: unknown metric(s) {unknown}; expected some of "
+                             f"{list(AGREEMENT_METRICS)}")  # fmt: skip
         if map_reduction not in REDUCTIONS:
             raise InputError(f"ExplanationConsistency: option map_reduction={map_reduction!r}; expected one of "
                              f"{list(REDUCTIONS)}")  # fmt: skip
@@ -56,7 +57,7 @@ class ExplanationConsistency(pl.Callback):
             return explain(pl_module, x, self.method).detach()
         maps = [explain(pl_module.member(i).to(pl_module.device), x, self.method, target=y).detach()
                 for i in range(pl_module.size)]  # fmt: skip
-        return torch.stack([(m if m.dim() == 2 else reduce_map(m, self.map_reduction)).flatten(1) for m in maps])
+        return torch.stack([modality_of(x).reduce(m, self.map_reduction).flatten(1) for m in maps])
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not callable(getattr(pl_module, "member", None)) or pl_module.size < 2:

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
                        and (n in BUILT_IN_IMAGE_SETS or Path(n).expanduser().exists())]  # fmt: skip
         names = [n for n in args.datasets if n not in image_names and n not in tables]
     else:
-        names = [n for n, s in DATASETS.items() if args.data_dir or s.embedded]
+        names = [n for n, entry in DATASETS.items() if args.data_dir or entry.obj.embedded]
         image_names = available_image_sets(args.data_dir)
     console = Console(width=120)
     for name in tables:

@@ -15,6 +15,7 @@ from datamodules.image_batches import EpochShuffle, InMemoryImageBatches, _whole
 from datamodules.image_files import SPLITS
 from datamodules.label_permutation import check_permute_labels, permuted_labels
 from foundation.errors import InputError
+from foundation.modality import IMAGES
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,10 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     (``datamodules.label_permutation``), or None.
     """
 
-    kind = "image"  # what its inputs are: images (N, C, H, W) (TabularDataModule: "tabular", rows)
+    modality = IMAGES  # what its inputs are (foundation.modality; images (N, C, H, W))
 
     name = "images"
-    inputs = "images"  # what a model of this data takes, linked to a ModulePopulation's by train.py
+    inputs = modality.name  # what a model of this data takes, linked to a ModulePopulation's by train.py
     location_option: str | None = None  # the init option naming where the data lies (None: no path)
 
     def __init__(
@@ -208,6 +209,13 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
     def stored_fill(self, images: torch.Tensor) -> torch.Tensor:
         """ROAR's fill c: the images' per-channel mean rounded to uint8."""
         return (torch.tensor(channel_stats(images)[0], dtype=torch.float64) * 255.0).round().to(torch.uint8)
+
+    @property
+    def standardisation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``normalization`` as tensors (C, 1, 1) that broadcast over a batch: raw = served * std + mean
+        (a table's ``standardisation``, per feature)."""
+        mean, std = self.normalization
+        return torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)
 
     @cached_property
     def normalization(self) -> tuple[list[float], list[float]]:

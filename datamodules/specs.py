@@ -1,5 +1,6 @@
-"""String-keyed registry of the financial datasets: where their raw file lives,
-how it is read, and the size Ley et al. report (Table 2) for comparison."""
+"""The registry of the financial datasets, ``DATASETS`` (a ``foundation.registry.Registry``,
+modality rows): each entry's ``obj`` a :class:`DatasetSpec`, where its raw file lives, how it is
+read, and the size Ley et al. report (Table 2) for comparison (docs/your_data.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from datamodules import raw_readers
 from foundation.errors import InputError
+from foundation.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -64,25 +66,23 @@ class DatasetSpec:
         return Path(spec.submodule_search_locations[0]) / self.embedded
 
 
-DATASETS: dict[str, DatasetSpec] = {
-    spec.name: spec
-    for spec in [
-        DatasetSpec("heloc", "heloc", "heloc_dataset_v1.csv", raw_readers.read_heloc, 9_871, 23),
-        DatasetSpec(
-            "german", "german", "german.data", raw_readers.read_german, 1_000, 70, "dataset/german/german.data"
-        ),
-        DatasetSpec("adult", "adult", "adult.data", raw_readers.read_adult, 32_561, 6, "dataset/adult/adult.data"),
-        DatasetSpec(
-            "default_credit", "default_credit", "UCI_Credit_Card.csv", raw_readers.read_default_credit, 30_000, 90
-        ),
-        DatasetSpec("gmsc", "gmsc", "cs-training.csv.zip", raw_readers.read_gmsc, 11_426, 10, sampled=True),
-    ]
-}
+DATASETS = Registry("dataset", page="your_data.md")  # specs built here, not functions or classes: added
+DATASETS.add("heloc", DatasetSpec("heloc", "heloc", "heloc_dataset_v1.csv", raw_readers.read_heloc, 9_871, 23),
+             help="FICO's Home Equity Line of Credit applications", modalities=("rows",))
+DATASETS.add("german", DatasetSpec("german", "german", "german.data", raw_readers.read_german, 1_000, 70,
+                                   "dataset/german/german.data"),
+             help="UCI Statlog German Credit", modalities=("rows",))
+DATASETS.add("adult", DatasetSpec("adult", "adult", "adult.data", raw_readers.read_adult, 32_561, 6,
+                                  "dataset/adult/adult.data"),
+             help="UCI Adult census income", modalities=("rows",))
+DATASETS.add("default_credit", DatasetSpec("default_credit", "default_credit", "UCI_Credit_Card.csv",
+                                           raw_readers.read_default_credit, 30_000, 90),
+             help="UCI default of credit card clients (Taiwan)", modalities=("rows",))
+DATASETS.add("gmsc", DatasetSpec("gmsc", "gmsc", "cs-training.csv.zip", raw_readers.read_gmsc, 11_426, 10,
+                                 sampled=True),
+             help="Give Me Some Credit (Kaggle), a class-balanced sample", modalities=("rows",))
 
 
 def get_spec(name: str) -> DatasetSpec:
     """Look a dataset up by name; an unknown name lists the known ones."""
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise InputError(f"unknown dataset {name!r}; expected one of {sorted(DATASETS)}") from None
+    return DATASETS[name].obj

@@ -24,6 +24,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from datamodules.label_permutation import check_permute_labels, permuted_labels
 from datamodules.specs import DATASETS, get_spec
 from foundation.errors import InputError
+from foundation.modality import ROWS
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,12 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
     of a random permutation of the training labels (``datamodules.label_permutation``), or None.
     """
 
-    kind = "tabular"  # what its inputs are: rows (N, d) (ImageDataModule: "image", images (N, C, H, W))
+    modality = ROWS  # what its inputs are (foundation.modality; rows (N, d))
 
     name = "tabular"
     location_option: str | None = None  # the init option naming where the data lies (None: no path)
     num_classes = 2  # classes of the labels (0 .. num_classes - 1), linked to the model's by train.py
-    inputs = "rows"  # what a model of this data takes, linked to a ModulePopulation's by train.py
+    inputs = modality.name  # what a model of this data takes, linked to a ModulePopulation's by train.py
 
     def __init__(
         self,
@@ -265,7 +266,7 @@ class FinancialDataModule(TabularDataModule):
         the other datasets are read whole."""
         self.spec = get_spec(dataset)
         if sample_seed is not None and not self.spec.sampled:
-            sampled = [name for name, spec in DATASETS.items() if spec.sampled]
+            sampled = [name for name, entry in DATASETS.items() if entry.obj.sampled]
             raise InputError(f"option sample_seed={sample_seed} for dataset {dataset!r}; it applies to "
                              f"{sampled} only (the other datasets are read whole)")  # fmt: skip
         super().__init__(**kwargs)

@@ -29,13 +29,14 @@ reference code computes (why not the probability: docs/table1.md, "What is expla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
 from torch import nn
 
 from foundation.errors import InputError
+from foundation.registry import Registry
 from lightning_modules.interface import default_output, tabular_class
 from lightning_modules.stacked import rows_per_pass, stacked_forward
 
@@ -170,19 +171,29 @@ def curve_ts(n_t: int, t_seed: int | None) -> torch.Tensor:
     return torch.rand(n_t, generator=torch.Generator().manual_seed(t_seed))
 
 
+ENSEMBLES = Registry("ensemble", page="landscape.md")  # filled by the decorators below
+
+
+@ENSEMBLES.register("average")
 def average(population, members: Sequence[int], curves=None) -> nn.Module:
+    """The members' mean probability (an ``MLPEnsemble`` or ``ImageEnsemble`` of ``reduction="average"``)."""
     return population.ensemble(members, "average")
 
 
+@ENSEMBLES.register("majority")
 def majority(population, members: Sequence[int], curves=None) -> nn.Module:
+    """The members' majority vote (vote shares as probabilities; zero input gradient almost everywhere)."""
     return population.ensemble(members, "majority")
 
 
+@ENSEMBLES.register("perturb")
 def perturb(population, members: Sequence[int], curves=None, n_perturb: int = 50, sigma: float = 0.2,
             layer: int = 0, part: Part = "weight", seed: int = 0) -> nn.Module:  # fmt: skip
+    """Every member perturbed ``n_perturb`` times by N(0, σ²) on one layer's weights or biases, averaged."""
     return population.ensemble(members).perturbed(n_perturb, sigma, layer, part, seed)
 
 
+@ENSEMBLES.register("connect", needs=("curves",))
 def connect(population, members: Sequence[int], curves: Sequence, n_t: int = 25, t_seed: int | None = None,
             loader=None) -> nn.Module:  # fmt: skip
     """Models at ``curve_ts(n_t, t_seed)`` on every curve between pairs of ``members``
@@ -191,19 +202,12 @@ def connect(population, members: Sequence[int], curves: Sequence, n_t: int = 25,
     return population.curve_ensemble(curves, curve_ts(n_t, t_seed), members, loader)
 
 
+@ENSEMBLES.register("combine", needs=("curves",))
 def combine(population, members: Sequence[int], curves: Sequence, n_t: int = 25, n_perturb: int = 50,
             sigma: float = 0.2, layer: int = 0, part: Part = "weight", seed: int = 0, t_seed: int | None = None,
             loader=None) -> nn.Module:  # fmt: skip
+    """The models on the curves (``connect``), each perturbed as in ``perturb``."""
     return connect(population, members, curves, n_t, t_seed, loader).perturbed(n_perturb, sigma, layer, part, seed)
-
-
-ENSEMBLES: dict[str, Callable[..., nn.Module]] = {
-    "average": average,
-    "majority": majority,
-    "perturb": perturb,
-    "connect": connect,
-    "combine": combine,
-}
 
 
 def build_ensemble(population, strategy: str, members: Sequence[int], curves: Sequence | None = None,
@@ -213,6 +217,6 @@ def build_ensemble(population, strategy: str, members: Sequence[int], curves: Se
     take the ``curves`` between the members' pairs; ``options``: the strategy's."""
     if strategy not in ENSEMBLES:
         raise InputError(f"strategy {strategy!r}; expected one of {sorted(ENSEMBLES)}")
-    if strategy in ("connect", "combine") and not curves:
+    if "curves" in ENSEMBLES[strategy].needs and not curves:
         raise InputError(f"strategy {strategy!r} needs the curves between the members' pairs")
     return ENSEMBLES[strategy](population, members, curves, **options)

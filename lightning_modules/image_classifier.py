@@ -42,6 +42,8 @@ from torch.nn import functional as F
 from torchvision.models import resnet as tv_resnet
 
 from foundation.errors import InputError
+from foundation.modality import IMAGES
+from foundation.registry import Registry
 from lightning_modules.finite import check_outputs
 
 Optimizer = Literal["sgd", "adamw"]
@@ -186,16 +188,23 @@ def torchvision_resnet(depth: int) -> Callable[[int, int, bool], nn.Module]:
     return build
 
 
-ARCHITECTURES: dict[str, Callable[[int, int, bool], nn.Module]] = {
-    "resnet8": lambda num_classes, in_channels, _: CifarResNet(1, num_classes, in_channels),
-    "resnet20": lambda num_classes, in_channels, _: CifarResNet(3, num_classes, in_channels),
-    "small_cnn": lambda num_classes, in_channels, _: small_cnn(num_classes, in_channels),
-    "mlp": lambda num_classes, in_channels, _: image_mlp(num_classes, in_channels),
-    "resnet18": torchvision_resnet(18),
-    "resnet34": torchvision_resnet(34),
-    "resnet50": torchvision_resnet(50),
-}
-SMALL_STEM_ARCHITECTURES = ("resnet18", "resnet34", "resnet50")
+# name -> build(num_classes, in_channels, small_input_stem); built by factories and lambdas here, so added, not
+# decorated; ``small_stem``: whether ``small_input_stem`` applies (False unless given)
+ARCHITECTURES = Registry("architecture", page="training_images.md", traits={"small_stem": False})
+ARCHITECTURES.add("resnet8", lambda num_classes, in_channels, _: CifarResNet(1, num_classes, in_channels),
+                  help="CIFAR ResNet-8 (He et al. 2016, §4.2)", modalities=("images",))
+ARCHITECTURES.add("resnet20", lambda num_classes, in_channels, _: CifarResNet(3, num_classes, in_channels),
+                  help="CIFAR ResNet-20 (He et al. 2016, §4.2)", modalities=("images",))
+ARCHITECTURES.add("small_cnn", lambda num_classes, in_channels, _: small_cnn(num_classes, in_channels),
+                  help="two 3x3 convolutions and a linear layer (MNIST, Fashion-MNIST)", modalities=("images",))
+ARCHITECTURES.add("mlp", lambda num_classes, in_channels, _: image_mlp(num_classes, in_channels),
+                  help="an MLP on the flattened pixels (Watson et al.'s MNIST MLPs)", modalities=("images",))
+ARCHITECTURES.add("resnet18", torchvision_resnet(18), help="torchvision's ResNet-18", modalities=("images",),
+                  small_stem=True)  # fmt: skip
+ARCHITECTURES.add("resnet34", torchvision_resnet(34), help="torchvision's ResNet-34", modalities=("images",),
+                  small_stem=True)  # fmt: skip
+ARCHITECTURES.add("resnet50", torchvision_resnet(50), help="torchvision's ResNet-50", modalities=("images",),
+                  small_stem=True)  # fmt: skip
 
 
 def create_image_model(name: str, num_classes: int, in_channels: int = 3, small_input_stem: bool = False) -> nn.Module:
@@ -204,13 +213,14 @@ def create_image_model(name: str, num_classes: int, in_channels: int = 3, small_
     for option, value in (("num_classes", num_classes), ("in_channels", in_channels)):
         if not isinstance(value, int) or value < 1:
             raise InputError(f"option {option}={value!r}; expected a positive integer")
-    if small_input_stem and name not in SMALL_STEM_ARCHITECTURES:
+    if small_input_stem and name not in ARCHITECTURES.names(small_stem=True):
         raise InputError(
-            f"option small_input_stem=True with arch={name!r}; expected one of {list(SMALL_STEM_ARCHITECTURES)} "
+            f"option small_input_stem=True with arch={name!r}; expected one of "
+            f"{ARCHITECTURES.names(small_stem=True)} "
             "(resnet8/resnet20/small_cnn already have a 3x3 stride-1 stem)"
         )
     if name in ARCHITECTURES:
-        return ARCHITECTURES[name](num_classes, in_channels, small_input_stem)
+        return ARCHITECTURES[name].obj(num_classes, in_channels, small_input_stem)
     import timm
 
     if ":" in name or not timm.is_model(name):
@@ -386,6 +396,8 @@ class ImageClassifier(CrossEntropySteps, pl.LightningModule):
     each process, then over the processes (``sync_dist``). The training loss includes the
     label smoothing; the others do not.
     """
+
+    modality = IMAGES  # what it takes (``foundation.modality``)
 
     def __init__(
         self,

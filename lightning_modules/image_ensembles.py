@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from foundation.errors import InputError
+from foundation.modality import IMAGES
 from lightning_modules.curve_model import CurveModel
 from lightning_modules.ensembles import Part, Reduction, perturb_stack
 from lightning_modules.interface import output_kind
@@ -97,7 +98,7 @@ class ImageNetworks:
     """An image population as the ensemble registry reads it: its members' networks ``nets``
     (``ImagePopulation``, ``ImageMembers``, or ``ImageNetworks(nets)`` around any networks)."""
 
-    INPUTS = "images"  # what the members take (``evaluators.maps.input_kind``)
+    modality = IMAGES  # what the members take (``foundation.modality``)
     CURVES = "networks"  # curves between members: one ``CurveModel`` per pair (protocols' population_sets)
     explained_class = None  # the model contract's default class of its ensembles (images: none, a target per input)
 

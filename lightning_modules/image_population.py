@@ -59,12 +59,13 @@ from lightning_modules.image_classifier import (
     parameter_groups,
 )
 from lightning_modules.image_ensembles import ImageNetworks
-from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
+from lightning_modules.population_base import POPULATIONS, DataOrder, Population, check_data_order, seed_list
 
 Stacking = Literal["auto", "vmap", "loop"]
 STACKINGS = ("auto", "vmap", "loop")
 
 
+@POPULATIONS.register("ImagePopulation", modalities=("images",))
 class ImagePopulation(Population, ImageNetworks):
     """K ``ImageClassifier`` networks of one architecture, seeds s_1..s_K, trained at once.
 

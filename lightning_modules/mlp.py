@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from foundation.errors import InputError
+from foundation.modality import ROWS
 from lightning_modules.finite import check_outputs
 from lightning_modules.interface import check_num_classes, default_output, tabular_class
 
@@ -94,6 +95,7 @@ class MLPClassifier(pl.LightningModule):
     """
 
     RETRAINS_STACKED = True  # ROAR retrains K copies of it as one stacked ``PopulationMLP``
+    modality = ROWS  # what it takes (``foundation.modality``)
 
     def __init__(
         self,

@@ -28,15 +28,17 @@ from torch import nn
 from torch.nn import functional as F
 
 from foundation.errors import InputError
+from foundation.modality import MODALITIES, modality_of
 from lightning_modules.classifier import OPTIMIZERS, Classifier, Optimizer, build_optimizer, build_seeded, check_logits
 from lightning_modules.image_ensembles import ImageNetworks
 from lightning_modules.interface import check_num_classes, tabular_class
 from lightning_modules.net_options import net_kwargs
-from lightning_modules.population_base import Population, seed_list
+from lightning_modules.population_base import POPULATIONS, Population, seed_list
 
 Inputs = Literal["images", "rows"]
 
 
+@POPULATIONS.register("ModulePopulation", modalities=("rows", "images"))  # its option inputs says which
 class ModulePopulation(Population, ImageNetworks):
     """K networks of one config (see the module's docstring); ``forward``: logits (K, N, classes).
 
@@ -63,9 +65,10 @@ class ModulePopulation(Population, ImageNetworks):
         if not isinstance(config, dict) or not isinstance(config.get("class_path"), str):
             raise InputError(f"option net={net!r}; expected a network config {{class_path, init_args}} (each member "
                              "is built from it under its own seed)")  # fmt: skip
-        if inputs not in ("images", "rows"):
-            raise InputError(f"option inputs={inputs!r}; expected 'images' or 'rows'")
-        if inputs == "rows" or num_classes is not None:
+        if inputs not in MODALITIES:
+            raise InputError(f"option inputs={inputs!r}; expected one of {sorted(MODALITIES)}")
+        self.modality = modality_of(inputs)  # what the members take (``ImageNetworks.modality``)
+        if self.modality.fixed_class or num_classes is not None:
             check_num_classes(num_classes)
         if explain_output not in ("logit", "probability") or optimizer not in OPTIMIZERS or not lr > 0:
             raise InputError(f"options explain_output={explain_output!r}, optimizer={optimizer!r}, lr={lr}; expected "
@@ -73,13 +76,12 @@ class ModulePopulation(Population, ImageNetworks):
         self.seeds = seed_list(size, first_seed, seeds)
         self.net_config = net_kwargs(config)  # a factory's ``dict_kwargs`` (timm's num_classes) among its init_args
         self.hparams.net, self.hparams.seeds = copy.deepcopy(self.net_config), self.seeds
-        self.INPUTS = inputs  # what the members take (``ImageNetworks.INPUTS``)
         self.nets = nn.ModuleList(build_seeded(self.net_config, s) for s in self.seeds)
 
     @property
     def explained_class(self) -> int | str | None:
         """The model contract's default class: of a table's population ``tabular_class``; images: None."""
-        return tabular_class(self.hparams.num_classes) if self.INPUTS == "rows" else None
+        return tabular_class(self.hparams.num_classes) if self.modality.fixed_class else None
 
     def member(self, i: int) -> Classifier:
         """Member i as a ``Classifier`` around a copy of its network."""

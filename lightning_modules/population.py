@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from foundation.errors import InputError
+from foundation.modality import ROWS
 from lightning_modules.ensembles import MLPEnsemble, Reduction
 from lightning_modules.interface import check_num_classes, default_output, tabular_class
 from lightning_modules.mlp import (
@@ -38,7 +39,7 @@ from lightning_modules.mlp import (
     check_loss_on,
     classification_loss,
 )
-from lightning_modules.population_base import DataOrder, Population, check_data_order, seed_list
+from lightning_modules.population_base import POPULATIONS, DataOrder, Population, check_data_order, seed_list
 from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_backward, stacked_forward
 
 # On a CPU, an evaluation batch is run through the members in pieces whose widest
@@ -48,6 +49,7 @@ from lightning_modules.stacked import rows_per_pass, stack_linears, stacked_back
 EVAL_BLOCK_BYTES = 8 * 2**20
 
 
+@POPULATIONS.register("PopulationMLP", modalities=("rows",))
 class PopulationMLP(Population):
     """M seed-varied ``MLPClassifier`` members with stacked parameters.
 
@@ -66,7 +68,7 @@ class PopulationMLP(Population):
             written right after (``subset``, ``concatenate``, loading a file).
     """
 
-    TEST_LOG, CHUNKED, INPUTS = ("test/member_acc", "_mean"), True, "rows"
+    TEST_LOG, CHUNKED, modality = ("test/member_acc", "_mean"), True, ROWS
     CURVES = "stacked"  # curves between members: trained together in one stack (protocols' population_sets)
 
     def __init__(

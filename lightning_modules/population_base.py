@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from foundation.errors import InputError
+from foundation.registry import Registry
 from lightning_modules.allocator import retain_freed_memory
 from lightning_modules.finite import check_member_outputs
 
@@ -37,6 +38,11 @@ def seed_list(size: int, first_seed: int, seeds: list[int] | None) -> list[int]:
 def check_data_order(data_order: str) -> None:
     if data_order not in DATA_ORDERS:
         raise InputError(f"option data_order={data_order!r}; expected one of {list(DATA_ORDERS)}")
+
+
+# the population kinds by the class name a population file records (``population_io``), each registered at its
+# class with the modalities its members take
+POPULATIONS = Registry("population", page="populations.md")
 
 
 class Population(pl.LightningModule):

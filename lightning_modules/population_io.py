@@ -3,7 +3,8 @@
 The file is a plain ``torch.save`` dictionary of tensors, numbers, strings and
 lists, so it loads with ``torch.load(weights_only=True)``:
 ``{"format", "class", "hparams", "seeds", "state_dict", "member_test_acc", "metadata"}``;
-``class`` names the kind (``PopulationMLP``, ``ImagePopulation``, ``ModulePopulation``), ``hparams`` its
+``class`` names the kind (a name of ``POPULATIONS``: ``PopulationMLP``, ``ImagePopulation``,
+``ModulePopulation``), ``hparams`` its
 ``init_kwargs()``, ``state_dict`` the population's (an ``ImagePopulation``'s keys are
 ``nets.<i>.<parameter or buffer>``). Files written before this format named the kind by
 their format (``LEGACY_FORMATS``) and read the same.
@@ -22,16 +23,14 @@ from datamodules import data_location_option
 from datamodules.specs import DATASETS
 from foundation.errors import InputError
 from foundation.files import atomic_write
-from lightning_modules.image_population import ImagePopulation
-from lightning_modules.module_population import ModulePopulation
-from lightning_modules.population import PopulationMLP
-from lightning_modules.population_base import Population
+from lightning_modules.image_population import ImagePopulation  # noqa: F401  (each kind registers itself in
+from lightning_modules.module_population import ModulePopulation  # noqa: F401  POPULATIONS when imported)
+from lightning_modules.population import PopulationMLP  # noqa: F401
+from lightning_modules.population_base import POPULATIONS, Population
 
 FORMAT = "reliable-explanations/population-v3"  # v3: one format for every kind, named by "class"
-KINDS: dict[str, type[Population]] = {"PopulationMLP": PopulationMLP, "ImagePopulation": ImagePopulation,
-                                      "ModulePopulation": ModulePopulation}  # fmt: skip
-IMAGE_KINDS = tuple(name for name, cls in KINDS.items() if cls.INPUTS == "images")  # what image protocols read
-ROW_KINDS = ("PopulationMLP", "ModulePopulation")  # the kinds whose members may take table rows
+IMAGE_KINDS = tuple(POPULATIONS.names(modality="images"))  # what image protocols read
+ROW_KINDS = tuple(POPULATIONS.names(modality="rows"))  # the kinds whose members may take table rows
 LEGACY_FORMATS = {"reliable-explanations/population-v2": "PopulationMLP",  # weights (M, out, in)
                   "reliable-explanations/image-population-v1": "ImagePopulation"}  # fmt: skip
 
@@ -71,9 +70,9 @@ def read_population_file(path: str | Path, mmap: bool = False, kind: str | tuple
         raise InputError(f"{path}: not a population file written by train.py ({type(err).__name__})") from None
     file_format = payload.get("format") if isinstance(payload, dict) else None
     found = payload.get("class") if file_format == FORMAT else LEGACY_FORMATS.get(file_format)
-    if found not in KINDS:
+    if found not in POPULATIONS:
         raise InputError(f"{path}: not a population file (expected format {FORMAT!r}, or one of "
-                         f"{sorted(LEGACY_FORMATS)}, of a kind {sorted(KINDS)})")  # fmt: skip
+                         f"{sorted(LEGACY_FORMATS)}, of a kind {sorted(POPULATIONS)})")  # fmt: skip
     wanted = (kind,) if isinstance(kind, str) else kind
     if wanted is not None and found not in wanted:
         raise InputError(f"{path}: holds a {found}; expected a {' or a '.join(wanted)}")
@@ -82,14 +81,14 @@ def read_population_file(path: str | Path, mmap: bool = False, kind: str | tuple
 
 def population_inputs(payload: dict) -> str:
     """What a saved population's members take, ``"images"`` or ``"rows"``: its ``inputs`` option
-    where its kind has one (``ModulePopulation``), else its kind's ``INPUTS``."""
-    return (payload.get("hparams") or {}).get("inputs") or KINDS[payload["class"]].INPUTS
+    where its kind has one (``ModulePopulation``), else its kind's ``modality``."""
+    return (payload.get("hparams") or {}).get("inputs") or POPULATIONS[payload["class"]].obj.modality.name
 
 
 def load_population(path: str | Path, kind: str | tuple[str, ...] | None = None) -> tuple[Population, dict]:
     """The population (on the CPU, of a class of ``kind`` where given) and the rest of the file."""
     payload = read_population_file(path, kind=kind)
-    population = KINDS[payload["class"]].from_file(payload["hparams"], payload["seeds"])
+    population = POPULATIONS[payload["class"]].obj.from_file(payload["hparams"], payload["seeds"])
     population.load_state_dict(payload["state_dict"])
     return population, payload
 

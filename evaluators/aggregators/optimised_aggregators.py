@@ -43,7 +43,7 @@ estimated from. Γ is estimated per input on m_agg = 50 samples (§5, App. C.2),
 **Maps.** Each explainer i of ``explainers`` (registry name -> options for
 ``evaluators.maps.explain``) explains the target class (images: the predicted class
 unless given, fixed for the perturbed copies as well; tabular: the positive class).
-Image attributions (N, C, H, W) are summed over channels (``reduce_map(how=reduce)``,
+Image attributions (N, C, H, W) are summed over channels (``Modality.reduce(how=reduce)``,
 ``"sum"``), then post-processed as the reference's explainers do by default: absolute value
 (``absolute``), min-max to [0, 1] (``normalisation="linear"``, any name of
 ``normalisations.NORMALISATIONS``; a constant map becomes zeros), and a Gaussian smoothing
@@ -54,7 +54,8 @@ the maps at perturbed inputs; the aggregate E ω is not post-processed.
 Maps with NaN or ±inf are refused as soon as an explainer returns them (``InputError``
 naming the explainer and the map), and so are inputs x with NaN or ±inf.
 
-Every function of ``OPTIMISED_AGGREGATORS`` is ``(model, x, target, explainers, **options)
+Every optimised aggregator (registered in ``AGGREGATORS`` with ``kind="optimised"``) is
+``(model, x, target, explainers, **options)
 -> (maps (N, *S), weights (N, k) float64 or None)``, with x on the model's device and
 ``target`` already resolved (``resolve_targets``); ``optimised_aggregation`` checks the
 arguments and resolves the target. Options: those of ``explainer_maps`` (reduce, absolute,
@@ -64,17 +65,16 @@ normalisation, smoothing, max_batch) and each function's own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from evaluators.aggregators.normalisations import normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from foundation.finite import check_finite
 from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import reduce_map
 from evaluators.metrics.infidelity import least_squares_scale, subset_perturbations
 from evaluators.metrics.model_scores import check_inputs, resolve_targets
 from evaluators.metrics.perturbations import (
@@ -91,6 +91,7 @@ from evaluators.metrics.perturbations import (
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import Modality, modality_of
 from foundation.seeds import derived_seed, input_index
 from lightning_modules.interface import eval_mode
 
@@ -100,18 +101,18 @@ SMOOTHING = 1.0  # the reference's scipy.ndimage.gaussian_filter(sigma=(1, 1)) o
 VAR_EPS = 0.226  # the reference code's constant (it adds it to the variance); see agg_var
 
 
-def postprocess(maps: torch.Tensor, tabular: bool, absolute: bool = True, normalisation: str = "linear",
+def postprocess(maps: torch.Tensor, modality: Modality, absolute: bool = True, normalisation: str = "linear",
                 smoothing: float | None = None) -> torch.Tensor:  # fmt: skip
-    """Maps (R, *S) as the reference post-processes them: |φ| (``absolute``), then
-    ``normalise(·, normalisation)`` per map, then (images) a Gaussian smoothing of σ =
-    ``smoothing`` (None: 1 on images, none on tabular rows; 0: none)."""
+    """Maps (R, *S) of ``modality`` as the reference post-processes them: |φ| (``absolute``), then
+    ``normalise(·, normalisation)`` per map, then (units with neighbours, ``Modality.spatial``:
+    pixels) a Gaussian smoothing of σ = ``smoothing`` (None: 1 on images, none on tabular rows; 0: none)."""
     if absolute:
         maps = maps.abs()
-    maps = normalise(maps, normalisation, 1 if tabular else 2)
-    if tabular:
+    maps = normalise(maps, normalisation, modality.map_dims)
+    if not modality.spatial:
         if smoothing:
-            raise InputError(f"option smoothing={smoothing!r}: tabular feature maps have no neighbourhood to smooth "
-                             "over; expected None or 0")  # fmt: skip
+            raise InputError(f"option smoothing={smoothing!r}: {modality.kind} {modality.unit} maps have no "
+                             "neighbourhood to smooth over; expected None or 0")  # fmt: skip
         return maps
     sigma = SMOOTHING if smoothing is None else check_real("smoothing", smoothing, 0, low_open=False)
     return gaussian_blur(maps, sigma) if sigma > 0 else maps
@@ -122,23 +123,23 @@ def explainer_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor | Non
                    smoothing: float | None = None, max_batch: int | None = None, seed: int = 0,
                    index: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """(N, k, *S) the post-processed maps of inputs x (N, ...) by the k explainers, in
-    ``explainers``' order: images reduced over channels by ``reduce_map(how=reduce)``; see
+    ``explainers``' order: images reduced over channels by ``Modality.reduce(how=reduce)``; see
     the module's docstring. ``target``: a LongTensor (N,) or None (the default). Every explainer
     draws from ``seed`` and the inputs' indices ``index`` (``evaluators.maps.explain``)
     unless its options name a seed of their own. An explainer's maps with NaN or ±inf are
     refused, the error naming it."""
-    tabular = x.dim() == 2  # rows: one value per feature
+    modality = modality_of(x)
     stack = []
     for name, options in explainers.items():
         options = {"seed": seed, "index": index, **(options or {})}
         maps = explain(model, x, name, target=target, max_batch=max_batch, **options)
-        maps = maps if tabular else reduce_map(maps, reduce)
-        expected = x.shape if tabular else (len(x), *x.shape[2:])
+        maps = modality.reduce(maps, reduce) if modality.recognises(maps) else maps
+        expected = modality.scored_shape(x)
         if maps.shape != expected:
             raise InputError(f"explainer {name!r} gave maps of shape {tuple(maps.shape)}; expected {tuple(expected)} "
                              "(explain a population's members one at a time)")  # fmt: skip
         check_finite(maps, f"explainer {name!r}", "map")
-        stack.append(postprocess(maps.detach(), tabular, absolute, normalisation, smoothing))
+        stack.append(postprocess(maps.detach(), modality, absolute, normalisation, smoothing))
     return torch.stack(stack, 1)
 
 
@@ -204,6 +205,7 @@ def variance_aggregate(maps: torch.Tensor, map_dims: int, eps: float = VAR_EPS) 
 
 
 # --- the aggregators: (model, x, target, explainers, **options) -> (maps, weights or None) ------------------
+@AGGREGATORS.register("agg_mean", kind="optimised", needs=("model", "x", "explainers"))
 def agg_mean(model, x, target, explainers, **map_options):
     """Equal weights 1/k."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
@@ -211,12 +213,14 @@ def agg_mean(model, x, target, explainers, **map_options):
     return combine(maps, weights), weights
 
 
+@AGGREGATORS.register("agg_var", kind="optimised", needs=("model", "x", "explainers"))
 def agg_var(model, x, target, explainers, eps: float = VAR_EPS, **map_options):
     """μ / (σ + ε) per feature; no weights."""
     maps = explainer_maps(model, x, target, explainers, **map_options)
-    return variance_aggregate(maps, 1 if x.dim() == 2 else 2, eps), None
+    return variance_aggregate(maps, modality_of(x).map_dims, eps), None
 
 
+@AGGREGATORS.register("agg_robust", kind="optimised", needs=("model", "x", "explainers"))
 def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, seed: int = 0,
                **map_options):  # fmt: skip
     """ω = argmin ωᵀΓ_robust ω."""
@@ -226,6 +230,7 @@ def agg_robust(model, x, target, explainers, n_samples: int = M_AGG, radius: flo
     return combine(maps, weights), weights
 
 
+@AGGREGATORS.register("agg_faith", kind="optimised", needs=("model", "x", "explainers"))
 def agg_faith(model, x, target, explainers, n_samples: int = M_AGG, share: float = SHARE,
               baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
               compactness: float = COMPACTNESS, seed: int = 0, **map_options):  # fmt: skip
@@ -237,6 +242,7 @@ def agg_faith(model, x, target, explainers, n_samples: int = M_AGG, share: float
     return combine(maps, weights), weights
 
 
+@AGGREGATORS.register("agg_opt", kind="optimised", needs=("model", "x", "explainers"))
 def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float = RADIUS, share: float = SHARE,
             baseline: torch.Tensor | None = None, blur_sigma: float = BLUR_SIGMA, n_segments: int = N_SEGMENTS,
             compactness: float = COMPACTNESS, seed: int = 0, lam: float = LAMBDA, **map_options):  # fmt: skip
@@ -250,30 +256,22 @@ def agg_opt(model, x, target, explainers, n_samples: int = M_AGG, radius: float 
     return combine(maps, weights), weights
 
 
-OPTIMISED_AGGREGATORS: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor | None]]] = {
-    "agg_mean": agg_mean,
-    "agg_var": agg_var,
-    "agg_robust": agg_robust,
-    "agg_faith": agg_faith,
-    "agg_opt": agg_opt,
-}
-
-
 def aggregator_options(method: str) -> list[str]:
     """The keyword options ``optimised_aggregation`` accepts for ``method``."""
-    own = list(inspect.signature(OPTIMISED_AGGREGATORS[method]).parameters)[4:-1]
+    own = list(inspect.signature(AGGREGATORS[method].obj).parameters)[4:-1]
     return own + list(inspect.signature(explainer_maps).parameters)[4:]
 
 
 def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explainers: dict[str, dict], target=None,
                           **options) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """The aggregate maps (N, *S) of inputs x (images (N, C, H, W) or tabular rows (N, d)) by
-    ``OPTIMISED_AGGREGATORS[method]`` over ``explainers`` (registry name -> options of
+    the optimised aggregator ``method`` of ``AGGREGATORS`` over ``explainers`` (registry name -> options of
     ``evaluators.maps.explain``), and its weights (N, k) (None for ``agg_var``), on the
     model's device; ``target``: None (the default target, ``interface.default_targets``), an
     int or N labels. See the module's docstring for the options."""
-    if method not in OPTIMISED_AGGREGATORS:
-        raise InputError(f"unknown optimised aggregator {method!r}; expected one of {list(OPTIMISED_AGGREGATORS)}")
+    if method not in AGGREGATORS.names(kind="optimised"):
+        raise InputError(f"unknown optimised aggregator {method!r}; expected one of "
+                         f"{AGGREGATORS.names(kind='optimised')}")  # fmt: skip
     check_inputs(model, x)
     names = explainer_names(model, x)
     if not isinstance(explainers, dict) or not explainers or any(
@@ -287,11 +285,11 @@ def optimised_aggregation(model: nn.Module, x: torch.Tensor, method: str, explai
     with eval_mode(model):  # tabular explainers do not switch modes themselves (dropout)
         x = x.detach().to(model_device(model, x))
         target = resolve_targets(model, x, target, options.get("max_batch"))
-        return OPTIMISED_AGGREGATORS[method](model, x, target, explainers, **options)
+        return AGGREGATORS[method].obj(model, x, target, explainers, **options)
 
 
 # The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
 # the other functions here are steps inside ``optimised_aggregation`` and ``explainer_maps``, which
 # check their maps once.
-__all__ = ["OPTIMISED_AGGREGATORS", "aggregator_options", "explainer_maps", "optimised_aggregation",
+__all__ = ["aggregator_options", "explainer_maps", "optimised_aggregation",
            "variance_aggregate"]

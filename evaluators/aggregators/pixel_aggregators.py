@@ -50,6 +50,7 @@ import torch
 from sklearn.neural_network import BernoulliRBM
 
 from evaluators.aggregators.normalisations import check_maps, linear, normalise
+from evaluators.aggregators.registry import AGGREGATORS
 from foundation.finite import check_finite
 from evaluators.metrics.perturbations import check_count
 from foundation.errors import InputError
@@ -98,11 +99,13 @@ def expected_improvement(gap: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor
     return torch.where(positive, torch.special.ndtr(z) * gap + sigma * density, gap.clamp(min=0))
 
 
+@AGGREGATORS.register("mean", kind="pixel", needs=("maps",))
 def mean(stack: torch.Tensor, map_dims: int = 2) -> torch.Tensor:
     """Eq. 5: the mean of the k maps."""
     return stack.mean(0)
 
 
+@AGGREGATORS.register("percentile", kind="pixel", needs=("maps",))
 def percentile(stack: torch.Tensor, map_dims: int = 2, q: float = 25.0) -> torch.Tensor:
     """The q-th percentile of the k values per pixel, interpolated linearly between the
     sorted values at virtual index (k − 1) q / 100 (numpy's default ``linear`` method)."""
@@ -114,6 +117,7 @@ def percentile(stack: torch.Tensor, map_dims: int = 2, q: float = 25.0) -> torch
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+@AGGREGATORS.register("ucb", kind="pixel", needs=("maps",))
 def ucb(stack: torch.Tensor, map_dims: int = 2, eps: float = -0.5) -> torch.Tensor:
     """Eq. 8: μ + ε σ."""
     eps = _real("eps", eps)
@@ -121,6 +125,7 @@ def ucb(stack: torch.Tensor, map_dims: int = 2, eps: float = -0.5) -> torch.Tens
     return mu + eps * sigma
 
 
+@AGGREGATORS.register("pi", kind="pixel", needs=("maps",))
 def pi(stack: torch.Tensor, map_dims: int = 2, eps: float = -4.0) -> torch.Tensor:
     """Eq. 9: Φ((μ − E⁺ − ε) / σ) (limits where σ = 0: see the module's docstring)."""
     eps = _real("eps", eps)
@@ -128,6 +133,7 @@ def pi(stack: torch.Tensor, map_dims: int = 2, eps: float = -4.0) -> torch.Tenso
     return improvement_probability(gap - eps, sigma)
 
 
+@AGGREGATORS.register("ei", kind="pixel", needs=("maps",))
 def ei(stack: torch.Tensor, map_dims: int = 2, eps: float = -6.0) -> torch.Tensor:
     """Eq. 10: Φ(Z) (μ − E⁺ − ε) + σ φ(Z) (max(μ − E⁺ − ε, 0) where σ = 0)."""
     eps = _real("eps", eps)
@@ -135,6 +141,7 @@ def ei(stack: torch.Tensor, map_dims: int = 2, eps: float = -6.0) -> torch.Tenso
     return expected_improvement(gap - eps, sigma)
 
 
+@AGGREGATORS.register("ci", kind="pixel", needs=("maps",))
 def ci(stack: torch.Tensor, map_dims: int = 2) -> torch.Tensor:
     """Contextual improvement: eq. 10 with ε = mean over pixels of σ², divided by E⁺
     (eq. 11), per input; ε = 0 where E⁺ = 0."""
@@ -153,6 +160,7 @@ def _exploration_grid(a, b, n) -> list[float]:
     return [a + m * (b - a) / (n - 1) for m in range(n)]
 
 
+@AGGREGATORS.register("api", kind="pixel", needs=("maps",))
 def api(stack: torch.Tensor, map_dims: int = 2, a: float = -7.0, b: float = 2.0, n: int = 91) -> torch.Tensor:
     """Eq. 14: PI averaged over n evenly spaced ε in [a, b] (eq. 12's average; n: see the
     module's docstring)."""
@@ -161,6 +169,7 @@ def api(stack: torch.Tensor, map_dims: int = 2, a: float = -7.0, b: float = 2.0,
     return sum(improvement_probability(gap - eps, sigma) for eps in grid) / len(grid)
 
 
+@AGGREGATORS.register("aei", kind="pixel", needs=("maps",))
 def aei(stack: torch.Tensor, map_dims: int = 2, a: float = -10.0, b: float = 5.0, n: int = 151) -> torch.Tensor:
     """Eq. 15: EI averaged over n evenly spaced ε in [a, b] (eq. 13's average)."""
     grid = _exploration_grid(a, b, n)
@@ -168,6 +177,7 @@ def aei(stack: torch.Tensor, map_dims: int = 2, a: float = -10.0, b: float = 5.0
     return sum(expected_improvement(gap - eps, sigma) for eps in grid) / len(grid)
 
 
+@AGGREGATORS.register("var", kind="pixel", needs=("maps",))
 def var(stack: torch.Tensor, map_dims: int = 2, eps: float = 1e-7, delta: float = 1e-7) -> torch.Tensor:
     """Eq. 16: (1/k) Σ_e e / (ε σ + δ) = μ / (ε σ + δ), ε ≥ 0, δ > 0 (δ: see the module's docstring)."""
     eps = _real("eps", eps, "a finite number >= 0", lambda v: v >= 0)
@@ -186,6 +196,7 @@ def rbm_map(feed: np.ndarray, mean_map: np.ndarray, alpha: float, k: int, batch_
     return 1 - hidden if covariance < 0 else hidden
 
 
+@AGGREGATORS.register("rbm", kind="pixel", needs=("maps",))
 def rbm(stack: torch.Tensor, map_dims: int = 2, alpha: float = 1e-4, k: int = 100, batch_size: int = 10,
         seed: int = 0) -> torch.Tensor:  # fmt: skip
     """Borisov et al. (2021): a restricted Boltzmann machine fitted per input.
@@ -216,38 +227,24 @@ def rbm(stack: torch.Tensor, map_dims: int = 2, alpha: float = 1e-4, k: int = 10
     return torch.from_numpy(merged).reshape(stack.shape[1:]).to(device=stack.device, dtype=stack.dtype)
 
 
-PIXEL_AGGREGATORS: dict[str, Callable[..., torch.Tensor]] = {
-    "mean": mean,
-    "percentile": percentile,
-    "ucb": ucb,
-    "pi": pi,
-    "ei": ei,
-    "ci": ci,
-    "api": api,
-    "aei": aei,
-    "var": var,
-    "rbm": rbm,
-}
-
-
 def aggregator_options(name: str) -> list[str]:
-    """The keyword options of ``PIXEL_AGGREGATORS[name]`` (those after stack and map_dims)."""
-    return list(inspect.signature(PIXEL_AGGREGATORS[name]).parameters)[2:]
+    """The keyword options of pixel aggregator ``name`` (those after stack and map_dims)."""
+    return list(inspect.signature(AGGREGATORS[name].obj).parameters)[2:]
 
 
 def aggregate(stack: torch.Tensor, name: str, map_dims: int = 2, **params) -> torch.Tensor:
     """Merge ``stack`` (k, N, *S) of k normalised maps, S its last ``map_dims`` dims, into
-    (N, *S) by ``PIXEL_AGGREGATORS[name]`` with options ``params`` (see the module's
+    (N, *S) by the pixel aggregator ``name`` of ``AGGREGATORS`` with options ``params`` (see the module's
     docstring); same dtype and device as ``stack``. A stack with NaN or ±inf is refused."""
-    if name not in PIXEL_AGGREGATORS:
-        raise InputError(f"unknown pixel aggregator {name!r}; expected one of {list(PIXEL_AGGREGATORS)}")
+    if name not in AGGREGATORS.names(kind="pixel"):
+        raise InputError(f"unknown pixel aggregator {name!r}; expected one of {AGGREGATORS.names(kind='pixel')}")
     check_maps(stack, map_dims, 2, "(k, N, *S) with S the last map_dims dims")
     check_finite(stack, "stack", "map", map_dims, stacked=True)
     unknown = sorted(set(params) - set(aggregator_options(name)))
     if unknown:
         raise InputError(f"option(s) {unknown} for pixel aggregator {name!r}; expected some of "
                          f"{aggregator_options(name)}")
-    return PIXEL_AGGREGATORS[name](stack, map_dims, **params)
+    return AGGREGATORS[name].obj(stack, map_dims, **params)
 
 
 def aggregate_all(base: dict[str, torch.Tensor], normalisation: str, aggregators: dict[str, dict],
@@ -261,4 +258,4 @@ def aggregate_all(base: dict[str, torch.Tensor], normalisation: str, aggregators
 
 # The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);
 # the other functions here are steps inside ``aggregate``, which checks their maps once.
-__all__ = ["PIXEL_AGGREGATORS", "aggregate", "aggregate_all", "aggregator_options"]
+__all__ = ["aggregate", "aggregate_all", "aggregator_options"]

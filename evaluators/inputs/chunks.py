@@ -25,6 +25,7 @@ where forward passes batch rows differently.
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from evaluators.inputs.counts import counted
 from evaluators.inputs.runs import Inputs, load_inputs, read_items, reference_inputs, test_reader
 from foundation.errors import InputError
 from foundation.files import write_json
+from foundation.modality import Modality, modality_of
 from lightning_modules.interface import default_classes
 
 CHUNKING = "chunking.json"
@@ -85,14 +87,14 @@ class InputSource:
         self.chunk_size = check_chunk_size(chunk_size)
         if chunk_size is None:  # ``head``: all inputs, or (read in chunks) the first, with the references
             self.head = load_inputs(model, data, n_inputs, n_baselines, seed, max_batch, device, defaults)
-            self.n, self.tabular = len(self.head.x), self.head.tabular
+            self.n, self.modality = len(self.head.x), self.head.modality
             return
         self.n, self._read = test_reader(data, n_inputs, defaults)
-        read_whole = not hasattr(data, "normalization")  # a table's references: its training rows, in memory
-        sample, stats, self.tabular = (reference_inputs(data, n_baselines, seed, device, defaults) if read_whole
-                                       else streamed_references(data, n_baselines, device, defaults))  # fmt: skip
+        read_whole = modality_of(data).whole_splits  # a table's references: its training rows, in memory
+        sample, stats, self.modality = (reference_inputs(data, n_baselines, seed, device, defaults) if read_whole
+                                        else streamed_references(data, n_baselines, device, defaults))  # fmt: skip
         x = self.read([0])
-        self.head = Inputs(x, default_classes(model, x, max_batch), sample, stats, self.tabular)
+        self.head = Inputs(x, default_classes(model, x, max_batch), sample, stats, self.modality)
 
     def read(self, positions: list[int]) -> torch.Tensor:
         """The inputs at ``positions`` (0 … N − 1), on the device."""
@@ -126,10 +128,11 @@ class InputSource:
 
 
 def streamed_references(data, n_baselines: int, device: torch.device, defaults: dict,
-                        batch: int = 16) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], bool]:  # fmt: skip
+                        batch: int = 16) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], Modality]:  # fmt: skip
     """``reference_inputs`` of an image datamodule, its 1,000 images read ``batch`` at a time:
-    the same training images; the per-channel mean and standard deviation summed in float64
-    (equal to the in-memory float32 statistics to rounding), so memory holds one batch."""
+    the same training images; the mean and standard deviation per ``Modality.stat_unit`` (channel)
+    summed in float64 (equal to the in-memory float32 statistics to rounding), so memory holds one batch."""
+    modality = modality_of(data)
     has_train = "train" in data.split_sizes
     if has_train:
         data.setup("fit")
@@ -137,20 +140,20 @@ def streamed_references(data, n_baselines: int, device: torch.device, defaults: 
     size = data.split_sizes[name]
     picks = list(range(0, size, max(1, size // max(n_baselines, 1000))))[: max(n_baselines, 1000)]  # probe's
     n_baselines = counted("n_baselines", n_baselines, len(picks), "training split" if has_train else "test split",
-                          "images", defaults.get("n_baselines"))  # fmt: skip
+                          modality.noun, defaults.get("n_baselines"))  # fmt: skip
     spread = torch.linspace(0, len(picks) - 1, n_baselines).long().tolist()  # across the classes
-    dataset, kept = data.eval_dataloader(name).dataset, {}
-    total = squares = 0
+    dataset, kept, dims = data.eval_dataloader(name).dataset, {}, modality.stat_dims
+    total = squares = count = 0
     for start in range(0, len(picks), batch):
         images = read_items(dataset, picks[start:start + batch])
         wide = images.double()
-        total, squares = total + wide.sum((0, 2, 3)), squares + (wide * wide).sum((0, 2, 3))
+        total, squares = total + wide.sum(dims), squares + (wide * wide).sum(dims)
+        count += math.prod(wide.shape[d] for d in dims)
         kept.update({i: images[i - start] for i in spread if start <= i < start + len(images)})
-    count = len(picks) * images.shape[2] * images.shape[3]
     mean = total / count
     std = (squares / count - mean * mean).clamp_min(0).sqrt()
     sample = torch.stack([kept[i] for i in spread])
-    return sample.to(device), (mean.float().to(device), std.float().to(device)), False
+    return sample.to(device), (mean.float().to(device), std.float().to(device)), modality
 
 
 def concatenated(parts: list):

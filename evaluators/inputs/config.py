@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from evaluators.inputs.image_members import ImageMembers, image_source_name, is_image_source, load_image_members
+from evaluators.inputs.image_members import ImageMembers, image_source_name, load_image_members, source_modality
 from evaluators.inputs.sources import (
     MEMBER_FOLDER, POPULATION_FILE, POPULATIONS, TABLE_POPULATIONS, check_kind, not_found,
 )  # fmt: skip
 from foundation.devices import resolve_device
 from foundation.errors import InputError
+from foundation.modality import ROWS, Modality
 from foundation.files import read_yaml
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import ROW_KINDS, load_population, population_datamodule, read_population_file
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 def population_kind(source: str | Path) -> str:
     """The kind of population ``source`` (a file or a folder) holds (``evaluators.inputs.sources``);
     a file that is not a population file counts as tabular (the tabular loader names the problem)."""
-    if is_image_source(source):
-        return "image population"
+    modality = source_modality(source)
+    if modality is not ROWS:
+        return f"{modality.kind} population"
     try:
         return TABLE_POPULATIONS.get(read_population_file(source, mmap=True)["class"], "tabular population")
     except InputError:
@@ -59,16 +61,16 @@ class PopulationSource:
         check_kind(f"option population={self.population!r}", self.found_kind(), self.KINDS, self.kind, self.WHY_KINDS)
 
     @property
-    def images(self) -> bool:
-        """Whether ``population`` is an image population (a file or a folder of runs)."""
-        return is_image_source(self.population)
+    def modality(self) -> Modality:
+        """What ``population``'s members take (a file or a folder of runs: ``source_modality``)."""
+        return source_modality(self.population)
 
     def found_kind(self) -> str:
         return population_kind(self.population)
 
     def report_name(self) -> str:
         """The report folder's prefix: the population's dataset."""
-        if self.images:
+        if self.modality is not ROWS:
             return image_source_name(self.population)
         return read_population_file(self.population, mmap=True)["metadata"]["dataset"]["dataset"]
 
@@ -78,7 +80,7 @@ class PopulationSource:
         file, ``ImageMembers`` from an image population file or a folder of image runs (whose
         payload holds its metadata)."""
         device = resolve_device(self.device)
-        if self.images:
+        if self.modality is not ROWS:
             return load_image_members(self.population, device, self.data_dir)
         population, payload = load_population(self.population, kind=ROW_KINDS)
         return population.to(device), payload, population_datamodule(payload, self.data_dir)

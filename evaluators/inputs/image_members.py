@@ -24,6 +24,7 @@ import yaml
 
 from evaluators.inputs.runs import load_run
 from foundation.errors import InputError
+from foundation.modality import IMAGES, ROWS, Modality, modality_of
 from lightning_modules.image_ensembles import ImageNetworks, network
 from lightning_modules.population_io import (
     IMAGE_KINDS, load_population, population_datamodule, population_inputs, read_population_file,
@@ -56,15 +57,17 @@ class ImageMembers(ImageNetworks):
         return super().curve_ensemble(curves, ts, members, loader)
 
 
-def is_image_source(source: str | Path) -> bool:
-    """Whether ``source`` is a folder of runs or a population file whose members take images."""
+def source_modality(source: str | Path) -> Modality:
+    """What a population source's members take (``foundation.modality``): images for a folder of
+    runs, a population file's own (``population_inputs``), rows for anything else (the table's
+    loader names the problem)."""
     path = Path(source)
     if path.is_dir():
-        return True
+        return IMAGES
     try:
-        return population_inputs(read_population_file(path, mmap=True)) == "images"
-    except InputError:  # not a population file: the tabular loader names the problem
-        return False
+        return modality_of(population_inputs(read_population_file(path, mmap=True)))
+    except InputError:  # not a population file
+        return ROWS
 
 
 def member_runs(folder: str | Path) -> list[Path]:

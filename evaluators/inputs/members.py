@@ -20,10 +20,11 @@ from pathlib import Path
 import torch
 import yaml
 
-from evaluators.inputs.image_members import image_source_name, is_image_source, load_image_members
+from evaluators.inputs.image_members import image_source_name, load_image_members, source_modality
 from evaluators.inputs.model_source import FILE_OPTIONS
 from evaluators.inputs.sources import POPULATIONS, check_kind, run_kind
 from foundation.errors import InputError
+from foundation.modality import ROWS
 from lightning_modules.population_io import (
     IMAGE_KINDS, load_population, population_datamodule, read_population_file,
 )  # fmt: skip
@@ -84,9 +85,9 @@ def load_members(path: Path, device: torch.device, data_dir: str | None = None, 
 
     if not path.exists():
         raise InputError(f"{where}={str(path)!r}: {path} not found; expected the population's population.pt")
-    images = is_image_source(path)
-    check_kind(f"{where}={str(path)!r}", "image population" if images else "tabular population", POPULATIONS, kind)
-    if images:
+    modality = source_modality(path)
+    check_kind(f"{where}={str(path)!r}", f"{modality.kind} population", POPULATIONS, kind)
+    if modality is not ROWS:
         population, _, data = load_image_members(path, device, data_dir)
         if path.is_dir():
             names = [str(f.relative_to(path)).replace("/", "__") for f in population.folders]

@@ -18,6 +18,7 @@ import yaml
 from evaluators.inputs.sources import RUN_KINDS, check_checkpoint, data_kind
 from evaluators.inputs.user_models import PROBE_ROWS
 from foundation.errors import InputError, one_line
+from foundation.modality import IMAGES, modality_of
 from lightning_modules.classifier import check_logits
 
 
@@ -29,7 +30,7 @@ def probe_inputs(data, n: int) -> torch.Tensor:
 
 def data_needs(data) -> str:
     """What a model of ``data`` takes, e.g. ``a tabular model of rows (N, 20)``."""
-    if data.kind == "image":
+    if modality_of(data) is IMAGES:
         return "an image model of images (N, {}, {}, {})".format(*data.image_shape)
     return f"a tabular model of rows (N, {data.num_features})"
 
@@ -58,7 +59,7 @@ def check_run_model(model, data, ckpt_path: Path, config_model: str) -> None:
     needs = f"the run folder's data ({getattr(data, 'name', type(data).__name__)}) needs {data_needs(data)}"
     expected = f"expected the checkpoint train.py wrote for its config.yaml ({config_model.rsplit('.', 1)[-1]})"
     kind = RUN_KINDS.get(type(model).__name__)
-    if kind is not None and kind != data.kind:
+    if kind is not None and kind != modality_of(data).kind:
         raise InputError(f"{ckpt_path}: holds {holds}; {needs}; {expected}")
     x = probe_inputs(data, PROBE_ROWS)
     try:

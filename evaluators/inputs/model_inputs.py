@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from foundation.errors import InputError
+from foundation.modality import modality_of
 from lightning_modules.classifier import Classifier
 
 MODEL_INPUTS = ("data", "raw")
@@ -81,11 +82,8 @@ def own_statistics(model_inputs: str | None, model_mean, model_std) -> bool:
 
 def served_statistics(data) -> tuple[torch.Tensor, torch.Tensor]:
     """The mean and std the datamodule standardises with, shaped to broadcast over a batch:
-    (d,) for a table's rows, (C, 1, 1) for images."""
-    if hasattr(data, "normalization"):
-        mean, std = data.normalization
-        return torch.tensor(mean).view(-1, 1, 1), torch.tensor(std).view(-1, 1, 1)
-    if hasattr(data, "standardisation"):
+    (d,) for a table's rows, (C, 1, 1) for images (its ``standardisation``)."""
+    if getattr(data, "standardisation", None) is not None:
         return data.standardisation
     raise InputError(f"options model_inputs, model_mean, model_std: the datamodule {type(data).__name__} does not "
                      "say how it standardises its inputs; expected a datamodule of the project (datamodules/)")
@@ -110,7 +108,7 @@ def adapted(model: nn.Module, data, model_inputs: str | None = None, model_mean=
     mean, std = mean.float(), std.float()
     scale, shift = std, mean  # raw = served * std + mean
     if own:
-        unit = "channel" if data.kind == "image" else "feature"
+        unit = modality_of(data).stat_unit
         own_mean = per_value("model_mean", model_mean, mean, unit)
         own_std = per_value("model_std", model_std, std, unit)
         scale, shift = std / own_std, (mean - own_mean) / own_std  # (raw - own mean) / own std
@@ -161,16 +159,19 @@ def image_steps(data) -> list[str]:
     return steps
 
 
+# per modality: what its datamodule does, what the raw inputs are, and the step --model_inputs raw leaves out
+PREPROCESSING = {"rows": (table_steps, "the encoded rows (numbers as in the file, categories 0/1)", "standardisation"),
+                 "images": (image_steps, "the pixel values in [0, 1]", "normalisation")}  # fmt: skip
+
+
 def preprocessing_line(data, model_inputs: str | None = None, model_mean=None, model_std=None) -> str:
     """One line: what the datamodule does to its inputs and what the model gets (the options')."""
     name = f"{getattr(data, 'name', 'data')} ({type(data).__name__})"
-    if hasattr(data, "normalization"):
-        served, steps, raw, step = "images", image_steps(data), "the pixel values in [0, 1]", "normalisation"
-    elif hasattr(data, "standardisation"):
-        served, steps, step = "rows", table_steps(data), "standardisation"
-        raw = "the encoded rows (numbers as in the file, categories 0/1)"
-    else:
+    if getattr(data, "standardisation", None) is None:
         return f"inputs: {name} serves its inputs with its own preprocessing; the model gets them as served"
+    modality = modality_of(data)
+    describe, raw, step = PREPROCESSING[modality.name]
+    served, steps = modality.noun, describe(data)
     if own_statistics(model_inputs, model_mean, model_std):
         gets = f"{raw} standardised with its own mean {listed(as_list(model_mean))} and std " \
             f"{listed(as_list(model_std))} (--model_mean, --model_std)"  # fmt: skip

@@ -24,6 +24,7 @@ from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoin
 from evaluators.inputs.user_models import PROBE_ROWS, check_model_output, load_model_file
 from foundation.errors import InputError
 from foundation.files import atomic_write, read_yaml
+from foundation.modality import Modality, modality_of
 from lightning_modules.interface import default_classes
 
 
@@ -100,7 +101,7 @@ def load_model_source(path: Path, data_options: dict | None, data_location: str 
         raise InputError(f"option data_config={data_config!r}: no data: section with a class_path; expected a "
                          "train.py config or a run's config.yaml")  # fmt: skip
     data = run_datamodule(data_cfg, data_options, data_location)
-    check_kind(where, "tabular" if not hasattr(data, "normalization") else "image", kinds, kind)
+    check_kind(where, modality_of(data).kind, kinds, kind)
     line = preprocessing_line(data, **inputs)  # also checks the options, before the probe
     model = adapted(model, data, **inputs)
     check_model_output(model, probe_inputs(data, PROBE_ROWS), getattr(data, "num_classes", None), where)
@@ -146,7 +147,7 @@ class Inputs:
     target: torch.Tensor  # the explained class per input (``interface.default_targets``)
     train_sample: torch.Tensor  # ``n_baselines`` training inputs
     stats: tuple[torch.Tensor, torch.Tensor]  # training-set mean and std per channel (images) or feature
-    tabular: bool
+    modality: Modality
 
 
 def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_batch: int | None,
@@ -157,41 +158,40 @@ def load_inputs(model, data, n_inputs: int, n_baselines: int, seed: int, max_bat
     seeded random sample of training rows) and the training set's statistics. Either count
     above what its split holds: ``evaluators.inputs.counts.counted`` with the ``defaults`` of
     ``n_inputs`` and ``n_baselines``."""
-    defaults = defaults or {}
-    if not hasattr(data, "normalization"):  # rows: a tabular datamodule
-        data.setup("test")
+    defaults, modality = defaults or {}, modality_of(data)
+    data.setup("test")
+    if modality.whole_splits:  # a table: its test split in memory
         x_test, _ = data.test_tensors
-        n_inputs = counted("n_inputs", n_inputs, len(x_test), "test split", "rows", defaults.get("n_inputs"))
+        n_inputs = counted("n_inputs", n_inputs, len(x_test), "test split", modality.noun, defaults.get("n_inputs"))
         x = x_test[: n_inputs].to(device)
     else:
-        data.setup("test")
         x, _ = data.probe(n_inputs, "test")
-        counted("n_inputs", n_inputs, len(x), "test split", "images", defaults.get("n_inputs"))
+        counted("n_inputs", n_inputs, len(x), "test split", modality.noun, defaults.get("n_inputs"))
         x = x.to(device)
     return Inputs(x, default_classes(model, x, max_batch), *reference_inputs(data, n_baselines, seed, device,
                                                                              defaults))  # fmt: skip
 
 
 def reference_inputs(data, n_baselines: int, seed: int, device: torch.device,
-                     defaults: dict) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], bool]:  # fmt: skip
-    """``load_inputs``' training inputs, training-set statistics and whether the data is a table."""
-    if not hasattr(data, "normalization"):
+                     defaults: dict) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], Modality]:  # fmt: skip
+    """``load_inputs``' training inputs, training-set statistics (``Modality.statistics``) and the data's modality."""
+    modality = modality_of(data)
+    if modality.whole_splits:  # a table's references: its training rows
         data.setup("test")
         x_train, _ = data.train_tensors
-        n_baselines = counted("n_baselines", n_baselines, len(x_train), "training split", "rows",
+        n_baselines = counted("n_baselines", n_baselines, len(x_train), "training split", modality.noun,
                               defaults.get("n_baselines"))  # fmt: skip
         sample = x_train[torch.randperm(len(x_train), generator=torch.Generator().manual_seed(seed))]
-        return (sample[: n_baselines].to(device),
-                (x_train.mean(0).to(device), x_train.std(0, unbiased=False).to(device)), True)  # fmt: skip
+        return sample[: n_baselines].to(device), tuple(s.to(device) for s in modality.statistics(x_train)), modality
     has_train = "train" in data.split_sizes
     if has_train:
         data.setup("fit")
     sample, _ = data.probe(max(n_baselines, 1000), "train" if has_train else "test")
     n_baselines = counted("n_baselines", n_baselines, len(sample), "training split" if has_train else "test split",
-                          "images", defaults.get("n_baselines"))  # fmt: skip
-    mean, std = sample.mean((0, 2, 3)), sample.std((0, 2, 3), unbiased=False)  # in the model's input space
+                          modality.noun, defaults.get("n_baselines"))  # fmt: skip
+    mean, std = modality.statistics(sample)  # in the model's input space
     spread = torch.linspace(0, len(sample) - 1, n_baselines).long()  # across the classes
-    return sample[spread].to(device), (mean.to(device), std.to(device)), False
+    return sample[spread].to(device), (mean.to(device), std.to(device)), modality
 
 
 def test_reader(data, n_inputs: int, defaults: dict) -> tuple[int, Callable[[list[int]], torch.Tensor]]:
@@ -199,14 +199,15 @@ def test_reader(data, n_inputs: int, defaults: dict) -> tuple[int, Callable[[lis
     among them (CPU tensors), for inputs read a chunk at a time: images from the split's
     dataset, one at a time for an image folder served from files (``_file_dataset``)."""
     data.setup("test")
-    if not hasattr(data, "normalization"):
+    modality = modality_of(data)
+    if modality.whole_splits:
         x_test, _ = data.test_tensors
-        n = counted("n_inputs", n_inputs, len(x_test), "test split", "rows", defaults.get("n_inputs"))
+        n = counted("n_inputs", n_inputs, len(x_test), "test split", modality.noun, defaults.get("n_inputs"))
         return n, lambda positions: x_test[list(positions)]
     name = data.eval_split
     dataset = data.eval_dataloader(name).dataset
     spread = list(range(0, data.split_sizes[name], max(1, data.split_sizes[name] // n_inputs)))[:n_inputs]  # probe's
-    counted("n_inputs", n_inputs, len(spread), "test split", "images", defaults.get("n_inputs"))
+    counted("n_inputs", n_inputs, len(spread), "test split", modality.noun, defaults.get("n_inputs"))
 
     return len(spread), lambda positions: read_items(dataset, [spread[i] for i in positions])
 

@@ -23,12 +23,13 @@ import torch
 
 from datamodules.specs import DATASETS
 from foundation.errors import InputError
+from foundation.modality import MODALITIES, ROWS, modality_of
 
-SINGLE_MODELS = ("tabular", "image")
-POPULATIONS = ("tabular population", "image population", "tabular network population")
+SINGLE_MODELS = tuple(m.kind for m in MODALITIES.values())  # one model of a modality's data: tabular, image
+POPULATIONS = (*(f"{kind} population" for kind in SINGLE_MODELS), f"{ROWS.kind} network population")
 # a table's population file by its class: stacked MLPs or a user's networks (evaluators.inputs.config)
-TABLE_POPULATIONS = {"PopulationMLP": "tabular population", "ModulePopulation": "tabular network population"}
-CONFIG_KINDS = (None, "tabular", "image")
+TABLE_POPULATIONS = {"PopulationMLP": POPULATIONS[0], "ModulePopulation": POPULATIONS[-1]}
+CONFIG_KINDS = (None, *SINGLE_MODELS)
 RUN_KINDS = {"MLPClassifier": "tabular", "ImageClassifier": "image", "PopulationMLP": "tabular population",
              "ImagePopulation": "image population", "Classifier": None}  # None: its data's kind  # fmt: skip
 POPULATION_FILE = "a population file written by train.py"
@@ -85,9 +86,9 @@ def run_kind(config: dict) -> str:
 
 
 def data_kind(class_path: str) -> str:
-    """``image`` for an image datamodule class (one with ``normalization``), else ``tabular``."""
+    """The data kind (``tabular``, ``image``) of a datamodule class: its modality's (``foundation.modality``)."""
     module, _, name = class_path.rpartition(".")
-    return "image" if hasattr(getattr(importlib.import_module(module), name), "normalization") else "tabular"
+    return modality_of(getattr(importlib.import_module(module), name)).kind
 
 
 def _article(kind: str) -> str:

@@ -16,7 +16,7 @@ from evaluators.metrics.agreement_functional import AGREEMENTS, RANK_AGREEMENTS,
 from evaluators.metrics.base import MeanOverInputs, finite_result
 from foundation.errors import InputError
 
-METRICS = (*AGREEMENTS, "angular", *RANK_AGREEMENTS)
+AGREEMENT_METRICS = (*AGREEMENTS, "angular", *RANK_AGREEMENTS)
 
 
 class PairwiseAgreement(MeanOverInputs):
@@ -34,8 +34,8 @@ class PairwiseAgreement(MeanOverInputs):
 
     def __init__(self, name: str = "sa", k: int | None = 5, **kwargs) -> None:
         super().__init__({"k": k}, **kwargs)
-        if name not in METRICS:
-            raise InputError(f"unknown agreement metric {name!r}; expected one of {list(METRICS)}")
+        if name not in AGREEMENT_METRICS:
+            raise InputError(f"unknown agreement metric {name!r}; expected one of {list(AGREEMENT_METRICS)}")
         if name not in ("cdc", "angular", *RANK_AGREEMENTS) and k is None:
             raise InputError(f"agreement metric {name!r} needs k")
         self.name, self.k = name, k

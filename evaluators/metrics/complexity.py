@@ -26,6 +26,7 @@ import torch
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.registry import METRICS
 from foundation.errors import InputError
 
 
@@ -79,6 +80,7 @@ class _MapMetric(MeanOverInputs):
         return self.function(maps)
 
 
+@METRICS.register("sparseness", needs=("maps",), higher_is_better=True, function=sparseness)
 class Sparseness(_MapMetric):
     """The mean Gini index of the absolute maps (higher: sparser, better)."""
 
@@ -86,6 +88,7 @@ class Sparseness(_MapMetric):
     function = staticmethod(sparseness)
 
 
+@METRICS.register("complexity", needs=("maps",), higher_is_better=False, function=complexity)
 class Complexity(_MapMetric):
     """The mean entropy of the normalised absolute maps (lower: less complex, better)."""
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from evaluators.metrics.infidelity import SubsetMetric, SubsetSamples, check_maps
+from evaluators.metrics.registry import METRICS
 
 
 def pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -67,6 +68,7 @@ def faithfulness_correlation(maps: torch.Tensor, samples: SubsetSamples) -> torc
     return pearson(samples.attribution_sums(maps.to(dtype)), deltas.to(dtype))
 
 
+@METRICS.register("fcor", needs=("model", "maps"), higher_is_better=True, function=faithfulness_correlation)
 class FaithfulnessCorrelation(SubsetMetric):
     """The mean faithfulness correlation (higher is better) over the inputs where it is
     defined; the others are counted in the state ``left_out``. Args: those of ``SubsetMetric``

@@ -37,6 +37,7 @@ from torch import nn
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.model_scores import check_inputs, explained_scores, resolve_targets
 from evaluators.metrics.perturbations import (
     BLUR_SIGMA,
@@ -55,20 +56,21 @@ from evaluators.metrics.perturbations import (
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import Modality
 from lightning_modules.interface import eval_mode
 
 M_EVAL = 200  # Decker et al.: every metric on 200 fresh samples
 UNITS = ("superpixels", "pixels")
 
 
-def _replacement(x: torch.Tensor, baseline, blur_sigma: float, tabular: bool) -> torch.Tensor:
+def _replacement(x: torch.Tensor, baseline, blur_sigma: float, modality: Modality) -> torch.Tensor:
     if isinstance(baseline, torch.Tensor):
         return tensor_baseline(x, baseline)
     if baseline is not None:
         raise InputError(f"option baseline={baseline!r}; expected None (a blurred copy of each image) or a tensor")
-    if tabular:
-        raise InputError("option baseline: tabular rows need the replacement values, a tensor (d,) of the "
-                         "training set's feature means")  # fmt: skip
+    if not modality.spatial:
+        raise InputError(f"option baseline: {modality.kind} {modality.noun} need the replacement values, a tensor of "
+                         f"the training set's {modality.unit} means (one per {modality.unit})")  # fmt: skip
     return gaussian_blur(x, blur_sigma)
 
 
@@ -96,7 +98,7 @@ def subset_perturbations(
         units: the groups of an image's pixels that samples remove (``UNITS``): ``"superpixels"``
             (Decker et al.) or ``"pixels"`` (each pixel its own group); tabular rows: features.
     """
-    tabular = check_inputs(model, x)
+    modality = check_inputs(model, x)
     if units not in UNITS:
         raise InputError(f"option units={units!r}; expected one of {list(UNITS)}")
     with eval_mode(model):
@@ -104,11 +106,11 @@ def subset_perturbations(
             x = x.detach().to(model_device(model, x))
             max_batch = resolve_max_batch(max_batch, x)
             target = resolve_targets(model, x, target, max_batch)
-            base = _replacement(x, baseline, blur_sigma, tabular)
-            if tabular:
-                groups = feature_groups(x)
-            else:
+            base = _replacement(x, baseline, blur_sigma, modality)
+            if modality.spatial:
                 groups = superpixels(x, n_segments, compactness) if units == "superpixels" else pixel_groups(x)
+            else:
+                groups = feature_groups(x)
             chosen = subset_choices(groups, n_samples, share, seed, stream, offset)
             n_samples = chosen.shape[1]
             clean = explained_scores(model, x, target)
@@ -116,7 +118,7 @@ def subset_perturbations(
             for rows in torch.arange(len(x) * n_samples, device=x.device).split(max_batch):
                 i, s = rows // n_samples, rows % n_samples
                 removed = unit_masks(groups[i], chosen[i, s])
-                removed = removed if tabular else removed[:, None]  # all channels of a pixel
+                removed = modality.unit_mask(removed)  # all channels of a pixel
                 perturbed = torch.where(removed, base[i], x[i])
                 outputs.append(explained_scores(model, perturbed, target[i]))
             deltas = clean[:, None] - torch.cat(outputs).view(len(x), n_samples)
@@ -171,6 +173,7 @@ class SubsetMetric(MeanOverInputs):
         return self.score(maps.to(samples.deltas.device), samples)
 
 
+@METRICS.register("infidelity", needs=("model", "maps"), higher_is_better=False, function=infidelity)
 class Infidelity(SubsetMetric):
     """The mean infidelity (lower is better); args: ``normalize`` and those of ``SubsetMetric``."""
 

@@ -75,15 +75,16 @@ from torch.nn import functional as F
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.model_scores import check_inputs_and_maps, resolve_targets, target_outputs
 from evaluators.metrics.perturbations import tensor_baseline
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import Modality
 from lightning_modules.interface import eval_mode
 
 MODES = ("insertion", "deletion")
-PIXELS_PER_STEP = 50  # Mahlau et al.: 1,000 increments on 224 x 224 images
 BLUR_KERNEL, BLUR_SIGMA, BLUR_TRUNCATE = 11, 5.0, 4.0  # RISE's gkern(klen=11, nsig=5); scipy's truncate
 
 
@@ -130,9 +131,10 @@ BASELINES: dict[str, Callable[[torch.Tensor, object, torch.Generator], torch.Ten
 
 
 # --- the curves -------------------------------------------------------------------------------------
-def default_steps(n_units: int, tabular: bool) -> int:
-    """S when ``steps`` is None: one feature per step on tabular rows, else ⌈n / 50⌉ pixels."""
-    return n_units if tabular else math.ceil(n_units / PIXELS_PER_STEP)
+def default_steps(n_units: int, modality: Modality) -> int:
+    """S when ``steps`` is None: ⌈n / ``Modality.units_per_step``⌉, one feature per step on
+    tabular rows, 50 pixels per step on images (Mahlau et al.: 1,000 increments on 224 x 224 images)."""
+    return modality.default_steps(n_units)
 
 
 def unit_ranks(maps: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -177,18 +179,18 @@ def skip_normal(generator: torch.Generator, count: int, shape: tuple, dtype: tor
         count -= piece
 
 
-def _check_inputs(model: nn.Module, x, maps, mode: str, steps) -> tuple[bool, int, int]:
-    """Whether the inputs are tabular, the number of units n and the steps S."""
+def _check_inputs(model: nn.Module, x, maps, mode: str, steps) -> tuple[Modality, int, int]:
+    """The inputs' modality, the number of units n and the steps S."""
     if mode not in MODES:
         raise InputError(f"option mode={mode!r}; expected one of {list(MODES)}")
-    tabular, unit_shape = check_inputs_and_maps(model, x, maps)
+    modality, unit_shape = check_inputs_and_maps(model, x, maps)
     n = math.prod(unit_shape)
     if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= n):
         raise InputError(f"option steps={steps!r}; expected None or an integer from 1 to the {n} units per input")
-    return tabular, n, default_steps(n, tabular) if steps is None else steps
+    return modality, n, default_steps(n, modality) if steps is None else steps
 
 
-def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.Generator) -> torch.Tensor:
+def _baseline(x: torch.Tensor, baseline, stats, modality: Modality, generator: torch.Generator) -> torch.Tensor:
     if stats is not None and not (isinstance(baseline, str) and baseline == "normal"):
         raise InputError(f"option stats: only baseline 'normal' uses it; got baseline={baseline!r}")
     if isinstance(baseline, torch.Tensor):
@@ -200,14 +202,13 @@ def _baseline(x: torch.Tensor, baseline, stats, tabular: bool, generator: torch.
         if not isinstance(stats, (tuple, list)) or len(stats) != 2 or any(
                 torch.as_tensor(v).numel() != channels for v in stats):  # fmt: skip
             raise InputError(f"option stats: expected (mean, std), each with {channels} values (one per "
-                             + ("feature)" if tabular else "channel)"))  # fmt: skip
+                             f"{modality.stat_unit})")  # fmt: skip
         for name, values in zip(("mean", "std"), stats):
-            check_finite(torch.as_tensor(values).reshape(-1), f"option stats' {name}", "feature" if tabular
-                         else "channel")  # fmt: skip
-    elif tabular and baseline == "normal":
+            check_finite(torch.as_tensor(values).reshape(-1), f"option stats' {name}", modality.stat_unit)
+    elif not modality.own_statistics and baseline == "normal":
         raise InputError("option stats: baseline 'normal' on tabular rows needs stats=(mean, std), the training "
                          "set's feature means and standard deviations")  # fmt: skip
-    if tabular and baseline == "blur":
+    if not modality.spatial and baseline == "blur":
         raise InputError("option baseline='blur': blurring needs images; expected 'normal', 'zero' or a tensor")
     return BASELINES[baseline](x, stats, generator)
 
@@ -238,7 +239,7 @@ def insertion_deletion_curves(
         max_batch: the most rows one forward pass sees (None: ``resolve_max_batch``).
         offset, total: x is inputs offset … of a call over ``total`` (None: N) inputs.
     """
-    tabular, n, steps = _check_inputs(model, x, maps, mode, steps)
+    modality, n, steps = _check_inputs(model, x, maps, mode, steps)
     total = check_part(offset, total, len(x))
     with eval_mode(model):
         with torch.no_grad():
@@ -251,16 +252,15 @@ def insertion_deletion_curves(
             if isinstance(baseline, str) and baseline == "normal" and total > len(x):
                 skip_permutations(generator, total - offset - len(x), n)
                 skip_normal(generator, offset, x.shape[1:], x.dtype, offset + len(x), total)
-            base = _baseline(x, baseline, stats, tabular, generator)
+            base = _baseline(x, baseline, stats, modality, generator)
             target = resolve_targets(model, x, target, max_batch)
             start, end = (base, x) if mode == "insertion" else (x, base)
             counts = torch.arange(steps + 1, device=device) * n // steps  # k_s
-            moved_shape = (-1, *x.shape[1:]) if tabular else (-1, 1, *x.shape[2:])
             memory_format = torch.channels_last if _channels_last(x) else torch.contiguous_format
             points = []
             for rows in torch.arange(len(x) * (steps + 1), device=device).split(max_batch):
                 image, step = rows // (steps + 1), rows % (steps + 1)
-                moved = (ranks[image] < counts[step, None]).view(moved_shape)
+                moved = modality.unit_mask((ranks[image] < counts[step, None]).view(-1, *modality.unit_shape(x)))
                 rows_in = torch.where(moved, end[image], start[image]).contiguous(memory_format=memory_format)
                 points.append(target_outputs(model, rows_in, target[image], "probability"))
             curves = torch.cat(points).view(len(x), steps + 1)
@@ -302,6 +302,8 @@ class _CurveAUC(MeanOverInputs):
         return auc(curves, fractions)
 
 
+@METRICS.register("insertion", needs=("model", "maps"), higher_is_better=True, function=insertion_deletion_curves,
+                  fixed={"mode": "insertion"})  # fmt: skip
 class InsertionAUC(_CurveAUC):
     """Mean insertion AUC (higher is better); see ``_CurveAUC``."""
 
@@ -309,6 +311,8 @@ class InsertionAUC(_CurveAUC):
     higher_is_better = True
 
 
+@METRICS.register("deletion", needs=("model", "maps"), higher_is_better=False, function=insertion_deletion_curves,
+                  fixed={"mode": "deletion"})  # fmt: skip
 class DeletionAUC(_CurveAUC):
     """Mean deletion AUC (lower is better); see ``_CurveAUC``."""
 

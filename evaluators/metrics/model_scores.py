@@ -26,6 +26,7 @@ from torch import nn
 from foundation.finite import check_finite
 from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
+from foundation.modality import MODALITIES, Modality, modality_of
 from lightning_modules.interface import (
     check_classes, class_probabilities, default_targets, explained_output, fixed_target, output_kind,
 )  # fmt: skip
@@ -34,30 +35,31 @@ OUTPUTS = ("logit", "probability")
 MODEL_OUTPUT = "the model's output on the inputs scored (clean or perturbed)"
 
 
-def check_inputs(model: nn.Module, x) -> bool:
-    """Whether x are rows; InputError unless x is finite (N, d) rows (the only inputs of a
-    tabular model, one with a fixed class) or (N, C, H, W) images."""
-    dims = (2,) if fixed_target(model) is not None else (2, 4)
-    expected = "(N, d) float rows for a tabular model" if dims == (2,) else "(N, C, H, W) float images or (N, d) rows"
-    if (not isinstance(x, torch.Tensor) or x.dim() not in dims or len(x) == 0
-            or not x.is_floating_point()):  # fmt: skip
+def check_inputs(model: nn.Module, x) -> Modality:
+    """The modality of x (``foundation.modality``); InputError unless x is finite (N, d) rows
+    (the only inputs of a tabular model, one with a fixed class) or (N, C, H, W) images."""
+    fixed = fixed_target(model) is not None
+    accepted = [m for m in MODALITIES.values() if m.fixed_class or not fixed]
+    expected = " or ".join(f"{m.shape} float {m.noun}" for m in accepted) + (" for a model with a fixed class" * fixed)
+    if (not any(m.recognises(x) for m in accepted) or len(x) == 0 or not x.is_floating_point()):  # fmt: skip
         raise InputError(f"inputs x of shape {tuple(getattr(x, 'shape', ()))}; expected {expected}")
     check_finite(x, "inputs x", "input")
-    return x.dim() == 2
+    return modality_of(x)
 
 
-def check_inputs_and_maps(model: nn.Module, x, maps) -> tuple[bool, tuple[int, ...]]:
-    """``check_inputs``, and finite maps of one value per unit: whether the model is
-    tabular and the shape of one input's units ((H, W) or (d,))."""
-    tabular = check_inputs(model, x)
-    unit_shape = tuple(x.shape[1:]) if tabular else tuple(x.shape[2:])
+def check_inputs_and_maps(model: nn.Module, x, maps) -> tuple[Modality, tuple[int, ...]]:
+    """``check_inputs``, and finite maps of one value per unit: the inputs' modality and the
+    shape of one input's units (``Modality.unit_shape``: (H, W) or (d,))."""
+    modality = check_inputs(model, x)
+    unit_shape = modality.unit_shape(x)
     if not isinstance(maps, torch.Tensor) or tuple(maps.shape) != (len(x), *unit_shape):
         raise InputError(
             f"maps of shape {tuple(getattr(maps, 'shape', ()))}; expected {(len(x), *unit_shape)}, one value per "
-            + ("feature" if tabular else "pixel (reduce (N, C, H, W) maps with reduce_map)")
+            + modality.unit
+            + ("" if modality.reduced_dim is None else f" (reduce {modality.shape} maps: Modality.reduce, reduce_map)")
         )
     check_finite(maps, "maps", "map")
-    return tabular, unit_shape
+    return modality, unit_shape
 
 
 def resolve_targets(model: nn.Module, x: torch.Tensor, target, max_batch: int | None = None) -> torch.Tensor:

@@ -69,6 +69,7 @@ from torch import nn
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs, require_explain_fn
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.model_scores import OUTPUTS, check_inputs_and_maps, finite_outputs, resolve_targets
 from evaluators.metrics.perturbations import RADIUS, check_count, check_real, uniform_noise
@@ -176,7 +177,7 @@ def relative_stability(
         max_batch: rows per forward pass and per ``explain_fn`` call (at least one input's n samples;
             None: ``resolve_max_batch``).
     """
-    tabular, unit_shape = check_inputs_and_maps(model, x, maps)
+    _, unit_shape = check_inputs_and_maps(model, x, maps)
     _check_options(n_samples, radius, p, eps_min, change, ros_output)
     if not callable(explain_fn):
         raise InputError(f"option explain_fn={explain_fn!r}; expected a callable (x_rows, target_rows) -> maps")
@@ -229,6 +230,8 @@ def relative_stability(
     return {**{name: torch.where(kept > 0, torch.cat(v), torch.nan) for name, v in best.items()}, "kept": kept}
 
 
+@METRICS.register("relative_stability", needs=("model", "maps", "explain_fn"), higher_is_better=False,
+                  function=relative_stability)  # fmt: skip
 class RelativeStability(MeanOverInputs):
     """Mean RIS, RRS and ROS (lower is better) over the inputs scored by ``update`` that
     have a score; ``compute()`` returns {"ris", "rrs", "ros"}.

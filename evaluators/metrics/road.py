@@ -64,6 +64,7 @@ from torch.nn import functional as F
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.insertion_deletion import check_part, skip_permutations, unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS, check_inputs_and_maps, finite_outputs, resolve_targets, target_outputs,
@@ -71,6 +72,7 @@ from evaluators.metrics.model_scores import (
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import Modality
 from lightning_modules.interface import class_probabilities, eval_mode
 
 ORDERS = ("morf", "lerf")
@@ -160,8 +162,8 @@ def _check_options(order, output, noise) -> None:
         raise InputError(f"option noise={noise!r}; expected a standard deviation >= 0 (Rong et al.: 0.01)")
 
 
-def _feature_means(x: torch.Tensor, feature_means, tabular: bool) -> torch.Tensor | None:
-    if not tabular:
+def _feature_means(x: torch.Tensor, feature_means, modality: Modality) -> torch.Tensor | None:
+    if modality.spatial:
         if feature_means is not None:
             raise InputError("option feature_means: images are imputed from their neighbours; expected None")
         return None
@@ -197,7 +199,7 @@ def road_curves(
         max_batch: the most rows one solve and one forward pass see (None: ``resolve_max_batch``).
         offset, total: x is inputs offset … of a call over ``total`` (None: N) inputs.
     """
-    tabular, unit_shape = check_inputs_and_maps(model, x, maps)
+    modality, unit_shape = check_inputs_and_maps(model, x, maps)
     total = check_part(offset, total, len(x))
     _check_options(order, output, noise)
     percentages = _check_percentages(percentages)
@@ -207,7 +209,7 @@ def road_curves(
             device = model_device(model, x)
             x, maps = x.detach().to(device), maps.detach().to(device)
             max_batch = resolve_max_batch(max_batch, x)
-            means = _feature_means(x, feature_means, tabular)
+            means = _feature_means(x, feature_means, modality)
             generator = torch.Generator().manual_seed(seed)
             flat = maps.reshape(len(x), n)
             skip_permutations(generator, offset, n)
@@ -223,11 +225,11 @@ def road_curves(
                 image, step = rows // steps, rows % steps
                 removed = (ranks[image] < counts[step, None]).view(-1, *unit_shape)
                 draws = torch.stack([torch.randn(x.shape[1:], generator=generator, dtype=x.dtype) for _ in rows])
-                if tabular:
-                    filled = means.expand(len(rows), -1)
-                else:
+                if modality.spatial:  # imputed from the neighbours
                     filled = linear_imputation(x[image], removed)
-                    removed = removed[:, None]
+                else:
+                    filled = means.expand(len(rows), -1)
+                removed = modality.unit_mask(removed)
                 imputed = torch.where(removed, filled + noise * draws.to(device), x[image])
                 points.append(_outputs(model, imputed, target[image], output))
             curves = torch.cat(points).view(len(x), steps)
@@ -273,6 +275,8 @@ class _ROAD(MeanOverInputs):
         return road_curves(model, x, maps, self.order, target=target, **self.options)[1]
 
 
+@METRICS.register("road_morf", needs=("model", "maps"), higher_is_better=False, function=road_curves,
+                  fixed={"order": "morf"})  # fmt: skip
 class ROADMoRF(_ROAD):
     """Mean MoRF curve (lower is better); see ``_ROAD``."""
 
@@ -280,6 +284,8 @@ class ROADMoRF(_ROAD):
     higher_is_better = False
 
 
+@METRICS.register("road_lerf", needs=("model", "maps"), higher_is_better=True, function=road_curves,
+                  fixed={"order": "lerf"})  # fmt: skip
 class ROADLeRF(_ROAD):
     """Mean LeRF curve (higher is better); see ``_ROAD``."""
 

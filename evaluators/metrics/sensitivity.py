@@ -35,6 +35,7 @@ import torch
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs, require_explain_fn
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.infidelity import M_EVAL
 from evaluators.metrics.perturbations import RADIUS, check_count, uniform_noise
 from foundation.batching import resolve_max_batch
@@ -131,12 +132,14 @@ class _Sensitivity(MeanOverInputs):
         return getattr(distances, self.statistic)(1)
 
 
+@METRICS.register("sens_avg", needs=("maps", "explain_fn"), higher_is_better=False, function=sensitivities)
 class AverageSensitivity(_Sensitivity):
     """Mean over inputs of SENS_AVG = (1/n) Σ_s d_s; see ``_Sensitivity``."""
 
     statistic = "mean"
 
 
+@METRICS.register("sens_max", needs=("maps", "explain_fn"), higher_is_better=False, function=sensitivities)
 class MaxSensitivity(_Sensitivity):
     """Mean over inputs of SENS_MAX = max_s d_s; see ``_Sensitivity``."""
 

@@ -46,14 +46,15 @@ import yaml
 from evaluators.inputs.model_source import ModelSource
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
-from evaluators.aggregators.registry import aggregator_names
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
-from evaluators.maps import explain, explainer_names
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
+from evaluators.maps import EXPLAINERS, explain, explainer_names
+from foundation.modality import REDUCTIONS
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
@@ -102,7 +103,7 @@ class AggregationConfig(ModelSource):
     reduction: str = "abs_sum"  # image maps (C, H, W) -> (H, W)
     normalisation: str = "z"
     normalisations: list[str] = field(default_factory=lambda: list(NORMALISATIONS))
-    aggregators: dict = field(default_factory=lambda: {name: {} for name in aggregator_names("pixel")})
+    aggregators: dict = field(default_factory=lambda: {name: {} for name in AGGREGATORS.names(kind="pixel")})
     sweeps: dict = field(default_factory=lambda: {  # the paper's Figures 5-9, fewer points
         "percentile": {"q": [0, 10, 25, 40, 50, 75, 100]},
         "ucb": {"eps": [-2.0, -1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0]},
@@ -130,11 +131,11 @@ class AggregationConfig(ModelSource):
                 raise InputError(f"option {name}={value!r}; expected one of {sorted(allowed)}")
         check_log_to(self.log_to)
         unknown = sorted(set(self.normalisations) - set(NORMALISATIONS))
-        unknown += sorted(set(self.aggregators) - set(aggregator_names("pixel")))
-        unknown += sorted(set(self.sweeps) - set(aggregator_names("pixel")))
+        unknown += sorted(set(self.aggregators) - set(AGGREGATORS.names(kind="pixel")))
+        unknown += sorted(set(self.sweeps) - set(AGGREGATORS.names(kind="pixel")))
         if unknown:
             raise InputError(f"unknown normalisation(s) or aggregator(s) {unknown}; expected some of "
-                             f"{sorted(NORMALISATIONS)} and {sorted(aggregator_names('pixel'))}")  # fmt: skip
+                             f"{sorted(NORMALISATIONS)} and {sorted(AGGREGATORS.names(kind='pixel'))}")  # fmt: skip
         for name, sweep in self.sweeps.items():
             if not isinstance(sweep, dict) or len(sweep) != 1 or not isinstance(next(iter(sweep.values())), list):
                 raise InputError(f"option sweeps.{name}={sweep!r}; expected one parameter and its values, "
@@ -165,7 +166,7 @@ def base_maps(cfg: AggregationConfig, model, chunk: Chunk) -> dict[str, torch.Te
             options = {"seed": cfg.seed + k, "index": chunk.index,  # an explainer's own seed wins
                        **explainer_options(options or {}, inputs)}  # fmt: skip
             m = explain(model, inputs.x, name, target=inputs.target, max_batch=cfg.max_batch, **options)
-            m = m.detach() if inputs.tabular else reduce_map(m.detach(), cfg.reduction)
+            m = inputs.modality.reduce(m.detach(), cfg.reduction)
             where = "" if chunk.index is None else f" (the chunk of inputs {chunk.start} … {chunk.stop - 1})"
             check_finite(m, f"explainer {name!r}{where}", "map")
             return {"maps": m.cpu()}
@@ -202,7 +203,8 @@ def score_row(cfg: AggregationConfig, model, chunk: Chunk, maps: torch.Tensor) -
     for mode in MODES:
         fractions, curves = METRICS[mode].function(
             model, inputs.x, maps, **METRICS[mode].fixed, target=inputs.target, steps=cfg.steps, baseline=cfg.baseline,
-            stats=None if cfg.baseline_stats == "image" and not inputs.tabular else inputs.stats, seed=cfg.seed,
+            stats=None if cfg.baseline_stats == "image" and inputs.modality.own_statistics else inputs.stats,
+            seed=cfg.seed,
             max_batch=cfg.max_batch, **chunk.part,
         )  # fmt: skip
         result[mode] = auc(curves, fractions).cpu()
@@ -305,7 +307,7 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
         raise InputError(f"unknown explainer(s) {unknown} for this model; expected some of {names}")
     n_grid = counted("n_grid", cfg.n_grid, source.n, "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
     shown = torch.linspace(0, source.n - 1, n_grid).long()  # across the classes
-    map_dims = 1 if source.tabular else 2
+    map_dims = source.modality.map_dims
     parts, sizes, blanks, examples = [], [], [], {}
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
@@ -333,7 +335,8 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
     summary["_grid"] = {"x": source.read(shown.tolist()).cpu(), "maps": {r: torch.cat(m) for r, m in examples.items()},
-                        "tabular": source.tabular, "normalization": getattr(data, "normalization", None)}  # fmt: skip
+                        "figure": source.modality.figure,
+                        "normalization": getattr(data, "normalization", None)}  # fmt: skip
     return summary
 
 
@@ -446,7 +449,7 @@ def plot_normalisations(summary: dict, path: Path) -> Path | None:
 def plot_grid(summary: dict, path: Path) -> Path | None:
     """Inputs (un-normalised), then each base map and each aggregated map (images only)."""
     grid = summary["_grid"]
-    if grid["tabular"] or not grid["maps"]:
+    if grid["figure"] != "heatmap" or not grid["maps"]:
         return None
     maps = {row.split("/", 1)[1]: m for row, m in grid["maps"].items()}
     return plot_map_grid(grid["x"], maps, grid["normalization"], path, cell=1.3)
@@ -470,3 +473,10 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
                {"aggregation": (columns, data)}, {p.stem: p for p in pngs})
     note = blank_note(summary["blank_maps"], summary["n_inputs"])
     print(yaml.safe_dump(summary["findings"], sort_keys=False) + (note if note else ""))
+
+
+PROTOCOLS.add("aggregation", evaluate_aggregation,
+              help="pixel-level aggregation of explanations, insertion and deletion (Mahlau & Nolde)",
+              config=AggregationConfig, write=write_aggregation_report, report="aggregation.json",
+              resumable=True, source="run",
+              choices={"explainers": (EXPLAINERS, {}), "aggregators": (AGGREGATORS, {"kind": "pixel"})})  # fmt: skip

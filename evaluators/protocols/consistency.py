@@ -66,9 +66,9 @@ from rich.progress import Progress
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS, TABLE_DEFAULT
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import REDUCTIONS, reduce_map
 from evaluators.maps.tabular_explainers import SOFTMAX_RULES
 from evaluators.metrics.agreement_functional import (
     RANK_AGREEMENTS, angular_difference, ley_agreements, pair_separations,
@@ -78,12 +78,13 @@ from evaluators.protocols.population_sets import (
 )  # fmt: skip
 from foundation.batching import rows_within
 from foundation.errors import InputError
+from foundation.modality import IMAGES, REDUCTIONS, ROWS, Modality, modality_of
 from foundation.files import atomic_write, write_json, save_figure, write_text
-from lightning_modules.ensembles import build_ensemble
+from lightning_modules.ensembles import ENSEMBLES, build_ensemble
 from lightning_modules.interface import default_targets
 
-STRATEGIES = ["single", "average", "majority", "perturb", "connect", "combine"]
-METRICS = ["sa", "ssa", "cdc_k", "cdc_d"]
+STRATEGIES = ["single", *ENSEMBLES.names()]  # one member, or an ensemble of the registry (Ley et al.'s five)
+TABLE_AGREEMENTS = ["sa", "ssa", "cdc_k", "cdc_d"]  # Ley et al.'s Table 1 agreements, kept per pair of ensembles
 MODEL_ROWS = 4096  # the most images x ensemble members one forward pass of an image ensemble sees
 MODEL_PIXELS = MODEL_ROWS * 32 * 32  # and the most input pixels they hold (83 images at 224 x 224)
 POINTS = {"deepshap": "n_points_deepshap", "smoothgrad": "n_points_smoothgrad"}  # a method's own count; others n_points
@@ -120,7 +121,7 @@ class ConsistencyConfig(PopulationSource):
     # taken element-wise by the rescale rule, as shap's DeepExplainer does: Ley et al.'s reference pipeline)
     deepshap_softmax_rule: str = "gradient"
     curve_epochs: int | None = None  # epochs of curve training; None: the members' own
-    map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (reduce_map)
+    map_reduction: str = "sum"  # images: how (C, H, W) maps become per-pixel maps (Modality.reduce)
     # Watson et al.'s C: one logistic regression per pair of sets, n_sets(n_sets - 1)/2 per strategy and method
     watson_c: bool = True
     rank_agreements: list[str] = field(default_factory=list)  # Krishna et al.'s rc and pra, over all features
@@ -133,7 +134,7 @@ class ConsistencyConfig(PopulationSource):
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
-        registry = [n for n, spec in EXPLAINERS.items() if spec.takes in ("any", "images" if self.images else "rows")]
+        registry = [n for n, spec in EXPLAINERS.items() if spec.takes in ("any", self.modality.name)]
         unknown = [m for m in self.methods if m not in registry]
         if unknown:
             raise InputError(f"unknown explainer(s) {unknown}; expected some of {sorted(registry)}")
@@ -144,7 +145,7 @@ class ConsistencyConfig(PopulationSource):
         if self.n_sets < 2:
             raise InputError(f"option n_sets={self.n_sets}: agreement is scored between pairs of disjoint sets; "
                              "expected at least 2")  # fmt: skip
-        if self.images and self.curve_mode != "fixed":
+        if self.modality is not ROWS and self.curve_mode != "fixed":
             raise InputError(f"option curve_mode={self.curve_mode!r}; image populations take 'fixed' (curves "
                              "between the trained members)")  # fmt: skip
         for option, allowed in (("curve_mode", CURVE_MODES), ("t_sampling", T_SAMPLINGS),
@@ -241,20 +242,22 @@ class Task(NamedTuple):
     scores: Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
-def split_size(cfg: ConsistencyConfig, option: str, available: int, split: str, images: bool) -> int:
+def split_size(cfg: ConsistencyConfig, option: str, available: int, split: str, modality: Modality) -> int:
     """How many of a split's ``available`` inputs ``option`` takes (``evaluators.inputs.counts``)."""
-    return counted(option, getattr(cfg, option), available, split, "images" if images else "rows",
-                   default_of(ConsistencyConfig, option))  # fmt: skip
+    return counted(option, getattr(cfg, option), available, split, modality.noun, default_of(ConsistencyConfig, option))
 
 
-def explained_points(cfg: ConsistencyConfig, method: str, available: int, images: bool) -> int:
+def explained_points(cfg: ConsistencyConfig, method: str, available: int, modality: Modality) -> int:
     """How many of the ``available`` test inputs ``method`` explains: its own count (``POINTS``)
-    or ``n_points`` of a table's test split; of an image population's ``n_points`` images
-    (already counted), all of them, or its own count where one other than the default is set."""
+    or ``n_points`` of a table's whole test split; of ``n_points`` inputs probed through the
+    split (images, already counted), all of them, or its own count where one other than the
+    default is set."""
     option = POINTS.get(method, "n_points")
-    if images and (option == "n_points" or getattr(cfg, option) == default_of(ConsistencyConfig, option)):
+    if modality.whole_splits:
+        return split_size(cfg, option, available, "test split", modality)
+    if option == "n_points" or getattr(cfg, option) == default_of(ConsistencyConfig, option):
         return available
-    return split_size(cfg, option, available, "n_points selection" if images else "test split", images)
+    return split_size(cfg, option, available, "n_points selection", modality)
 
 
 def deepshap_background(x_train: torch.Tensor, cfg: ConsistencyConfig) -> torch.Tensor:
@@ -271,7 +274,7 @@ def image_rows_per_pass(x: torch.Tensor, ensemble_size: int) -> int:
 
 
 def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Task:
-    """The protocol's inputs and scores for a population of either kind (its ``INPUTS``).
+    """The protocol's inputs and scores for a population of either modality (``modality_of``).
 
     Tabular (Ley et al.'s Table 1): the first ``n_points`` test rows, each explained for the
     positive class of a binary table; of a multi-class table for the class the whole population
@@ -287,18 +290,18 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
     training images spread through the split; scores: SA/SSA/CDC over the top-k pixels, the
     angular difference per image (both averaged over pairs of ensembles) and per pair of
     ensembles Watson et al.'s 1 - S(a, b) (its mean over pairs is their C)."""
-    images = population.INPUTS == "images"
+    modality = modality_of(population)
     device, epochs = population.device, cfg.curve_epochs or meta["max_epochs"]
     options = {"smoothgrad": {"stdevs": cfg.smoothgrad_sigma, "nt_samples": cfg.smoothgrad_samples}}
-    if images:
+    if not modality.whole_splits:  # images: probes spread through the splits
         curve_loader = None  # the population's own (``ImageMembers``: the training images, not augmented)
         x_test, y_test = (t.to(device) for t in data.probe(cfg.n_points, "test"))
         x_acc, y_acc = (t.to(device) for t in data.probe(cfg.n_accuracy_images, "test"))
-        split_size(cfg, "n_points", len(x_test), "test split", images)
-        split_size(cfg, "n_accuracy_images", len(x_acc), "test split", images)
+        split_size(cfg, "n_points", len(x_test), "test split", modality)
+        split_size(cfg, "n_accuracy_images", len(x_acc), "test split", modality)
         if "gradient_shap" in cfg.methods:
             references = data.probe(cfg.n_background, "train")[0]
-            split_size(cfg, "n_background", len(references), "training split", images)
+            split_size(cfg, "n_background", len(references), "training split", modality)
             options["gradient_shap"] = {"baselines": references.to(device)}
     else:
         if cfg.explain_output is not None:  # every ensemble and curve takes the output to explain from here
@@ -306,11 +309,11 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         x_test, y_test = (t.to(device) for t in data.test_tensors)
         curve_loader = data.tensor_loader(*data.train_tensors, train=False)  # BatchNorm on curves: the training rows
         if "deepshap" in cfg.methods:
-            split_size(cfg, "n_background", len(data.train_tensors[0]), "training split", images)
+            split_size(cfg, "n_background", len(data.train_tensors[0]), "training split", modality)
             background = deepshap_background(data.train_tensors[0], cfg).to(device)
             options["deepshap"] = {"baselines": background, "softmax_rule": cfg.deepshap_softmax_rule}
-    points = {method: explained_points(cfg, method, len(x_test), images) for method in cfg.methods}
-    if not images:
+    points = {method: explained_points(cfg, method, len(x_test), modality) for method in cfg.methods}
+    if modality.fixed_class:
         targets = default_targets(population, x_test[: max(points.values(), default=0)], rows=TARGET_ROWS)
 
     def curves(pairs):
@@ -321,7 +324,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
 
     def results(strategy, s, members, set_curves, seed):
         ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg, curve_loader)
-        if images:
+        if not modality.whole_splits:
             rows = image_rows_per_pass(x_test, ensemble.size)
             accuracy = torch.cat([ensemble.predict(x) for x in x_acc.split(rows)]).eq(y_acc).double().mean().item()
         else:
@@ -330,7 +333,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         explained = {}
         for method in cfg.methods:
             n = points[method]
-            per_image = {"target": y_test[:n], "max_batch": rows} if images else {"target": targets[:n]}
+            per_image = {"target": targets[:n]} if modality.fixed_class else {"target": y_test[:n], "max_batch": rows}
 
             def maps_of(model):
                 return explain(model, x_test[:n], method, seed=seed, **per_image, **options.get(method, {})).detach()
@@ -341,11 +344,10 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
         return accuracy, explained
 
     def scores(maps):
-        e = maps if not images else reduce_map(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(
-            0, maps.shape[:2])  # fmt: skip
+        e = modality.reduce(maps.flatten(0, 1), cfg.map_reduction).flatten(1).unflatten(0, maps.shape[:2])
         agreements = ley_agreements(e, cfg.k)
-        values = {metric: agreements[metric].mean(0).cpu() for metric in METRICS}  # over the pairs of ensembles
-        if images:
+        values = {metric: agreements[metric].mean(0).cpu() for metric in TABLE_AGREEMENTS}  # over pairs of ensembles
+        if modality is IMAGES:  # the image protocol's own score
             values["angular"] = angular_difference(e).mean(0).cpu()
         for name in cfg.rank_agreements:
             values[name] = RANK_AGREEMENTS[name](e).nanmean(0).cpu()  # NaN where no pair is defined
@@ -479,3 +481,10 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
     save_figure(fig, path)
     plt.close(fig)
     return path
+
+
+PROTOCOLS.add("consistency", evaluate_consistency, help="Ley et al.'s consistency protocol (Table 1, Figure 6)",
+              config=ConsistencyConfig, write=write_consistency_report, report="consistency.json", has_sets=True,
+              resumable=True, default_configs={"tabular population": TABLE_DEFAULT,
+                                               "tabular network population": TABLE_DEFAULT},
+              choices={"methods": (EXPLAINERS, {})})  # fmt: skip

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from evaluators.inputs.counts import counted
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.inputs.image_members import load_image_members
 from evaluators.inputs.runs import load_run
@@ -50,6 +51,7 @@ from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.reports.map_grid import plot_map_grid
 from foundation.devices import resolve_device
 from foundation.errors import InputError
+from foundation.modality import IMAGES, modality_of
 from foundation.files import atomic_open, save_figure, write_json
 from lightning_modules.population_io import IMAGE_KINDS, load_population, population_datamodule, read_population_file
 
@@ -161,21 +163,21 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
     started = time.perf_counter()
     sides = {name: load_side(getattr(cfg, f"{name}_labels"), device, cfg.data_dir) for name in ("true", "permuted")}
     data = sides["true"][1]
-    images = hasattr(data, "normalization")
+    modality = modality_of(data)
     x, y = test_inputs(data, cfg.n_inputs)
-    counted("n_inputs", cfg.n_inputs, len(x), "test split", "images" if images else "rows", N_INPUTS)
+    counted("n_inputs", cfg.n_inputs, len(x), "test split", modality.noun, N_INPUTS)
     x_other, y_other = test_inputs(sides["permuted"][1], cfg.n_inputs)
     if x_other.shape != x.shape or not torch.equal(x_other, x) or not torch.equal(y_other, y):
         raise InputError(f"options true_labels={cfg.true_labels!r} and permuted_labels={cfg.permuted_labels!r} serve "
                          "different test inputs; expected two runs of the same data (the same test split and "
                          "preprocessing) that differ in data.permute_labels")  # fmt: skip
-    measures = cfg.measures or list(MEASURES if images else ROW_MEASURES)
-    if not images and set(measures) - set(ROW_MEASURES):
-        raise InputError(f"option measures={measures}: tabular maps take {list(ROW_MEASURES)} only")
+    measures = cfg.measures or list(MEASURES if modality.spatial else ROW_MEASURES)
+    if not modality.spatial and set(measures) - set(ROW_MEASURES):
+        raise InputError(f"option measures={measures}: {modality.kind} maps take {list(ROW_MEASURES)} only")
     for explainer in cfg.explainers:
-        if EXPLAINERS[explainer].takes not in ("any", "images" if images else "rows"):
+        if EXPLAINERS[explainer].takes not in ("any", modality.name):
             raise InputError(f"explainer {explainer!r} takes {EXPLAINERS[explainer].takes}; the data serves "
-                             f"{'images' if images else 'rows'}")  # fmt: skip
+                             f"{modality.noun}")  # fmt: skip
     pairs = min(len(sides["true"][0]), len(sides["permuted"][0]), cfg.members or 2**62)
     x, y = x.to(device), y.to(device)
     accuracies = {}
@@ -197,7 +199,7 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
             side = [explain(m, x, explainer, target=y, seed=cfg.seed, **options).detach() for m in models[:pairs]]
             for k, member_maps in enumerate(side):
                 check_finite(member_maps, f"{name} labels' member {k}: explainer {explainer!r}", "map")
-            per_side[name] = [m.sum(1) if images else m for m in side]  # images: summed over channels (N, H, W)
+            per_side[name] = [modality.reduce(m, "sum") for m in side]  # images: summed over channels (N, H, W)
         maps[explainer] = {name: side[0] for name, side in per_side.items()}
         for measure in measures:
             s = torch.stack([similarity(a, b, measure, (f"{explainer} (true labels)", f"{explainer} (permuted)"))
@@ -205,7 +207,8 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
             scores[(explainer, measure)] = s.cpu()
         seconds[explainer] = round(time.perf_counter() - start, 2)
     rows = [{"explainer": e, "measure": m, **summarise(s)} for (e, m), s in scores.items()]
-    return {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "images": images, "pairs": pairs,
+    return {"config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "images": modality is IMAGES,
+            "pairs": pairs,
             "n_inputs": len(x), "measures": measures, "accuracy": accuracies, "rows": rows, "seconds": seconds,
             "total_seconds": round(time.perf_counter() - started, 1), "_x": x.cpu(), "_y": y.cpu(),
             "_maps": maps, "_normalization": getattr(data, "normalization", None),
@@ -269,3 +272,9 @@ def format_table(summary: dict) -> str:
         lines.append(f"{r['explainer']:<22}{r['measure']:<14}{r['mean']:>8.3f}{ci['ci95_inputs']:>9}"
                      f"{ci['ci95_members']:>10}{r['nan']:>5}")  # fmt: skip
     return "\n".join(lines)
+
+
+PROTOCOLS.add("data_randomisation", evaluate_data_randomisation,
+              help="data randomisation: maps of models trained on true vs permuted labels (Adebayo et al. §3.2)",
+              config=DataRandomisationConfig, write=write_data_randomisation_report,
+              report="data_randomisation.json", source="pair", choices={"explainers": (EXPLAINERS, {})})  # fmt: skip

@@ -3,7 +3,7 @@
 Rows: ``n_images`` test images evenly spaced through the datamodule's test split (or
 its validation split where it has no test split); columns: the image, then one map per
 explainer of ``evaluators.maps.image_explainers`` for the model's predicted class, reduced
-to (H, W) by ``reduce_map(..., "abs_sum")`` and scaled per map from its minimum to its
+to (H, W) by ``Modality.reduce(..., "abs_sum")`` and scaled per map from its minimum to its
 maximum. Expected Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
 (the test images where the datamodule has no training split). A blank map (all zero, e.g.
 GradCAM's where no channel of its layer has positive evidence, or constant;
@@ -27,10 +27,10 @@ from evaluators.inputs.counts import counted
 from foundation.finite import check_finite
 from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.maps.image_explainers import reduce_map
 from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
 from evaluators.reports.wandb_log import check_log_to, log_report
 from foundation.errors import InputError
+from foundation.modality import modality_of
 from foundation.files import write_json
 from lightning_modules.interface import default_classes
 
@@ -53,7 +53,8 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
         raise InputError(f"option --n_images={n_images}; expected a positive integer")
     check_log_to(log_to, "--log_to")
     model, data, _ = load_run(run_dir, checkpoint, data_location=data_location, **model_options)
-    if not hasattr(data, "normalization"):
+    modality = modality_of(data)
+    if modality.figure != "heatmap":
         raise InputError(f"{run_dir}: its data is not an image datamodule; `explain` draws image grids")
     data.setup("test")
     x, y = data.probe(n_images, "test")
@@ -71,8 +72,8 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     maps, seconds = {}, {}
     for method in methods:
         start = time.perf_counter()
-        maps[method] = reduce_map(explain(model, x, method, seed=seed, **options.get(method, {})).detach(),
-                                  "abs_sum")  # fmt: skip
+        maps[method] = modality.reduce(explain(model, x, method, seed=seed, **options.get(method, {})).detach(),
+                                       "abs_sum")  # fmt: skip
         check_finite(maps[method], f"explainer {method!r}", "image")  # a NaN map would be drawn blank
         seconds[method] = round(time.perf_counter() - start, 3)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from torch.nn import functional as F
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.files import write_json, save_figure, write_text
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import MLPEnsemble, build_ensemble
@@ -179,3 +180,8 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     fig.tight_layout()
     save_figure(fig, out_dir / "landscape.png")
     plt.close(fig)
+
+
+PROTOCOLS.add("landscape", evaluate_landscape, help="ensembles over the loss landscape (Ley et al.)",
+              modalities=("rows",), config=LandscapeConfig, write=write_landscape_report, report="landscape.json",
+              has_sets=True)  # fmt: skip

@@ -57,28 +57,33 @@ from evaluators.inputs.model_source import ModelSource
 from evaluators.aggregators.optimised_aggregators import (
     combine, explainer_maps, faith_gamma, opt_gamma, robust_gamma, variance_aggregate,
 )  # fmt: skip
-from evaluators.aggregators.registry import aggregator_names
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.aggregators.simplex_qp import solve_simplex_qp
 from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.counts import default_of
 from evaluators.inputs.members import population_name, population_path
-from evaluators.maps import explainer_names
+from evaluators.maps import EXPLAINERS, explainer_names
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import blank_note, count_blank_maps
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
 from foundation.files import atomic_open, save_figure, write_json, write_text
 from foundation.seeds import derived_seed
-from evaluators.metrics.registry import METRICS as REGISTRY
+from evaluators.metrics.registry import METRICS
 from evaluators.inputs.runs import cached, explainer_options
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
 from evaluators.reports.wandb_log import check_log_to, log_report
 
-METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", *STABILITIES)
-LOWER_IS_BETTER = {m: not REGISTRY["relative_stability" if m in STABILITIES else m].higher_is_better for m in METRICS}
+# Decker et al.'s metrics (INFD, FCOR, SENS_AVG, SENS_MAX; ROAD; OpenXAI's relative stabilities), each a
+# registered metric (an unknown name fails here): the report's columns, relative_stability's three in its place,
+# each column's direction its metric's
+PAPER_METRICS = ("infidelity", "fcor", "sens_avg", "sens_max", "road_morf", "road_lerf", "relative_stability")
+COLUMNS = tuple(c for m in PAPER_METRICS for c in (STABILITIES if m == "relative_stability" else (METRICS[m].name,)))
+HIGHER_IS_BETTER = {c: METRICS["relative_stability" if c in STABILITIES else c].higher_is_better for c in COLUMNS}
 # Decker et al.'s CIFAR-10 column of Tables 5 (INFD, FCOR) and 6 (SENS_AVG, SENS_MAX): a
 # pre-trained ResNet-18, 500 images; None where the paper prints no value.
 PAPER_CIFAR10 = {
@@ -111,7 +116,7 @@ class OptimisedAggregationConfig(ModelSource):
 
     n_inputs: int = 200
     explainers: dict = field(default_factory=_decker_explainers)
-    aggregators: list[str] = field(default_factory=lambda: aggregator_names("optimised"))
+    aggregators: list[str] = field(default_factory=lambda: AGGREGATORS.names(kind="optimised"))
     m_agg: int = 50
     m_eval: int = 200
     m_sens: int = 200
@@ -137,10 +142,10 @@ class OptimisedAggregationConfig(ModelSource):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_chunk_size(self.chunk_size)
-        unknown = sorted(set(self.aggregators) - set(aggregator_names("optimised")))
+        unknown = sorted(set(self.aggregators) - set(AGGREGATORS.names(kind="optimised")))
         if unknown:
             raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
-                             f"{aggregator_names('optimised')}")  # fmt: skip
+                             f"{AGGREGATORS.names(kind='optimised')}")  # fmt: skip
         check_log_to(self.log_to)
         for name in ("n_inputs", "m_agg", "m_eval", "m_sens", "stability_samples"):
             if getattr(self, name) < 2:
@@ -152,7 +157,7 @@ class OptimisedAggregationConfig(ModelSource):
                              f"{list(RELATIVE_CHANGES)}")  # fmt: skip
         if not self.explainers:
             raise InputError("option explainers is empty; expected explainer name: {options}")
-        of_maps = [name for name, spec in REGISTRY.items() if spec.needs == ("maps",)]
+        of_maps = METRICS.names(needs=("maps",))
         unknown = [name for name in self.map_metrics if name not in of_maps]
         if unknown:
             raise InputError(f"option map_metrics: unknown metric(s) {unknown}; expected some of {of_maps}")
@@ -198,7 +203,7 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     def summarise(summaries: dict[str, dict]) -> dict:
         names = next(iter(summaries.values()))["explainers"]
         groups = {"explainers": names, "aggregators": list(cfg.aggregators), "all": names + list(cfg.aggregators)}
-        return population_summary(asdict(cfg), summaries, {m: not LOWER_IS_BETTER[m] for m in METRICS}, "se", groups,
+        return population_summary(asdict(cfg), summaries, HIGHER_IS_BETTER, "se", groups,
                                   lambda s: s["findings"])  # fmt: skip
 
     return evaluate_run(cfg, run_dir, evaluate_model,
@@ -223,7 +228,7 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
             print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
-        parts.append(chunk_results(cfg, model, chunk, map_options, 1 if source.tabular else 2))
+        parts.append(chunk_results(cfg, model, chunk, map_options, source.modality.map_dims))
     per_input, weights = concatenated([p[0] for p in parts]), concatenated([p[1] for p in parts])
     names = list(cfg.explainers)
     blanks = {name: {kind: sum(p[2][name][kind] for p in parts) for kind in counts}
@@ -247,7 +252,7 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
         a blurred copy), read on first use."""
         got = chunk.inputs
         explainers = {name: explainer_options(options or {}, got) for name, options in cfg.explainers.items()}
-        return got.x, got.target, explainers, got.stats[0] if got.tabular else None
+        return got.x, got.target, explainers, None if got.modality.spatial else got.stats[0]
 
     def copies_seed(part: slice, m: int) -> dict:
         """The explainers' draws for the m noisy copies of each input of ``part`` (copy s of input i
@@ -277,7 +282,7 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
         print("  infidelity and faithfulness correlation (evaluation samples)", flush=True)
         samples = subset_perturbations(model, x, target, cfg.m_eval, cfg.share, baseline, seed=cfg.seed,
                                        max_batch=max_batch, offset=chunk.start)  # fmt: skip
-        out = {row: {name: REGISTRY[name].function(m, samples).cpu() for name in ("infidelity", "fcor")}
+        out = {row: {name: METRICS[name].function(m, samples).cpu() for name in ("infidelity", "fcor")}
                for row, m in rows.items()}  # fmt: skip
         print("  sensitivity (evaluation samples)", flush=True)
         distances = {row: [] for row in rows}
@@ -305,7 +310,7 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
         for row, m in rows.items():
             out[row] = {}
             for name in ("road_morf", "road_lerf"):
-                spec = REGISTRY[name]
+                spec = METRICS[name]
                 _, curves = spec.function(model, x, m, **spec.fixed, percentages=ROAD_PERCENTAGES, target=target,
                                           difference=True, feature_means=baseline, seed=cfg.seed,
                                           max_batch=max_batch, **chunk.part)  # fmt: skip
@@ -328,7 +333,7 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
                                          **copies_seed(part, n))  # fmt: skip
             weights = {a: w[part] for a, w in fitted["weights"].items()}
             for row, m in row_maps(noisy_stack, weights, names, cfg.aggregators, map_dims, n).items():
-                result = REGISTRY["relative_stability"].function(
+                result = METRICS["relative_stability"].function(
                     model, x[part], rows[row][part], lambda v, t, m=m: m, part_target, radius=cfg.stability_radius,
                     change=cfg.stability_change, layer=cfg.stability_layer, perturbed=perturbed, seed=cfg.seed,
                     max_batch=max(max_batch, len(m)),
@@ -344,14 +349,14 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
             per_input[row].update(values)
     for name in cfg.map_metrics:  # the maps alone: cheap, so not cached
         for row, m in rows.items():
-            per_input[row][name] = REGISTRY[name].function(m).cpu()
+            per_input[row][name] = METRICS[name].function(m).cpu()
     blanks = count_blank_maps({name: stack[:, i] for i, name in enumerate(names)})
     return per_input, fitted["weights"], blanks
 
 
 def columns(config: dict) -> tuple[str, ...]:
-    """The report's metrics: ``METRICS`` and the config's ``map_metrics`` (none in older reports)."""
-    return (*METRICS, *config.get("map_metrics", ()))
+    """The report's metrics: ``COLUMNS`` and the config's ``map_metrics`` (none in older reports)."""
+    return (*COLUMNS, *config.get("map_metrics", ()))
 
 
 def mean_and_error(values: torch.Tensor) -> dict[str, float]:
@@ -368,11 +373,11 @@ def findings(table: dict, names: list[str], aggregators: list[str]) -> dict:
     """Decker et al.'s claims on these numbers: which row is lowest on each metric, and
     whether each optimised aggregator beats every single explainer and AGG_mean/AGG_var."""
     def better(a: str, b: str, metric: str) -> bool:
-        sign = 1 if LOWER_IS_BETTER[metric] else -1
+        sign = -1 if HIGHER_IS_BETTER[metric] else 1
         return sign * table[a][metric]["mean"] < sign * table[b][metric]["mean"]
 
-    out = {"best": {m: min(table, key=lambda r: (1 if LOWER_IS_BETTER[m] else -1) * table[r][m]["mean"])
-                    for m in METRICS}}  # fmt: skip
+    out = {"best": {m: min(table, key=lambda r: (-1 if HIGHER_IS_BETTER[m] else 1) * table[r][m]["mean"])
+                    for m in COLUMNS}}  # fmt: skip
     for agg, metric in (("agg_faith", "infidelity"), ("agg_faith", "fcor"), ("agg_robust", "sens_avg"),
                         ("agg_robust", "sens_max"), ("agg_opt", "infidelity"), ("agg_opt", "sens_avg")):  # fmt: skip
         if agg in table:
@@ -393,9 +398,9 @@ def markdown_table(summary: dict) -> str:
     the table, the explainers with blank (all-zero or constant) maps. The ``map_metrics`` follow
     the nine columns."""
     paper_columns = is_cifar10(summary.get("dataset"))
-    extra = columns(summary["config"])[len(METRICS):]
+    extra = columns(summary["config"])[len(COLUMNS):]
     head = [f"{name}{' | paper, CIFAR-10' if paper_columns and i < 4 else ''}" for i, name in enumerate(LABELS)]
-    head += [f"{name} {'↑' if REGISTRY[name].higher_is_better else '↓'}" for name in extra]
+    head += [f"{name} {'↑' if METRICS[name].higher_is_better else '↓'}" for name in extra]
     lines = [f"| method | {' | '.join(head)} |", "|---" * (10 + len(extra) + 4 * paper_columns) + "|"]
     for row, v in summary["rows"].items():
         paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5 if paper_columns else ("",) * 9
@@ -429,7 +434,7 @@ def plot_weights(summary: dict, path: Path) -> Path:
 
 def write_optimised_report(summary: dict, out_dir: Path) -> None:
     if "members" in summary:  # a population's report
-        labels = {m: LABELS[i] if i < len(LABELS) else m for i, m in enumerate(METRICS)}  # a new column: its name
+        labels = {m: LABELS[i] if i < len(LABELS) else m for i, m in enumerate(COLUMNS)}  # a new column: its name
         write_population_report(summary, out_dir, "optimised_aggregation", labels)
         return
     png = plot_weights(summary, out_dir / "weights.png")
@@ -445,3 +450,11 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
     log_report(summary["config"]["log_to"], out_dir, "optimised_aggregation", summary["config"],
                {"optimised_aggregation": (["row", *metrics], data)}, {"weights": png})
     print(markdown_table(summary))
+
+
+PROTOCOLS.add("optimised", evaluate_optimised,
+              help="optimised aggregation of explainers: infidelity and sensitivity (Decker et al.)",
+              config=OptimisedAggregationConfig, write=write_optimised_report, report="optimised_aggregation.json",
+              resumable=True, source="run",
+              choices={"explainers": (EXPLAINERS, {}), "aggregators": (AGGREGATORS, {"kind": "optimised"}),
+                       "map_metrics": (METRICS, {"needs": ("maps",)})})  # fmt: skip

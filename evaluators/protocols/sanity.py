@@ -45,7 +45,7 @@ from evaluators.inputs.counts import counted, default_of
 from evaluators.inputs.members import load_members, model_options, population_name, population_path
 from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
-from evaluators.maps import explainer_names
+from evaluators.maps import EXPLAINERS, explainer_names
 from evaluators.maps.image_explainers import REDUCTIONS
 from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
@@ -53,8 +53,10 @@ from evaluators.protocols.sanity_population import evaluate_population, write_po
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
 from evaluators.reports.wandb_log import check_log_to, log_report
 from evaluators.sanity import MODES, model_randomisation, random_logit
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
 from foundation.errors import InputError
+from foundation.modality import Modality
 from foundation.files import atomic_open, write_json, write_text
 
 MODE_OPTIONS = (*MODES, "both")
@@ -121,13 +123,13 @@ class SanityConfig(ModelSource):
         population = population_path(self.run)
         return Path(self.run).resolve().parent.name if population is None else population_name(population)
 
-    def checked_measures(self, tabular: bool) -> list[str]:
-        """The measures to compute for a tabular or image model: the configured ones, refused
-        where one needs 2-D maps and the model is tabular; by default every one that applies."""
+    def checked_measures(self, modality: Modality) -> list[str]:
+        """The measures to compute for a model of ``modality``: the configured ones, refused
+        where one needs 2-D maps and the maps are not (``Modality.spatial``); by default every one that applies."""
         if self.measures is None:
-            return [m for m in MEASURES if not (tabular and m in IMAGE_ONLY_MEASURES)]
+            return [m for m in MEASURES if modality.spatial or m not in IMAGE_ONLY_MEASURES]
         flat = [m for m in self.measures if m in IMAGE_ONLY_MEASURES]
-        if tabular and flat:
+        if not modality.spatial and flat:
             raise InputError(f"option measures: {flat} compare 2-D image maps; option run={self.run!r} is a tabular "
                              "model; expected some of "
                              f"{[m for m in MEASURES if m not in IMAGE_ONLY_MEASURES]}")  # fmt: skip
@@ -176,12 +178,12 @@ def evaluate_model(cfg: SanityConfig, model, data, run_dir: Path) -> dict:
     device = next(model.parameters()).device
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
                          {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
-    measures = cfg.checked_measures(inputs.tabular)
+    measures = cfg.checked_measures(inputs.modality)
     names = explainer_names(model, inputs.x)
     unknown = sorted(set(cfg.explainers) - set(names))
     if unknown:
         raise InputError(f"option explainers: unknown explainer(s) {unknown} for this model; expected some of {names}")
-    n_figure = 0 if inputs.tabular or cfg.n_figure == 0 else counted(
+    n_figure = 0 if inputs.modality.figure != "heatmap" or cfg.n_figure == 0 else counted(
         "n_figure", cfg.n_figure, len(inputs.x), "n_inputs selection", "inputs", default_of(cfg, "n_figure"))
     shown = torch.linspace(0, len(inputs.x) - 1, n_figure).long()  # across the classes
     results: dict[tuple[str, str], dict] = {}
@@ -306,3 +308,9 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
     log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], {"sanity": (columns, rows)},
                {p.stem: p for p in pngs})  # fmt: skip
     print((out_dir / "table.md").read_text())
+
+
+PROTOCOLS.add("sanity", evaluate_sanity,
+              help="model-randomisation sanity check of explainers and the random-logit test (Adebayo et al.)",
+              config=SanityConfig, write=write_sanity_report, report="sanity.json", resumable=True,
+              source="run", choices={"explainers": (EXPLAINERS, {})})  # fmt: skip

@@ -17,6 +17,7 @@ import torch
 
 from evaluators.inputs.config import PopulationSource
 from evaluators.inputs.counts import counted, default_of
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.agreement_functional import sign_agreement
@@ -105,3 +106,8 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
     fig.tight_layout()
     save_figure(fig, out_dir / "sigma_ablation.png")
     plt.close(fig)
+
+
+PROTOCOLS.add("sigma", evaluate_sigma, help="sigma ablation of perturbed models (Ley et al., Fig. 4-5)",
+              modalities=("rows",), config=SigmaAblationConfig, write=write_sigma_report,
+              report="sigma_ablation.json")  # fmt: skip

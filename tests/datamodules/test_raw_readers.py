@@ -114,7 +114,7 @@ def test_gmsc_too_few_rows_for_balanced_sample(tmp_path):
 
 
 def test_unknown_dataset_lists_known_ones():
-    with pytest.raises(InputError, match=r"unknown dataset 'hmda'; expected one of \['adult', 'default_credit'"):
+    with pytest.raises(InputError, match=r"unknown dataset 'hmda'; expected one of \['heloc', 'german', 'adult'"):
         FinancialDataModule(dataset="hmda")
 
 

@@ -108,18 +108,19 @@ def check_aggregator(ns: dict) -> None:
     from callbacks import AggregationFidelity
     from foundation.errors import InputError
     from evaluators.aggregators.pixel_aggregators import aggregate
-    from evaluators.aggregators.registry import aggregator_names
+    from evaluators.aggregators.registry import AGGREGATORS
     from evaluators.protocols.roar.estimators import estimator_names
 
     stack = ns["stack"].double().numpy()
     assert np.allclose(ns["merged"].numpy(), np.sort(stack, axis=0)[1:4].mean(0), atol=1e-6)
     assert torch.equal(aggregate(ns["stack"], "trimmed_mean", trim=1), ns["merged"])
-    run = ns["AGGREGATORS"]["trimmed_mean"].run
     with pytest.raises(InputError, match="trim"):
-        run(ns["stack"], cut=1)
+        aggregate(ns["stack"], "trimmed_mean", cut=1)
     with pytest.raises(InputError, match="NaN"):
-        run(ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))))
-    assert "trimmed_mean" in aggregator_names("pixel")
+        aggregate(ns["stack"].index_put((torch.tensor(0),), torch.tensor(float("nan"))), "trimmed_mean")
+    assert AGGREGATORS["trimmed_mean"].obj is ns["trimmed_mean"] and dict(AGGREGATORS["trimmed_mean"].defaults) == {
+        "trim": 1}
+    assert "trimmed_mean" in AGGREGATORS.names(kind="pixel")
     assert "agg:trimmed_mean" in estimator_names(torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.zeros(3, 4))
     assert AggregationFidelity(aggregators={"trimmed_mean": {"trim": 1}}).aggregators == {"trimmed_mean": {"trim": 1}}
 
@@ -134,19 +135,23 @@ def test_readme_marks_each_example_once():
 
 
 @pytest.fixture
-def registries():
+def registries(monkeypatch):
     """Every registry as it was before the test, restored after it."""
     from datamodules.specs import DATASETS
-    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS
     from evaluators.aggregators.registry import AGGREGATORS
     from evaluators.maps import EXPLAINERS
     from evaluators.metrics.registry import METRICS
     from evaluators.protocols.registry import PROTOCOLS
+    from foundation.registry import Registry
 
-    registries = (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS, PIXEL_AGGREGATORS)
-    saved = [(registry, dict(registry)) for registry in registries]
+    plain = []
+    for registry in (EXPLAINERS, DATASETS, PROTOCOLS, METRICS, AGGREGATORS):
+        if isinstance(registry, Registry):  # a copy of its entries during the test, its own restored after it
+            monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+        else:  # a plain dict
+            plain.append((registry, dict(registry)))
     yield
-    for registry, before in saved:
+    for registry, before in plain:
         registry.clear()
         registry.update(before)
 
@@ -162,3 +167,80 @@ def test_readme_example_runs(name, tmp_path, monkeypatch, registries, request):
     monkeypatch.setitem(sys.modules, module.__name__, module)  # a script's classes need it (dataclasses look it up)
     exec(compile(examples()[name], f"docs/extending.md ({name} example)", "exec"), module.__dict__)
     CHECKS[name](module.__dict__)
+
+
+# --- a metric and an aggregator registered at run time, found through evaluate.py's options and the protocols --
+def test_a_metric_registered_at_run_time_is_an_optimised_column_and_a_callback_metric(tiny_run, tmp_path, monkeypatch):
+    import torch
+
+    import evaluate
+    from callbacks import AggregationFidelity
+    from evaluators.aggregators.optimised_aggregators import explainer_maps
+    from evaluators.inputs.runs import load_run
+    from evaluators.metrics.base import MeanOverInputs
+    from evaluators.metrics.registry import METRICS
+    from foundation.errors import InputError
+    from lightning_modules.interface import default_classes
+
+    monkeypatch.setattr(METRICS, "_entries", dict(METRICS._entries))
+
+    def peak(maps):
+        """Per input: the largest absolute attribution."""
+        return maps.flatten(1).abs().amax(1)
+
+    @METRICS.register("toy_peak", needs=("maps",), higher_is_better=False, function=peak)
+    class Peak(MeanOverInputs):
+        higher_is_better = False
+
+        def __init__(self, **kwargs):
+            super().__init__({}, **kwargs)
+
+        def scores(self, model, x, maps, target, explain_fn):
+            return peak(maps)
+
+    explainers = {"saliency": {}, "input_x_gradient": {}}
+    cfg = {"run": str(tiny_run), "n_inputs": 3, "explainers": explainers, "aggregators": ["agg_mean"], "m_agg": 4,
+           "m_eval": 6, "m_sens": 3, "stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc",
+           "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out")}  # fmt: skip
+    (tmp_path / "optimised.yaml").write_text(json.dumps(cfg))
+    command = ["optimised", "--config", str(tmp_path / "optimised.yaml")]
+    refused = r"--map_metrics: \['nope'\]: expected .*'sparseness', 'complexity', 'toy_peak'"
+    with pytest.raises(InputError, match=refused):
+        evaluate.main([*command, "--map_metrics", "nope"])
+    summary = evaluate.main([*command, "--map_metrics", "toy_peak"])
+    model, data, _ = load_run(tiny_run)
+    data.setup("test")
+    x, _ = data.probe(3, "test")
+    stack = explainer_maps(model, x, default_classes(model, x), explainers)  # the protocol's maps, made again
+    for row, maps in {"saliency": stack[:, 0], "input_x_gradient": stack[:, 1], "agg_mean": stack.mean(1)}.items():
+        expected = maps.flatten(1).abs().amax(1).mean().item()  # by hand: each map's largest |value|, averaged
+        assert summary["rows"][row]["toy_peak"]["mean"] == pytest.approx(expected, rel=1e-5)
+    (folder,) = (tmp_path / "out").iterdir()
+    assert "| toy_peak ↓ |" in (folder / "table.md").read_text()  # the direction declared at registration
+    assert AggregationFidelity(metrics=("insertion", "toy_peak")).metrics == ("insertion", "toy_peak")
+    assert torch.equal(Peak().scores(None, None, stack[:, 0], None, None), peak(stack[:, 0]))
+
+
+def test_an_aggregator_registered_at_run_time_is_an_aggregation_row_by_the_cli(tiny_run, tmp_path, monkeypatch):
+    import evaluate
+    from evaluators.aggregators.registry import AGGREGATORS
+    from foundation.errors import InputError
+
+    monkeypatch.setattr(AGGREGATORS, "_entries", dict(AGGREGATORS._entries))
+
+    @AGGREGATORS.register("toy_max", kind="pixel", needs=("maps",))
+    def toy_max(stack, map_dims=2):
+        """Per pixel: the largest of the k normalised values."""
+        return stack.amax(0)
+
+    cfg = {"run": str(tiny_run), "n_inputs": 4, "explainers": {"saliency": {}, "gradcam": {}},
+           "aggregators": {"mean": {}}, "normalisations": ["z"], "sweeps": {}, "steps": 4, "log_to": "none",
+           "device": "cpu", "output_dir": str(tmp_path / "out"), "n_grid": 2}  # fmt: skip
+    (tmp_path / "agg.yaml").write_text(json.dumps(cfg))
+    command = ["aggregation", "--config", str(tmp_path / "agg.yaml")]
+    with pytest.raises(InputError, match=r"--aggregators: \['nope'\]: expected .*'rbm', 'toy_max'\]"):
+        evaluate.main([*command, "--aggregators", "mean,nope"])
+    summary = evaluate.main([*command, "--aggregators", "mean,toy_max"])
+    assert summary["config"]["aggregators"] == {"mean": {}, "toy_max": {}}
+    assert {"agg/mean", "agg/toy_max"} <= set(summary["rows"])
+    assert summary["rows"]["agg/toy_max"] != summary["rows"]["agg/mean"]  # a map of its own, scored

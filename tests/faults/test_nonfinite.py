@@ -19,10 +19,9 @@ from torch import nn
 import evaluate
 from datamodules import FinancialDataModule
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
-from evaluators.aggregators.optimised_aggregators import (
-    OPTIMISED_AGGREGATORS, optimised_aggregation, variance_aggregate,
-)
-from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate, aggregate_all
+from evaluators.aggregators.optimised_aggregators import optimised_aggregation, variance_aggregate
+from evaluators.aggregators.pixel_aggregators import aggregate, aggregate_all
+from evaluators.aggregators.registry import AGGREGATORS
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
@@ -81,7 +80,7 @@ def test_normalise_names_its_label():
 
 # --- pixel aggregators ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", BAD)
-@pytest.mark.parametrize("name", PIXEL_AGGREGATORS)
+@pytest.mark.parametrize("name", AGGREGATORS.names(kind="pixel"))
 def test_aggregate_refuses_a_stack_with_nan_or_inf(name, kind):
     stack = torch.randn(3, 4, 5, 6, dtype=torch.float64)
     params = {"k": 2} if name == "rbm" else {}
@@ -112,7 +111,7 @@ def nan_saliency(monkeypatch):
 
 
 @pytest.mark.parametrize("kind", BAD)
-@pytest.mark.parametrize("method", OPTIMISED_AGGREGATORS)
+@pytest.mark.parametrize("method", AGGREGATORS.names(kind="optimised"))
 def test_optimised_aggregation_names_the_explainer_with_nan_or_inf(method, kind, nan_saliency):
     nan_saliency["value"] = BAD[kind]
     x = torch.randn(3, 2, 5, 6, dtype=torch.float64)
@@ -122,7 +121,7 @@ def test_optimised_aggregation_names_the_explainer_with_nan_or_inf(method, kind,
 
 
 @pytest.mark.parametrize("kind", BAD)
-@pytest.mark.parametrize("method", OPTIMISED_AGGREGATORS)
+@pytest.mark.parametrize("method", AGGREGATORS.names(kind="optimised"))
 def test_optimised_aggregation_refuses_inputs_with_nan_or_inf(method, kind):
     x = poisoned(torch.randn(3, 2, 5, 6, dtype=torch.float64), (1, 1, 0, 0), BAD[kind])
     with pytest.raises(InputError, match=rf"^inputs x: input 1 has {counted(kind)}"):

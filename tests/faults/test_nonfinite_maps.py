@@ -22,10 +22,12 @@ from torchmetrics import Metric
 import evaluators.aggregators
 import evaluators.metrics
 from datamodules.tabular import TwoMoonsDataModule
+from evaluators.aggregators.optimised_aggregators import optimised_aggregation
+from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.maps import EXPLAINERS
 from foundation.errors import InputError
-from evaluators.metrics.agreement import METRICS as AGREEMENT_METRICS
+from evaluators.metrics.agreement import AGREEMENT_METRICS
 from evaluators.metrics.agreement import PairwiseAgreement
 from evaluators.metrics.agreement_functional import (
     angular_difference, feature_agreement, ley_agreements, watson_consistency,
@@ -273,7 +275,7 @@ def test_every_agreement_metric_refuses_non_finite_maps(name):
 def test_every_metric_class_is_swept():
     """A new Metric in evaluators/metrics is registered (``METRICS``) or is the agreement metric,
     or this sweep does not reach it: then register it or add it here."""
-    swept = {spec.metric for spec in METRICS.values()} | {PairwiseAgreement}
+    swept = {entry.obj for entry in METRICS.values()} | {PairwiseAgreement}
     for package in (evaluators.metrics,):
         for info in pkgutil.iter_modules(package.__path__):
             module = importlib.import_module(f"{package.__name__}.{info.name}")
@@ -300,8 +302,8 @@ def test_every_registered_aggregator_refuses_non_finite_maps(name, nan_saliency)
     if spec.kind == "pixel":
         options = {"k": 2, "batch_size": 2} if name == "rbm" else {}
         with pytest.raises(InputError, match=rf"^stack\[1\]: map 0 {REFUSED}"):
-            spec.run(poisoned(pool["stack"], index=N * H * W + 3), **options)
+            aggregate(poisoned(pool["stack"], index=N * H * W + 3), name, **options)
     else:
-        options = {"n_samples": 2} if "n_samples" in inspect.signature(spec.function).parameters else {}
+        options = {"n_samples": 2} if "n_samples" in inspect.signature(spec.obj).parameters else {}
         with pytest.raises(InputError, match=rf"^explainer 'saliency': map 1 {REFUSED}"):
-            spec.run(pool["model"], pool["x"], {"input_x_gradient": {}, "saliency": {}}, **options)
+            optimised_aggregation(pool["model"], pool["x"], name, {"input_x_gradient": {}, "saliency": {}}, **options)

@@ -39,9 +39,25 @@ def test_names_filter_by_modality_and_traits_in_registration_order():
 def test_unknown_name_and_double_registration_are_refused():
     things = Registry("metric", page="fidelity_metrics.md")
     things.add("auc", len)
-    with pytest.raises(InputError, match=r"unknown metric 'aucc'; expected one of \['auc'\] \(docs/fidelity_metrics.md\)"):
+    refused = r"unknown metric 'aucc'; expected one of \['auc'\] \(docs/fidelity_metrics.md\)"
+    with pytest.raises(InputError, match=refused):
         things["aucc"]
     with pytest.raises(ValueError, match="registered twice"):
         things.add("auc", len)
     with pytest.raises(ValueError, match="unknown modalities"):
         things.add("x", len, modalities=("sequences",))
+
+
+def test_defaults_are_the_signature_s_unless_given_and_a_kind_s_traits_have_defaults():
+    things = Registry("thing", traits={"kind": "plain", "linear": False})
+
+    @things.register("scaled", linear=True)
+    def scaled(x, k: int = 2, *, offset=0.5, **options):
+        return k * x + offset
+
+    things.add("builtin", len, defaults={"n": 1})
+    things.add("spec", object())  # not callable: no signature
+    assert dict(things["scaled"].defaults) == {"k": 2, "offset": 0.5}
+    assert dict(things["builtin"].defaults) == {"n": 1} and dict(things["spec"].defaults) == {}
+    assert (things["scaled"].kind, things["scaled"].linear) == ("plain", True)
+    assert things["builtin"].linear is False and things.names(linear=False) == ["builtin", "spec"]

@@ -51,8 +51,9 @@ def _imports():
     IMAGE_EXPLAINERS = [n for n, spec in EXPLAINERS.items() if spec.takes != "rows"]  # noqa: F841 (an image model's)
     from evaluators.maps.image_explainers import reduce_map  # noqa: F401
     from evaluators.aggregators.normalisations import NORMALISATIONS, normalise  # noqa: F401
-    from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation  # noqa: F401
-    from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate  # noqa: F401
+    from evaluators.aggregators.optimised_aggregators import optimised_aggregation  # noqa: F401
+    from evaluators.aggregators.pixel_aggregators import aggregate  # noqa: F401
+    from evaluators.aggregators.registry import AGGREGATORS  # noqa: F401
     from evaluators.aggregators.simplex_qp import solve_simplex_qp  # noqa: F401
     from evaluators.metrics import agreement_functional as agreement  # noqa: F401
     from evaluators.metrics.faithfulness_correlation import faithfulness_correlation  # noqa: F401
@@ -388,7 +389,7 @@ def aggregation(ns) -> dict:
         out[f"normalise/{name}/float32"] = entry(ns.normalise(maps.float(), name))
     stack = torch.stack([ns.normalise(torch.randn(2, 5, 6, generator=g, dtype=torch.float64), "linear")
                          for _ in range(3)])  # fmt: skip
-    for name in sorted(ns.PIXEL_AGGREGATORS):
+    for name in sorted(ns.AGGREGATORS.names(kind="pixel")):
         out[f"pixel/{name}"] = entry(ns.aggregate(stack, name))
     out["pixel/percentile/q=75"] = entry(ns.aggregate(stack, "percentile", q=75.0))
     gamma = torch.randn(4, 3, 3, generator=g, dtype=torch.float64)
@@ -399,14 +400,14 @@ def aggregation(ns) -> dict:
     x = images(2, size=8, seed=52)
     explainers = {"saliency": {}, "integrated_gradients": {"n_steps": 6}, "guided_backprop": {}}
     small = {"agg_robust": {"n_samples": 3}, "agg_faith": {"n_samples": 4}, "agg_opt": {"n_samples": 4}}
-    for method in sorted(ns.OPTIMISED_AGGREGATORS):
+    for method in sorted(ns.AGGREGATORS.names(kind="optimised")):
         maps_, weights = ns.optimised_aggregation(model, x, method, explainers, **small.get(method, {}))
         out[f"optimised/images/{method}"] = entry(maps_)
         out[f"optimised/images/{method}/weights"] = entry(weights) if weights is not None else None
     mlp = ns.MLPClassifier(in_features=D, hidden=HIDDEN, seed=2).eval()
     r = rows(4, seed=53)
     small_rows = {k: {**v, "baseline": r.mean(0)} if k in ("agg_faith", "agg_opt") else v for k, v in small.items()}
-    for method in sorted(ns.OPTIMISED_AGGREGATORS):
+    for method in sorted(ns.AGGREGATORS.names(kind="optimised")):
         maps_, weights = ns.optimised_aggregation(mlp, r, method, explainers, **small_rows.get(method, {}))
         out[f"optimised/rows/{method}"] = entry(maps_)
     return out

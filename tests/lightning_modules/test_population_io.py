@@ -30,7 +30,8 @@ def populations():
 @pytest.mark.parametrize("old_format", ["reliable-explanations/population-v2",
                                         "reliable-explanations/image-population-v1"])  # fmt: skip
 def test_files_of_both_old_formats_and_the_new_one_load_as_their_population(tmp_path, old_format):
-    from evaluators.inputs.image_members import is_image_source
+    from evaluators.inputs.image_members import source_modality
+    from foundation.modality import IMAGES
 
     population, x = populations()[old_format]
     old_file(tmp_path / "old.pt", population, old_format)
@@ -40,7 +41,7 @@ def test_files_of_both_old_formats_and_the_new_one_load_as_their_population(tmp_
         assert type(loaded) is type(population) and payload["class"] == type(population).__name__
         assert loaded.seeds == population.seeds and loaded.init_kwargs() == population.init_kwargs()
         torch.testing.assert_close(loaded.eval()(x), population(x), rtol=0, atol=0)
-        assert is_image_source(tmp_path / name) == isinstance(population, ImagePopulation)
+        assert (source_modality(tmp_path / name) is IMAGES) == isinstance(population, ImagePopulation)
         member = load_member(tmp_path / name, 1)
         torch.testing.assert_close(member.eval()(x), population.member(1).eval()(x), rtol=0, atol=0)
     assert torch.load(tmp_path / "new.pt", weights_only=True)["format"] == "reliable-explanations/population-v3"

@@ -27,12 +27,12 @@ and aggregated explanations, ``estimator_maps(model, x, name, ...)`` -> maps sha
   registry names, or a dict name -> options; default :data:`AGG_EXPLAINERS`, the paper's
   base estimators GRAD, IG, GB):
 
-  - ``<aggregator>`` of ``pixel_aggregators.PIXEL_AGGREGATORS`` (``mean``, ``ucb``, ``var``
+  - ``<aggregator>``, a pixel aggregator of ``AGGREGATORS`` (``mean``, ``ucb``, ``var``
     …, Mahlau & Nolde): each base map is taken in absolute value (``absolute=True``),
     normalised per map over all its elements (``normalisation``, default ``z``, their
     Table 1's) and the k maps merged element by element by ``aggregate``; further options
     (``aggregator_options``) go to the aggregator;
-  - ``<aggregator>`` of ``optimised_aggregators.OPTIMISED_AGGREGATORS`` (``agg_mean``,
+  - ``<aggregator>``, an optimised aggregator of ``AGGREGATORS`` (``agg_mean``,
     ``agg_var``, ``agg_robust``, ``agg_faith``, ``agg_opt``, Decker et al.), through
     ``optimised_aggregation`` with its own post-processing and options; its image maps are
     per pixel (H, W) and are repeated over the C channels.
@@ -51,13 +51,15 @@ from torch.nn import functional as F
 
 from datamodules.roar import RANDOM_STREAM, uniform_hash
 from evaluators.aggregators.normalisations import normalise
-from evaluators.aggregators.optimised_aggregators import OPTIMISED_AGGREGATORS, optimised_aggregation
-from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from evaluators.aggregators.optimised_aggregators import optimised_aggregation
+from evaluators.aggregators.pixel_aggregators import aggregate
+from evaluators.aggregators.registry import AGGREGATORS
 from foundation.finite import check_finite
-from evaluators.maps import explain, explainer_names, input_kind
+from evaluators.maps import explain, explainer_names
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
+from foundation.modality import IMAGES
 from lightning_modules.interface import default_targets, eval_mode
 
 CHUNK = 1024
@@ -108,7 +110,7 @@ def _explainers(explainers, model: nn.Module, x: torch.Tensor) -> dict[str, dict
 def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tensor, explainers=AGG_EXPLAINERS,
                 normalisation: str = "z", absolute: bool = True, **options) -> torch.Tensor:  # fmt: skip
     explainers = _explainers(explainers, model, x)
-    if aggregator in OPTIMISED_AGGREGATORS:
+    if aggregator in AGGREGATORS.names(kind="optimised"):
         maps, _ = optimised_aggregation(model, x, aggregator, explainers, target=target,
                                         **{"seed": seed, "index": index, **options})  # fmt: skip
         return maps if maps.shape == x.shape else maps[:, None].expand_as(x)
@@ -121,8 +123,8 @@ def _aggregated(model, x, target, aggregator: str, seed: int, index: torch.Tenso
 def estimator_names(model: nn.Module, x: torch.Tensor) -> list[str]:
     """The names ``estimator_maps`` takes for ``model`` and inputs like x: explainers
     (``explainer_names``), controls (``sobel`` for images), ``agg:`` aggregates."""
-    controls = list(ROAR_CONTROLS) if input_kind(x) == "images" else ["random"]
-    aggregates = [AGG_PREFIX + a for a in [*PIXEL_AGGREGATORS, *OPTIMISED_AGGREGATORS]]
+    controls = list(ROAR_CONTROLS) if IMAGES.recognises(x) else ["random"]
+    aggregates = [AGG_PREFIX + a for a in AGGREGATORS.names()]
     return explainer_names(model, x) + controls + aggregates
 
 

@@ -25,10 +25,11 @@ from pathlib import Path
 import yaml
 
 from evaluators.inputs.members import model_options
-from evaluators.protocols.roar.grid import (RoarGrid, estimator_options, fresh_models, ranking_store, run_grid,
-                                            stacked_retraining)
+from evaluators.protocols.roar.grid import (RoarGrid, estimator_options, fresh_models, parse_shard, ranking_store,
+                                            run_grid, stacked_retraining)
 from evaluators.protocols.roar.rankings import SHARD_SIZE
 from evaluators.protocols.roar.report import collect, markdown_table
+from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.files import atomic_write, write_text
@@ -124,3 +125,17 @@ def write_roar_report(summary: dict, out_dir: Path) -> None:
     table = markdown_table(summary["rows"])
     write_text(out_dir / "table.md", table)
     print(table, end="")
+
+
+PROTOCOLS.add(
+    "roar", evaluate_roar,
+    help="remove and retrain: accuracy of models retrained without each estimator's top pixels (Hooker et al.)",
+    config=RoarConfig, write=write_roar_report, report="roar.json", resumable=True, source="model",
+    options={"shard": dict(type=parse_shard, default=None, metavar="i/k", help="run cells i, i+k, ... only "
+                           "(SLURM arrays); the last shard writes the report"),
+             "rankings_only": dict(action="store_true", help="image data: only the sharded, resumable map "
+                                   "pass storing each image's ranking (evaluators/protocols/roar/"
+                                   "rankings.py), shard files i, i+k, ... with --shard; no cell is trained"),
+             "rankings_shard_size": dict(type=int, default=256, metavar="N",
+                                         help="images per ranking shard file (--rankings_only)")},
+    report_dir=grid_report_dir)  # fmt: skip

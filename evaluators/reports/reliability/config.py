@@ -74,11 +74,11 @@ class ReportConfig(PopulationSource):
         if not isinstance(self.options, dict):
             raise InputError(f"option options={self.options!r}; expected a mapping explainer -> its options")
         explainer_options({name: self.options.get(name, {}) for name in self.explainers})  # names known, non-empty
-        kind = "images" if self.images else "rows"
+        kind = self.modality.name
         other = [m for m in self.explainers if EXPLAINERS[m].takes not in ("any", kind)]
         if other:
             raise InputError(f"option explainers: {other} do not take {kind}; the population's inputs are {kind}")
-        measures = list(MEASURES) if self.images else ["spearman_abs", "spearman"]
+        measures = list(MEASURES) if kind == "images" else ["spearman_abs", "spearman"]
         if self.measure not in measures:
             raise InputError(f"option measure={self.measure!r}; expected one of {measures} ({kind})")
         unknown = [m for m in self.faithfulness if m not in FAITHFULNESS or m not in METRICS]

@@ -52,7 +52,8 @@ def batched(model, x: torch.Tensor) -> torch.Tensor:
 def report_inputs(cfg: ReportConfig) -> ReportInputs:
     """The inputs of ``cfg``'s population (the module docstring)."""
     population, _, data = cfg.load()
-    if cfg.images:
+    images = cfg.modality.name == "images"
+    if images:
         members = population.members
         device = population.device
         x, _ = (t.to(device) for t in data.probe(cfg.n_points, "test"))
@@ -83,4 +84,4 @@ def report_inputs(cfg: ReportConfig) -> ReportInputs:
                          "members with one another: expected at least 3")  # fmt: skip
     accuracies = torch.tensor([(batched(m, x_acc).argmax(-1) == y_acc).double().mean().item() for m in members])
     n_classes = batched(members[0], x[:1]).shape[-1]
-    return ReportInputs(members, names, accuracies, x, target, n_classes, cfg.images, options)
+    return ReportInputs(members, names, accuracies, x, target, n_classes, images, options)

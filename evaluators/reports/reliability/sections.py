@@ -24,7 +24,7 @@ from collections import Counter
 import torch
 
 from evaluators.metrics.agreement_functional import ley_agreements, pair_separations, pairs
-from evaluators.metrics.registry import metric_spec
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.seed_robustness import member_interval, ranking_stability
 from evaluators.reports.reliability.verdict import calibrated_verdict, members_to_settle
 
@@ -78,7 +78,7 @@ def faithfulness(units: dict[str, dict], metrics: list[str], n_bootstrap: int, s
     names = list(units)
     out = {}
     for metric in metrics:
-        higher = metric_spec(metric).higher_is_better
+        higher = METRICS[metric].higher_is_better
         scores = torch.stack([units[n]["faithfulness"][metric] for n in names], 1)  # (K, E)
         table = {n: member_interval(scores[:, e], f"explainer {n!r}: {metric}") for e, n in enumerate(names)}
         entry = {"higher_is_better": higher, "explainers": table}

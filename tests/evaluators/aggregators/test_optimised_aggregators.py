@@ -14,7 +14,6 @@ from scipy import ndimage
 from torch import nn
 
 from evaluators.aggregators.optimised_aggregators import (
-    OPTIMISED_AGGREGATORS,
     VAR_EPS,
     aggregator_options,
     combine,
@@ -23,6 +22,7 @@ from evaluators.aggregators.optimised_aggregators import (
     optimised_aggregation,
     robust_gamma,
 )
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.maps import explain
 from evaluators.metrics.infidelity import infidelity, least_squares_scale, subset_perturbations
 from evaluators.metrics.perturbations import gaussian_blur, subset_choices, superpixels, uniform_noise
@@ -203,7 +203,7 @@ def test_identical_explainers_aggregate_to_their_common_map():
     x = torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     same = {"integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}, "deeplift": {}}
     common = explainer_maps(model, x, model(x).argmax(-1), {"input_x_gradient": {}})[:, 0]
-    for method in OPTIMISED_AGGREGATORS:
+    for method in AGGREGATORS.names(kind="optimised"):
         maps, weights = optimised_aggregation(model, x, method, same, **own_options(method, n_samples=3, n_segments=10))
         if weights is None:  # agg_var: μ / (0 + ε)
             torch.testing.assert_close(maps * VAR_EPS, common, rtol=1e-6, atol=1e-12)
@@ -222,7 +222,7 @@ def test_one_explainer_has_weight_one():
 
 def test_tabular_aggregators_give_feature_maps_and_simplex_weights():
     model, x, _, options = setting("tabular")
-    for method in OPTIMISED_AGGREGATORS:
+    for method in AGGREGATORS.names(kind="optimised"):
         chosen = own_options(method, n_samples=4, **options)
         maps, weights = optimised_aggregation(model, x, method, EXPLAINERS, **chosen)
         assert maps.shape == x.shape and torch.isfinite(maps).all()

@@ -14,7 +14,8 @@ from scipy.stats import norm, spearmanr
 from sklearn.neural_network import BernoulliRBM
 
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
-from evaluators.aggregators.pixel_aggregators import PIXEL_AGGREGATORS, aggregate
+from evaluators.aggregators.pixel_aggregators import aggregate
+from evaluators.aggregators.registry import AGGREGATORS
 from foundation.errors import InputError
 
 SHAPES = {2: (3, 4, 5), 1: (3, 7)}  # map_dims -> (N, *S)
@@ -174,7 +175,7 @@ def test_sigma_zero_limits_by_hand():
 
 def test_all_zero_stack_gives_no_nan():
     stack = torch.zeros(3, 2, 4, 4)
-    for name in PIXEL_AGGREGATORS:
+    for name in AGGREGATORS.names(kind="pixel"):
         assert torch.isfinite(aggregate(stack, name)).all(), name
 
 

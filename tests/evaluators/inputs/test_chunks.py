@@ -204,8 +204,8 @@ def test_streamed_references_equal_the_in_memory_ones(folder):
     data_of = {m: load_run(folder / "net.pt", model_class="tests.evaluators.inputs.test_chunks.tiny_cnn",
                            data_config=str(folder / f"data-{m}.yaml"))[1] for m in (True, False)}  # fmt: skip
     sample, (mean, std), _ = reference_inputs(data_of[True], 4, 0, torch.device("cpu"), {})
-    got, (got_mean, got_std), tabular = streamed_references(data_of[False], 4, torch.device("cpu"), {}, batch=2)
-    assert not tabular and torch.equal(got, sample) and len(got) == 4
+    got, (got_mean, got_std), modality = streamed_references(data_of[False], 4, torch.device("cpu"), {}, batch=2)
+    assert modality.name == "images" and torch.equal(got, sample) and len(got) == 4
     torch.testing.assert_close(got_mean, mean, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(got_std, std, rtol=1e-6, atol=1e-6)
 

@@ -12,7 +12,7 @@ from evaluators.metrics.complexity import complexity, sparseness
 from evaluators.metrics.faithfulness_correlation import faithfulness_correlation
 from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.insertion_deletion import auc, insertion_deletion_curves
-from evaluators.metrics.registry import METRICS, metric_spec, score
+from evaluators.metrics.registry import METRICS, score
 from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
@@ -71,6 +71,12 @@ def test_the_registry_names_every_metric_with_its_direction():
     assert {name for name, spec in METRICS.items() if "explain_fn" in spec.needs} == {
         "sens_avg", "sens_max", "relative_stability"}
     assert {name for name, spec in METRICS.items() if spec.needs == ("maps",)} == {"sparseness", "complexity"}
+    assert METRICS.names(needs=("maps",)) == ["sparseness", "complexity"]
+
+
+def test_a_metric_declares_the_direction_of_its_metric_class():
+    """The registry's direction is the Metric's own (torchmetrics' ``higher_is_better``)."""
+    assert {name: entry.obj.higher_is_better for name, entry in METRICS.items()} == HIGHER_IS_BETTER
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))
@@ -81,7 +87,7 @@ def test_a_metric_by_name_equals_its_functional_core_and_its_metric_the_mean(nam
     assert torch.equal(score(name, model, x, maps, target, explain_fn, **options).isnan(), expected.isnan())
     torch.testing.assert_close(score(name, model, x, maps, target, explain_fn, **options), expected, equal_nan=True,
                                rtol=0, atol=0)  # fmt: skip
-    metric = metric_spec(name).metric(**options)
+    metric = METRICS[name].obj(**options)
     metric.update(model, x[:2], maps[:2], target[:2], explain_fn=explain_fn)
     metric.update(model, x[2:], maps[2:], target[2:], explain_fn=explain_fn)
     parts = torch.cat([direct(name, model, x[s], maps[s], target[s], explain_fn, options)
@@ -95,11 +101,11 @@ def test_a_metric_by_name_equals_its_functional_core_and_its_metric_the_mean(nam
 
 def test_an_unknown_metric_is_refused_naming_the_choices():
     with pytest.raises(InputError, match=r"unknown metric 'auc'; expected one of \['insertion', 'deletion'"):
-        metric_spec("auc")
+        METRICS["auc"]
 
 
 @pytest.mark.parametrize("name", ["sens_avg", "relative_stability"])
 def test_a_metric_that_explains_refuses_an_update_without_explain_fn(name):
     model, x, target, _, maps = setting()
     with pytest.raises(InputError, match="needs explain_fn="):
-        metric_spec(name).metric(**OPTIONS[name]).update(model, x, maps, target)
+        METRICS[name].obj(**OPTIONS[name]).update(model, x, maps, target)

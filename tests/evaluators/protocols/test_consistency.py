@@ -13,6 +13,7 @@ import evaluate
 from evaluators.inputs.image_members import load_image_members
 from evaluators.maps import explain
 from evaluators.maps.image_explainers import reduce_map
+from foundation.modality import IMAGES
 from evaluators.metrics.agreement_functional import separability
 from evaluators.protocols.population_sets import disjoint_sets
 from evaluators.protocols.consistency import image_rows_per_pass
@@ -118,7 +119,7 @@ def test_an_image_population_file_reads_as_its_members(image_population, tmp_pat
     metadata = {**payload["metadata"], "datamodule": data_cfg}
     path = tmp_path / "population.pt"
     save_image_population(path, ImagePopulation.from_classifiers(runs.members), [0.0] * 4, metadata)
-    assert ConsistencyConfig(population=str(path)).images
+    assert ConsistencyConfig(population=str(path)).modality is IMAGES
     with pytest.raises(evaluate.InputError, match="nothing.pt: file not found; expected a population file"):
         ConsistencyConfig(population=str(tmp_path / "nothing.pt"), device="cpu")  # refused where it is named
     loaded, loaded_payload, loaded_data = load_image_members(path, torch.device("cpu"))

@@ -151,8 +151,10 @@ def test_resume_of_a_report_without_stability_adds_only_those_columns(tiny_run, 
 
     for name in ("subset_perturbations", "fit_weights", "map_distances"):
         monkeypatch.setattr(protocol, name, recomputed)
+    monkeypatch.setattr(protocol.METRICS, "_entries", dict(protocol.METRICS._entries))  # restored after the test
     for name in ("road_morf", "road_lerf"):  # the protocol reads ROAD from the metric registry
-        monkeypatch.setitem(protocol.REGISTRY, name, dataclasses.replace(protocol.REGISTRY[name], function=recomputed))
+        entry = protocol.METRICS[name]
+        protocol.METRICS._entries[name] = dataclasses.replace(entry, extra={**entry.extra, "function": recomputed})
     resumed = evaluate.main(["optimised", "--resume", str(old)])
     assert all((old / name).stat().st_mtime == 0 for name in CACHES[:-1])
     assert (old / "stability.pt").is_file()
