@@ -23,10 +23,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install editable fashion-mnist demo test test-all test-oldest bench lint docs env-key clean-env
+.PHONY: install editable fashion-mnist browser demo test test-all test-oldest bench lint docs env-key clean-env
 .PHONY: population table1 figure9 sigma check-dataset
 
-install: $(VENV)/.complete editable fashion-mnist
+install: $(VENV)/.complete editable fashion-mnist browser
 
 $(ENV_DIR)/.complete:
 	@echo ">> building environment $(ENV_DIR)"
@@ -67,6 +67,17 @@ fashion-mnist:
 	  echo ">> installed the Debian package dataset-fashion-mnist ($(FASHION_MNIST_DIR))"; \
 	else echo "note: Fashion-MNIST is not installed; to use FashionMNISTDataModule run" \
 	  "'sudo apt-get install dataset-fashion-mnist' (Debian/Ubuntu) or pass data_dir to a folder of its IDX files" >&2; fi
+
+# A headless browser for the test of the reliability report's HTML page (Selenium drives it):
+# the Debian packages chromium and chromium-driver, installed only where missing; without apt
+# (or root) this prints what to do and goes on (the test then skips, naming what is missing).
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null; then \
+	  echo ">> installed the Debian packages chromium and chromium-driver"; \
+	else echo "note: chromium or chromedriver is not installed; the browser test of the report page skips;" \
+	  "run 'sudo apt-get install chromium chromium-driver' (Debian/Ubuntu)" >&2; fi
 
 # The German Credit MLP (seed 0), then 100 seeds of it trained at once: one model's
 # accuracy on the 200 test rows moves by about 2 points with the seed alone, and its last

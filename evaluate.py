@@ -15,6 +15,7 @@
     python evaluate.py roar --config configs/roar/image_folder.yaml --rankings_only [--shard i/k]  # its map pass
     python evaluate.py sanity --config configs/sanity/fashion_mnist.yaml   # Adebayo et al.'s model randomisation
     python evaluate.py data_randomisation --config configs/data_randomisation/fashion_mnist.yaml  # Adebayo §3.2
+    python evaluate.py report --population runs/my/pop-10/population.pt   # can I trust them? docs/trust.md
     python evaluate.py --portable consistency ...   # the same bits on any x86-64 CPU (portable.py)
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
@@ -24,12 +25,12 @@ draws an image model's explanations of ``--n_images`` test images evenly spaced 
 test split it serves (``evaluators/protocols/explanation_grid.py``; ``--data_dir`` as for ``run``).
 Every other command is a protocol of ``evaluators/protocols/`` (``sigma``: ``sigma_ablation.py``,
 ``optimised``: ``optimised_aggregation.py``, ``data_randomisation``: ``data_randomisation.py``,
-``roar``: ``roar/protocol.py``, whose folder is named
+``roar``: ``roar/protocol.py``, ``report``: ``evaluators/reports/reliability/``, whose folder is named
 by its config, so a re-run or a ``--shard`` process continues the same grid). Each makes a new
 folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compares two runs:
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
-``optimised``, ``sanity``: a protocol entry's ``resumable``) continues with ``--resume <folder>``.
+``optimised``, ``sanity``, ``report``: a protocol entry's ``resumable``) continues with ``--resume <folder>``.
 
 Every command that evaluates a model names it with the same options (``add_model_source``):
 ``--run``, ``--population``, ``--checkpoint``, and a model file's ``--model_class``,

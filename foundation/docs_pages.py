@@ -35,6 +35,7 @@ COMMAND_PAGES: dict[str, str | tuple[str, ...]] = {
     "evaluate.py roar": "docs/roar.md",
     "evaluate.py sanity": "docs/sanity_checks.md",
     "evaluate.py data_randomisation": "docs/sanity_checks.md",
+    "evaluate.py report": "docs/trust.md",
 }
 
 # Options that serve one task whichever command they are given to. A key ending in "." is a

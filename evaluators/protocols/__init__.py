@@ -12,3 +12,4 @@ from evaluators.protocols import optimised_aggregation  # noqa: F401
 from evaluators.protocols.roar import protocol  # noqa: F401
 from evaluators.protocols import sanity  # noqa: F401
 from evaluators.protocols import data_randomisation  # noqa: F401
+from evaluators.protocols import report  # noqa: F401

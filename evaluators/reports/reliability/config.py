@@ -1,0 +1,96 @@
+"""The reliability report's options (configs/report/table.yaml, configs/report/image_folder.yaml;
+``evaluate.py report``): a table's population (a population file of stacked MLPs or of a
+user's networks on rows) or an image population (a population file or a folder of image runs);
+what is explained and with which class: ``inputs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.sources import POPULATIONS
+from evaluators.maps import EXPLAINERS
+from evaluators.metrics.registry import METRICS
+from evaluators.metrics.similarity import MEASURES
+from evaluators.reports.wandb_log import check_log_to
+from evaluators.sanity.maps import explainer_options
+from foundation.errors import InputError
+
+# The faithfulness metrics a table's report takes: feature removal (deletion towards the
+# training mean, the zero vector of standardised features) and infidelity.
+FAITHFULNESS = ("deletion", "insertion", "infidelity")
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "report"
+# the config taken without --config, by the kind of --population (evaluate.py's default_config)
+DEFAULT_CONFIGS = {kind: str(CONFIGS / ("image_folder.yaml" if kind == "image population" else "table.yaml"))
+                   for kind in POPULATIONS}  # fmt: skip
+K_SHARE, K_MAX = 0.25, 10  # k chosen from the data: a quarter of the features, at most 10 (at least 1)
+
+
+def default_k(n_features: int) -> int:
+    """Top-k size of SA/SSA/CDC for maps of ``n_features`` features (an image's: pixels):
+    ``min(K_MAX, max(1, round(K_SHARE · d)))``."""
+    return min(K_MAX, max(1, round(K_SHARE * n_features)))
+
+
+@dataclass
+class ReportConfig(PopulationSource):
+    """Options of the report. ``explainers``: registry names (``evaluators.maps``); ``options``:
+    per explainer, ``explain``'s options; ``k``: top-k of the agreement scores (None:
+    ``default_k``); ``measure``: the similarity of two maps in the sanity sections
+    (``evaluators.metrics.similarity``); ``accuracy_tolerance``: members whose test accuracy is
+    within this of the population's median are "equally good" (the calibrated verdict's seed
+    reference, ``verdict``); ``cascade_steps``: the cascading randomisation steps explained
+    (``maps.cascade_positions``); ``faithfulness``: metrics of ``FAITHFULNESS``, the first ranks
+    the explainers; ``n_bootstrap``: resamples of members for how many members settle the
+    ranking; ``n_accuracy_images``: test images each image member's accuracy is measured on."""
+
+    KINDS: ClassVar[tuple[str, ...]] = POPULATIONS
+
+    explainers: list[str] = field(default_factory=lambda: ["saliency", "input_x_gradient", "integrated_gradients",
+                                                           "smoothgrad"])
+    options: dict = field(default_factory=lambda: {"smoothgrad": {"nt_samples": 20, "stdevs": 0.1},
+                                                   "integrated_gradients": {"n_steps": 20}})
+    n_points: int = 200
+    seed: int = 0
+    k: int | None = None
+    measure: str = "spearman_abs"
+    cascade_steps: int = 5
+    accuracy_tolerance: float = 0.02
+    watson_c: bool = True
+    faithfulness: list[str] = field(default_factory=lambda: ["deletion", "infidelity"])
+    infidelity_samples: int = 50
+    n_bootstrap: int = 1000
+    n_accuracy_images: int = 500
+    output_dir: str = "runs/report"
+    log_to: str = "wandb_offline"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.explainers, list):
+            raise InputError(f"option explainers={self.explainers!r}; expected a list of explainer names")
+        if not isinstance(self.options, dict):
+            raise InputError(f"option options={self.options!r}; expected a mapping explainer -> its options")
+        explainer_options({name: self.options.get(name, {}) for name in self.explainers})  # names known, non-empty
+        kind = self.modality.name
+        other = [m for m in self.explainers if EXPLAINERS[m].takes not in ("any", kind)]
+        if other:
+            raise InputError(f"option explainers: {other} do not take {kind}; the population's inputs are {kind}")
+        measures = list(MEASURES) if kind == "images" else ["spearman_abs", "spearman"]
+        if self.measure not in measures:
+            raise InputError(f"option measure={self.measure!r}; expected one of {measures} ({kind})")
+        unknown = [m for m in self.faithfulness if m not in FAITHFULNESS or m not in METRICS]
+        if unknown or not self.faithfulness:
+            raise InputError(f"option faithfulness={self.faithfulness!r}; expected a non-empty list from "
+                             f"{list(FAITHFULNESS)}")  # fmt: skip
+        for option, least in (("n_points", 2), ("n_bootstrap", 10), ("infidelity_samples", 2), ("cascade_steps", 1),
+                              ("n_accuracy_images", 1)):
+            if getattr(self, option) < least:
+                raise InputError(f"option {option}={getattr(self, option)}; expected at least {least}")
+        if self.k is not None and self.k < 1:
+            raise InputError(f"option k={self.k}; expected a positive integer or null (chosen from the data)")
+        if not 0 <= self.accuracy_tolerance <= 1:
+            raise InputError(f"option accuracy_tolerance={self.accuracy_tolerance}; expected a share in [0, 1]")
+        check_log_to(self.log_to)

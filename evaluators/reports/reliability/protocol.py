@@ -1,0 +1,104 @@
+"""``evaluate.py report``: can I trust these explanations? One pass over a table's population.
+
+``evaluate_report(cfg, run_dir)`` loads the population, its inputs and each member's test
+accuracy (``inputs.report_inputs``), and for each explainer computes every member's maps once
+(``maps.explainer_unit``, kept in ``<run>/maps/<explainer>.pt``: an interrupted report resumed
+with ``--resume <run>`` computes only the explainers not yet finished). The three sections
+(``sections``) and the one-screen summary (``summary``) are computed from those maps.
+``write_report(report, run_dir)`` writes the figures (PNG), ``report.html`` (``html``), the
+W&B run (``wandb_log.log_report``: scalars, tables and figures, grouped by population) and last
+``report.json`` (every number; its presence marks a finished report).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from evaluators.reports.reliability.config import ReportConfig, default_k
+from evaluators.reports.reliability.html import figures, write_html
+from evaluators.reports.reliability.inputs import report_inputs
+from evaluators.reports.reliability.maps import explainer_unit
+from evaluators.reports.reliability.sections import agreement, faithfulness, sanity
+from evaluators.reports.reliability.summary import recommendation, summary_rows, summary_text
+from evaluators.reports.reliability.verdict import equally_good
+from evaluators.reports.wandb_log import log_report
+from foundation.errors import InputError
+from foundation.files import write_json, write_text
+
+REPORT = "report.json"
+
+
+def eta(start: float, done: int, total: int) -> str:
+    """Elapsed time and the estimate of the time left after ``done`` of ``total`` equal steps."""
+    elapsed = time.perf_counter() - start
+    left = elapsed / done * (total - done) if done else float("nan")
+    return f"{elapsed:.0f} s elapsed, about {left:.0f} s left" if done else f"{elapsed:.0f} s elapsed"
+
+
+def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
+    """The report of ``cfg``'s population (the module docstring), every number in one mapping."""
+    start = time.perf_counter()
+    given = report_inputs(cfg)
+    x = given.x
+    units_per_map = x[0, 0].numel() if given.images else x.shape[1]  # pixels of an image's map, or features
+    k = cfg.k or default_k(units_per_map)
+    if k > units_per_map:
+        raise InputError(f"option k={k}: the maps have {units_per_map} {'pixels' if given.images else 'features'}; "
+                         f"expected k <= {units_per_map}")  # fmt: skip
+    units = {}
+    for i, method in enumerate(cfg.explainers):
+        print(f"explainer {i + 1}/{len(cfg.explainers)}: {method} ({eta(start, i, len(cfg.explainers))})", flush=True)
+        units[method] = explainer_unit(run_dir / "maps", given.members, x, given.target, given.n_classes, method,
+                                       cfg.options.get(method, {}), cfg.seed, cfg.measure, cfg.faithfulness,
+                                       given.metric_options, cfg.cascade_steps)  # fmt: skip
+    accuracies, members = given.accuracies, given.members
+    kept, filtered = equally_good(accuracies, cfg.accuracy_tolerance)
+    sections = {"agreement": agreement(units, k, cfg.watson_c, cfg.seed),
+                "sanity": sanity(units, cfg.measure, kept, filtered),
+                "faithfulness": faithfulness(units, cfg.faithfulness, cfg.n_bootstrap, cfg.seed)}
+    report = {"config": dataclasses.asdict(cfg),
+              "population": {"dataset": cfg.report_name(), "n_members": len(members), "n_points": len(x),
+                             "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
+                             "map_units": units_per_map, "n_classes": given.n_classes, "names": given.names,
+                             "accuracy": accuracies.tolist(), "accuracy_mean": accuracies.mean().item(),
+                             "group": f"{cfg.report_name()}/{Path(cfg.population).resolve().parent.name}"},
+              "sections": sections,
+              "summary": {"rows": summary_rows(sections),
+                          "recommendation": recommendation(units, sections, cfg.n_bootstrap, cfg.seed)}}  # fmt: skip
+    report["summary"]["text"] = summary_text(report)
+    report["seconds"] = time.perf_counter() - start
+    return report
+
+
+def scalars(report: dict) -> dict[str, float]:
+    """The numbers a dashboard charts: per explainer ``<section>/<explainer>/<number>``."""
+    sections = report["sections"]
+    out = {}
+    for name, entry in sections["agreement"]["explainers"].items():
+        for metric, value in entry.items():
+            out[f"agreement/{name}/{metric}"] = value["mean"]
+        verdict = sections["sanity"]["explainers"][name]["verdict"]
+        out[f"sanity/{name}/delta"] = verdict["delta"]["mean"]
+        out[f"sanity/{name}/delta_ci95"] = verdict["delta"]["ci95"]
+        out[f"sanity/{name}/passed"] = float(verdict["passed"])
+    for metric, entry in sections["faithfulness"]["by_metric"].items():
+        for name, value in entry["explainers"].items():
+            out[f"faithfulness/{name}/{metric}"] = value["mean"]
+            out[f"faithfulness/{name}/{metric}_ci95"] = value["ci95"]
+    return out
+
+
+def write_report(report: dict, run_dir: Path) -> None:
+    """Figures, ``summary.txt``, ``report.html``, the W&B run and last ``report.json``."""
+    images = figures(report, run_dir)
+    write_text(run_dir / "summary.txt", report["summary"]["text"])
+    write_html(report, images, run_dir / "report.html")
+    columns = ["explainer", "agree", "sane", "faithful"]
+    table = [r["cells"] for r in report["summary"]["rows"]]
+    figures_logged = {f"figure/{name}": path for name, path in images.items()}
+    log_report(report["config"]["log_to"], run_dir, "report", report["config"], {"summary": (columns, table)},
+               figures_logged, scalars=scalars(report), group=report["population"]["group"])  # fmt: skip
+    write_json(run_dir / REPORT, report)
+    print(report["summary"]["text"])
