@@ -75,7 +75,7 @@ class ReportConfig(PopulationSource):
             raise InputError(f"option options={self.options!r}; expected a mapping explainer -> its options")
         explainer_options({name: self.options.get(name, {}) for name in self.explainers})  # names known, non-empty
         kind = self.modality.name
-        other = [m for m in self.explainers if EXPLAINERS[m].takes not in ("any", kind)]
+        other = [m for m in self.explainers if not EXPLAINERS[m].applies_to(kind)]
         if other:
             raise InputError(f"option explainers: {other} do not take {kind}; the population's inputs are {kind}")
         measures = list(MEASURES) if kind == "images" else ["spearman_abs", "spearman"]
