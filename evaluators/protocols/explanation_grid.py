@@ -2,7 +2,7 @@
 
 Rows: ``n_images`` test images evenly spaced through the datamodule's test split (or
 its validation split where it has no test split); columns: the image, then one map per
-explainer of ``evaluators.maps.image_explainers`` for the model's predicted class, reduced
+explainer of ``evaluators.maps`` for the model's predicted class, reduced
 to (H, W) by ``Modality.reduce(..., "abs_sum")`` and scaled per map from its minimum to its
 maximum. Expected Gradients (``gradient_shap``) takes its baselines from ``n_baselines`` training images
 (the test images where the datamodule has no training split). A blank map (all zero, e.g.

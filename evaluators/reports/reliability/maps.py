@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from evaluators.maps import explain
-from evaluators.maps.image_explainers import reduce_map
+from foundation.modality import reduce_map
 from evaluators.metrics.registry import score
 from evaluators.metrics.similarity import similarity
 from evaluators.sanity.layers import randomisable_layers, randomised_models
