@@ -98,10 +98,31 @@ def write_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda tmp: tmp.write_bytes(data), size=len(data))
 
 
-def save_figure(fig, path: Path, **options) -> None:
-    """``fig.savefig(path, **options)``, atomically (:func:`atomic_write`); the format is the suffix's."""
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (figures drawn for files, no display needed),
+    imported when a figure is first drawn, so that a module writing figures loads matplotlib only then."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, layout: bool = True, **options) -> None:
+    """A finished matplotlib figure written and let go: ``fig.tight_layout()`` (unless ``layout``
+    is False: a figure laid out by hand), ``fig.savefig(path, **options)`` atomically
+    (:func:`atomic_write`; the format is the suffix's), then the figure closed (pyplot keeps
+    every figure it made until it is closed)."""
+    import matplotlib.pyplot as plt  # loaded by whoever made ``fig``; not by the modules that import this one
+
     path = Path(path)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip("."), **options))
+    try:
+        if layout:
+            fig.tight_layout()
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip("."), **options))
+    finally:
+        plt.close(fig)
 
 
 def fsync(path: Path) -> None:

@@ -19,7 +19,7 @@ import pytorch_lightning as pl
 import torch
 
 from datamodules.tabular import TabularDataModule
-from foundation.files import save_figure, write_text
+from foundation.files import pyplot, save_figure, write_text
 from lightning_modules.allocator import HEAP_BLOCK_BYTES
 from lightning_modules.population import PopulationMLP
 from lightning_modules.population_io import load_population, save_population
@@ -115,10 +115,7 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
                   train_accuracy: torch.Tensor | None = None) -> Path:  # fmt: skip
     """``members.csv`` (seed, test accuracy, kept and, where given, training accuracy) and
     ``accuracy_histogram.png``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = zip(seeds, accuracy.tolist(), kept.tolist())
     lines = ["seed,test_acc,kept"] + [f"{s},{a:.6f},{int(k)}" for s, a, k in rows]
@@ -134,8 +131,6 @@ def write_reports(run_dir: Path, seeds: list[int], accuracy: torch.Tensor, kept:
     ax.axvline(acc.mean(), color="black", linestyle="--", label=f"mean {acc.mean():.2f} %")
     ax.set(xlabel="test accuracy (%)", ylabel="members", title=title)
     ax.legend()
-    fig.tight_layout()
     path = run_dir / "accuracy_histogram.png"
     save_figure(fig, path)
-    plt.close(fig)
     return path

@@ -19,14 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from evaluators.protocols.consistency import plot_agreement  # noqa: E402
-from foundation.files import save_figure  # noqa: E402
+from evaluators.protocols.consistency import plot_agreement
+from foundation.files import pyplot, save_figure
 
 
 def read(report: str) -> dict:
@@ -37,7 +33,7 @@ def watson_figure(out: Path, labelled: list[str]) -> None:
     reports = [(item.split("=", 1)[0], read(item.split("=", 1)[1])) for item in labelled]
     methods = list(dict.fromkeys(r["method"] for _, s in reports for r in s["rows"] if r["metric"] == "watson_c"))
     width = 0.8 / len(reports)
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(6, 3.5), dpi=110)
     for k, (label, summary) in enumerate(reports):
         rows = {r["method"]: r for r in summary["rows"] if r["metric"] == "watson_c"}
         ax.bar(np.arange(len(methods)) + (k - (len(reports) - 1) / 2) * width, [rows[m]["mean"] for m in methods],
@@ -45,9 +41,7 @@ def watson_figure(out: Path, labelled: list[str]) -> None:
     ax.set_xticks(range(len(methods)), methods)
     ax.set(ylabel="Watson's C (1: inseparable)", ylim=(0, 1), title="Fashion-MNIST: members differing only in seed")
     ax.legend()
-    fig.tight_layout()
     save_figure(fig, out)
-    plt.close(fig)
 
 
 def models_figure(out: Path, reports: list[str]) -> None:

@@ -75,7 +75,7 @@ from torch.nn import functional as F
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
-from evaluators.metrics.registry import METRICS
+from evaluators.metrics.registry import register_variant
 from evaluators.metrics.model_scores import check_inputs_and_maps, resolve_targets, target_outputs
 from evaluators.metrics.perturbations import tensor_baseline
 from foundation.batching import resolve_max_batch
@@ -302,22 +302,14 @@ class _CurveAUC(MeanOverInputs):
         return auc(curves, fractions)
 
 
-@METRICS.register("insertion", needs=("model", "maps"), higher_is_better=True, function=insertion_deletion_curves,
-                  fixed={"mode": "insertion"})  # fmt: skip
+@register_variant("insertion", insertion_deletion_curves, higher_is_better=True, mode="insertion")
 class InsertionAUC(_CurveAUC):
     """Mean insertion AUC (higher is better); see ``_CurveAUC``."""
 
-    mode = "insertion"
-    higher_is_better = True
 
-
-@METRICS.register("deletion", needs=("model", "maps"), higher_is_better=False, function=insertion_deletion_curves,
-                  fixed={"mode": "deletion"})  # fmt: skip
+@register_variant("deletion", insertion_deletion_curves, higher_is_better=False, mode="deletion")
 class DeletionAUC(_CurveAUC):
     """Mean deletion AUC (lower is better); see ``_CurveAUC``."""
-
-    mode = "deletion"
-    higher_is_better = False
 
 
 # The public, checked entry points (maps with NaN or ±inf refused: tests/faults/test_nonfinite_maps.py);

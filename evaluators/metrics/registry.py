@@ -10,7 +10,9 @@ mode, the ROAD order; none unless given); ``needs`` what scoring reads: ``model`
 metric explains perturbed inputs); a metric that needs only ``maps`` (sparseness, complexity) is
 scored with ``model=None``; ``higher_is_better`` its direction. ``score(name, model, x, maps,
 target=None, explain_fn=None, **options)`` is every metric's per-input scores through one
-signature, the scores whose mean over inputs the Metric accumulates."""
+signature, the scores whose mean over inputs the Metric accumulates. ``register_variant`` registers
+a Metric that fixes options of a shared functional core (insertion and deletion, ROAD's MoRF and
+LeRF), stating each fixed option and the direction once."""
 
 from __future__ import annotations
 
@@ -21,6 +23,21 @@ import torch
 from foundation.registry import Registry
 
 METRICS = Registry("metric", page="fidelity_metrics.md", traits={"fixed": {}})
+
+
+def register_variant(name: str, function: Callable, higher_is_better: bool, **fixed) -> Callable[[type], type]:
+    """A decorator registering a Metric class as ``name``: the variant of the functional core
+    ``function`` (scored from a model and maps) that fixes the options ``fixed`` (the insertion
+    mode, the ROAD order), of direction ``higher_is_better``. Each is stated once: they become the
+    entry's traits and the class's attributes of the same names (which its base class reads)."""
+
+    def decorator(cls: type) -> type:
+        for key, value in {**fixed, "higher_is_better": higher_is_better}.items():
+            setattr(cls, key, value)
+        return METRICS.register(name, needs=("model", "maps"), higher_is_better=higher_is_better,
+                                function=function, fixed=fixed)(cls)  # fmt: skip
+
+    return decorator
 
 
 def score(name: str, model, x: torch.Tensor, maps: torch.Tensor, target=None, explain_fn: Callable | None = None,

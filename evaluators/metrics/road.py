@@ -64,7 +64,7 @@ from torch.nn import functional as F
 
 from foundation.finite import check_finite
 from evaluators.metrics.base import MeanOverInputs
-from evaluators.metrics.registry import METRICS
+from evaluators.metrics.registry import register_variant
 from evaluators.metrics.insertion_deletion import check_part, skip_permutations, unit_ranks
 from evaluators.metrics.model_scores import (
     OUTPUTS, check_inputs_and_maps, finite_outputs, resolve_targets, target_outputs,
@@ -275,19 +275,11 @@ class _ROAD(MeanOverInputs):
         return road_curves(model, x, maps, self.order, target=target, **self.options)[1]
 
 
-@METRICS.register("road_morf", needs=("model", "maps"), higher_is_better=False, function=road_curves,
-                  fixed={"order": "morf"})  # fmt: skip
+@register_variant("road_morf", road_curves, higher_is_better=False, order="morf")
 class ROADMoRF(_ROAD):
     """Mean MoRF curve (lower is better); see ``_ROAD``."""
 
-    order = "morf"
-    higher_is_better = False
 
-
-@METRICS.register("road_lerf", needs=("model", "maps"), higher_is_better=True, function=road_curves,
-                  fixed={"order": "lerf"})  # fmt: skip
+@register_variant("road_lerf", road_curves, higher_is_better=True, order="lerf")
 class ROADLeRF(_ROAD):
     """Mean LeRF curve (higher is better); see ``_ROAD``."""
-
-    order = "lerf"
-    higher_is_better = True

@@ -61,7 +61,7 @@ from evaluators.protocols.members import evaluate_run, population_summary, write
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
 from evaluators.reports.wandb_log import check_log_to, log_report
 from foundation.errors import InputError
-from foundation.files import atomic_open, save_figure, write_json, write_text
+from foundation.files import atomic_open, pyplot, save_figure, write_json, write_text
 
 # Mahlau & Nolde's Table 1 (ResNet-18; z-score normalisation; 2,000 images each):
 # (ImageNet insertion, ImageNet deletion, GTSRB insertion, GTSRB deletion).
@@ -380,10 +380,7 @@ def write_csv(summary: dict, path: Path) -> None:
 def plot_sweeps(summary: dict, path: Path) -> Path | None:
     """Figures 5-9: score vs parameter per swept aggregator, with the mean and the best
     base explainer as reference lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = summary["rows"]
     sweeps: dict[str, list[tuple[str, float, dict]]] = {}
@@ -415,18 +412,13 @@ def plot_sweeps(summary: dict, path: Path) -> Path | None:
             ax.set_ylabel(f"{mode} AUC")
             ax.set_title(f"{name}: {mode}", fontsize=8)
             ax.legend(fontsize=5)
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 
 def plot_normalisations(summary: dict, path: Path) -> Path | None:
     """Figure 10: mean insertion and deletion curves of the mean aggregator after each normalisation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     curves = {r[5:]: c for r, c in summary["curves"].items() if r.startswith("norm/")}
     if not curves:
@@ -440,9 +432,7 @@ def plot_normalisations(summary: dict, path: Path) -> Path | None:
         ax.set_ylabel("probability of the explained class")
         ax.set_title(f"{mode}, mean aggregation", fontsize=9)
         ax.legend(fontsize=6)
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

@@ -79,7 +79,7 @@ from evaluators.protocols.population_sets import (
 from foundation.batching import rows_within
 from foundation.errors import InputError
 from foundation.modality import IMAGES, REDUCTIONS, ROWS, Modality, modality_of
-from foundation.files import atomic_write, write_json, save_figure, write_text
+from foundation.files import atomic_write, pyplot, save_figure, write_json, write_text
 from lightning_modules.ensembles import ENSEMBLES, build_ensemble
 from lightning_modules.interface import default_targets
 
@@ -446,10 +446,7 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
     """Figure 6 (``agreement_vs_models.png``: SA@k against n, a line per strategy) when
     the run has several n; with one n, ``agreement_by_strategy.png``: SA@k, SSA@k and
     CDC@d per strategy (mean ± std over individuals), strategies on the x axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows, k = summary["rows"], summary["config"]["k"]
     methods = list(dict.fromkeys(r["method"] for r in rows))
@@ -476,10 +473,8 @@ def plot_agreement(summary: dict, out_dir: Path) -> Path:
         ax.set_title(method)
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: agreement of ensembles" + (" (Figure 6)" if several_n else ""))
-    fig.tight_layout()
     path = out_dir / ("agreement_vs_models.png" if several_n else "agreement_by_strategy.png")
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

@@ -52,7 +52,7 @@ from evaluators.reports.map_grid import plot_map_grid
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.modality import IMAGES, modality_of
-from foundation.files import atomic_open, save_figure, write_json
+from foundation.files import atomic_open, pyplot, save_figure, write_json
 from lightning_modules.population_io import IMAGE_KINDS, load_population, population_datamodule, read_population_file
 
 Z95 = 1.959963984540054
@@ -234,10 +234,7 @@ def write_data_randomisation_report(summary: dict, run_dir: Path) -> None:
 
 def plot_similarity(summary: dict, path: Path) -> Path:
     """Bars: per explainer, each measure's mean similarity with its 95 % interval over inputs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     explainers = list(dict.fromkeys(r["explainer"] for r in summary["rows"]))
     measures = summary["measures"]
@@ -253,9 +250,7 @@ def plot_similarity(summary: dict, path: Path) -> Path:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set(ylabel="similarity: true vs permuted labels", title="data randomisation (Adebayo et al. §3.2)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

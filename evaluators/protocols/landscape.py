@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from evaluators.protocols.registry import PROTOCOLS
-from foundation.files import write_json, save_figure, write_text
+from foundation.files import pyplot, save_figure, write_json, write_text
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import MLPEnsemble, build_ensemble
 from lightning_modules.population import PopulationMLP
@@ -150,10 +150,7 @@ def spread(values: list[float]) -> dict[str, float]:
 
 
 def write_landscape_report(summary: dict, out_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     write_json(out_dir / "landscape.json", summary)
     lines = ["ensemble,mean_test_acc,std_test_acc"] + [
@@ -177,9 +174,7 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     for ax in axes[:2]:
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: mode-connecting curves")
-    fig.tight_layout()
     save_figure(fig, out_dir / "landscape.png")
-    plt.close(fig)
 
 
 PROTOCOLS.add("landscape", evaluate_landscape, help="ensembles over the loss landscape (Ley et al.)",

@@ -69,7 +69,7 @@ from evaluators.reports.map_grid import blank_note, count_blank_maps
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.batching import resolve_max_batch
 from foundation.errors import InputError
-from foundation.files import atomic_open, save_figure, write_json, write_text
+from foundation.files import atomic_open, pyplot, save_figure, write_json, write_text
 from foundation.seeds import derived_seed
 from evaluators.metrics.registry import METRICS
 from evaluators.inputs.runs import cached, explainer_options
@@ -413,10 +413,7 @@ def markdown_table(summary: dict) -> str:
 
 def plot_weights(summary: dict, path: Path) -> Path:
     """Figure 4: box plots of the per-input weights of each optimised aggregator."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     aggs = [a for a in ("agg_robust", "agg_faith", "agg_opt") if a in summary["weights"]]
     fig, axes = plt.subplots(1, max(1, len(aggs)), figsize=(4 * max(1, len(aggs)), 3.4), dpi=110, squeeze=False)
@@ -426,9 +423,7 @@ def plot_weights(summary: dict, path: Path) -> Path:
         ax.set_xticks(range(1, w.shape[1] + 1), summary["explainers"], rotation=45, ha="right", fontsize=7)
         ax.set_ylabel("weight")
         ax.set_title(agg, fontsize=9)
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

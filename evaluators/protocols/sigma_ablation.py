@@ -22,7 +22,7 @@ from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.agreement_functional import sign_agreement
 from foundation.errors import InputError
-from foundation.files import write_json, save_figure, write_text
+from foundation.files import pyplot, save_figure, write_json, write_text
 from lightning_modules.ensembles import build_ensemble
 
 
@@ -81,10 +81,7 @@ def evaluate_sigma(cfg: SigmaAblationConfig) -> dict:
 
 
 def write_sigma_report(summary: dict, out_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     write_json(out_dir / "sigma_ablation.json", summary)
     lines = ["layer,sigma,sa,test_acc,test_acc_std"] + [
@@ -103,9 +100,7 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
     for ax in (ax_sa, ax_acc):
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: {cfg['part']} perturbations, {cfg['n_perturb']} per model")
-    fig.tight_layout()
     save_figure(fig, out_dir / "sigma_ablation.png")
-    plt.close(fig)
 
 
 PROTOCOLS.add("sigma", evaluate_sigma, help="sigma ablation of perturbed models (Ley et al., Fig. 4-5)",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from foundation.files import save_figure
+from foundation.files import pyplot, save_figure
 
 BLANK_KINDS = ("all_zero", "constant")
 
@@ -45,10 +45,7 @@ def plot_map_grid(x: torch.Tensor, maps: dict[str, torch.Tensor], normalization,
     std per channel), in the first column; each map (N, H, W) of ``maps`` (column title ->
     maps) in the next, scaled per map from its minimum to its maximum; a blank map's cell
     says ``all zero`` or ``constant``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     mean, std = (torch.tensor(v).view(1, -1, 1, 1) for v in normalization)
     shown = (x.detach().cpu() * std + mean).clamp(0, 1)
@@ -73,7 +70,5 @@ def plot_map_grid(x: torch.Tensor, maps: dict[str, torch.Tensor], normalization,
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path

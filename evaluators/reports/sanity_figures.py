@@ -17,14 +17,11 @@ from pathlib import Path
 import torch
 
 from evaluators.reports.map_grid import blank_kinds
-from foundation.files import save_figure
+from foundation.files import pyplot, save_figure
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     return plt
 
@@ -67,8 +64,7 @@ def plot_stage_maps(x: torch.Tensor, maps: dict[str, torch.Tensor], stages: list
         fig.suptitle(title, fontsize=8, y=1 - 0.1 / (cell * rows + 0.6), va="top")
     fig.subplots_adjust(left=1.0 / (cell * cols + 1.0), right=0.99, bottom=0.01, top=1 - 0.6 / (cell * rows + 0.6),
                         wspace=0.05, hspace=0.05)  # fmt: skip
-    save_figure(fig, path)
-    plt.close(fig)
+    save_figure(fig, path, layout=False)
     return path
 
 
@@ -99,9 +95,7 @@ def plot_similarity_curves(similarity: dict[str, dict[str, list[dict]]], stages:
     axes[0, -1].legend(fontsize=6)
     if title:
         fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 

@@ -57,17 +57,21 @@ def _split(n: int, labels: np.ndarray):
     return train_test_split(np.arange(n), test_size=0.2, random_state=0, stratify=labels)
 
 
+def _assert_test_split(data_dir, dataset: str, features: np.ndarray, labels: np.ndarray, idx_train, idx_test):
+    """The datamodule's test split of ``dataset`` equals the float64 recomputation: the labels at
+    ``idx_test``, and ``features`` standardised by the mean and (population) std of ``idx_train``'s."""
+    mean, std = features[idx_train].mean(0), features[idx_train].std(0)
+    x_test, y_test = FinancialDataModule(dataset=dataset, data_dir=str(data_dir)).test_tensors
+    np.testing.assert_array_equal(y_test.numpy(), labels[idx_test])
+    np.testing.assert_allclose(x_test.numpy(), (features[idx_test] - mean) / std, rtol=1e-5, atol=1e-5)
+
+
 def test_adult_matches_float64_recomputation_from_raw(data_dir):
     with open(data_dir / "adult" / "adult.data", newline="") as fh:
         rows = [[v.strip() for v in r] for r in csv.reader(fh) if len(r) == 15]
     raw = np.array([[float(r[i]) for i in (0, 2, 4, 10, 11, 12)] for r in rows])
     labels = np.array([r[14] == ">50K" for r in rows], dtype=np.int64)
-    idx_train, idx_test = _split(len(labels), labels)
-    mean, std = raw[idx_train].mean(0), raw[idx_train].std(0)
-    dm = FinancialDataModule(dataset="adult", data_dir=str(data_dir))
-    x_test, y_test = dm.test_tensors
-    np.testing.assert_array_equal(y_test.numpy(), labels[idx_test])
-    np.testing.assert_allclose(x_test.numpy(), (raw[idx_test] - mean) / std, rtol=1e-5, atol=1e-5)
+    _assert_test_split(data_dir, "adult", raw, labels, *_split(len(labels), labels))
 
 
 def test_heloc_imputes_train_median_and_drops_rows(data_dir):
@@ -87,12 +91,7 @@ def test_heloc_imputes_train_median_and_drops_rows(data_dir):
     raw[raw < 0] = np.nan
     idx_train, idx_test = _split(len(labels), labels)
     median = np.nanmedian(raw[idx_train], axis=0)
-    filled = np.where(np.isnan(raw), median, raw)
-    mean, std = filled[idx_train].mean(0), filled[idx_train].std(0)
-    dm = FinancialDataModule(dataset="heloc", data_dir=str(data_dir))
-    x_test, y_test = dm.test_tensors
-    np.testing.assert_array_equal(y_test.numpy(), labels[idx_test])
-    np.testing.assert_allclose(x_test.numpy(), (filled[idx_test] - mean) / std, rtol=1e-5, atol=1e-5)
+    _assert_test_split(data_dir, "heloc", np.where(np.isnan(raw), median, raw), labels, idx_train, idx_test)
 
 
 def test_gmsc_sample_is_balanced_and_complete(data_dir):

@@ -14,7 +14,7 @@ from pathlib import Path
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS
 from evaluators.protocols.roar.grid import CLEAN, RoarGrid, read_cells
 from evaluators.reports.wandb_log import log_report
-from foundation.files import write_json, atomic_open, save_figure
+from foundation.files import atomic_open, pyplot, save_figure, write_json
 
 COLUMNS = ["estimator", "fraction", "retrain_mean", "retrain_std", "no_retrain_acc", "k"]
 
@@ -63,24 +63,19 @@ def _curve(rows: list[dict], estimator: str, key: str) -> tuple[list[float], lis
 
 
 def _panels(n: int):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cols = min(n, 4)
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), dpi=120, squeeze=False, sharey=True)
     for ax in axes.flat[n:]:
         ax.axis("off")
-    return plt, fig, list(axes.flat[:n])
+    return fig, list(axes.flat[:n])
 
 
-def _save(plt, fig, axes, ylabel: str, path: Path) -> Path:
+def _save(fig, axes, ylabel: str, path: Path) -> Path:
     axes[0].set_ylabel(ylabel)
-    fig.tight_layout()
     save_figure(fig, path)
-    plt.close(fig)
     return path
 
 
@@ -89,7 +84,7 @@ def plot_retrained(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
     the grid holds nothing else), with every control of the grid in each panel."""
     controls = [e for e in grid.estimators if e in ROAR_CONTROLS]
     shown = [e for e in grid.estimators if e not in ROAR_CONTROLS] or controls
-    plt, fig, axes = _panels(len(shown))
+    fig, axes = _panels(len(shown))
     for ax, estimator in zip(axes, shown):
         for name, style in [(estimator, "o-")] + [(c, "s--") for c in controls if c != estimator]:
             t, acc = _curve(rows, name, "retrain_mean")
@@ -98,12 +93,12 @@ def plot_retrained(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
                         color=None if name == estimator else ("grey" if name == "random" else "black"))  # fmt: skip
         ax.set(title=estimator, xlabel="% removed (t)")
         ax.legend(fontsize=7)
-    return _save(plt, fig, axes, "test accuracy (%), retrained", path)
+    return _save(fig, axes, "test accuracy (%), retrained", path)
 
 
 def plot_no_retrain(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
     """Each estimator's accuracy vs t with retraining (solid, ± std) and without (dashed)."""
-    plt, fig, axes = _panels(len(grid.estimators))
+    fig, axes = _panels(len(grid.estimators))
     for ax, estimator in zip(axes, grid.estimators):
         t, acc = _curve(rows, estimator, "retrain_mean")
         _, std = _curve(rows, estimator, "retrain_std")
@@ -112,4 +107,4 @@ def plot_no_retrain(rows: list[dict], grid: RoarGrid, path: Path) -> Path:
         ax.plot(t, acc, "s--", ms=3, label="no retraining")
         ax.set(title=estimator, xlabel="% removed (t)")
         ax.legend(fontsize=7)
-    return _save(plt, fig, axes, "test accuracy (%)", path)
+    return _save(fig, axes, "test accuracy (%)", path)
