@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from evaluators.inputs.model_fit import check_run_model, probe_inputs
 from evaluators.inputs.model_inputs import OPTIONS, adapted, preprocessing_line
 from evaluators.inputs.sources import RUN_FOLDER, SINGLE_MODELS, check_checkpoint, check_kind, not_found, run_kind
 from evaluators.inputs.user_models import PROBE_ROWS, check_model_output, load_model_file
+from evaluators.maps.registry import definitions, outdated
 from foundation.errors import InputError
 from foundation.files import atomic_write, read_yaml
 from foundation.modality import Modality, modality_of
@@ -129,13 +130,20 @@ def check_data_options(class_path: str, options: dict) -> None:
                          f"expected some of {sorted(known)}")  # fmt: skip
 
 
-def cached(path: Path, compute: Callable[[], dict]) -> dict:
-    """``compute()``'s result, saved at ``path`` the first time and read from there after."""
+def cached(path: Path, compute: Callable[[], dict], methods: Iterable[str] = ()) -> dict:
+    """``compute()``'s result, saved at ``path`` the first time and read from there after. With
+    ``methods`` (the explainers whose maps the result holds or was computed from), their
+    definitions are saved with it (key ``definitions``), and a file of another definition of one
+    of them (one without them: written before issue 42) is computed again with a warning
+    (``evaluators.maps.registry.outdated``)."""
     if path.is_file():
-        return torch.load(path, weights_only=True)
+        kept = torch.load(path, weights_only=True)
+        if not outdated(kept.pop("definitions", None), methods, str(path)):
+            return kept
     result = compute()
+    payload = {**result, "definitions": definitions(methods)} if methods else result
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: torch.save(result, tmp))
+    atomic_write(path, lambda tmp: torch.save(payload, tmp))
     return result
 
 

@@ -169,7 +169,8 @@ def default_rows(model: nn.Module, x: torch.Tensor, max_batch: int | None) -> in
     """Rows per forward pass: ``max_batch`` where given; for rows (N, d) through a model of
     ``nn.Linear`` layers or stacked members, as many as keep one member's activations of a pass
     within ``batches.activation_floats`` (a table MLP's passes are cheap: 256 rows a pass, the
-    images' bound, spent most of SmoothGrad's time in per-pass overhead); an ensemble's, all its
+    images' bound, spent most of SmoothGrad's time in per-pass overhead; a stacked population's
+    bound on a CPU is 8× larger, its pass being M small member blocks); an ensemble's, all its
     members' activations, but at least ``MAX_BATCH`` rows (its chunks of members then hold
     fewer members: each chunk draws its inputs' noise again); else ``resolve_max_batch``."""
     widths = _widths(model) if max_batch is None and ROWS.recognises(x) else 0
@@ -177,7 +178,7 @@ def default_rows(model: nn.Module, x: torch.Tensor, max_batch: int | None) -> in
         return resolve_max_batch(max_batch, x)
     if isinstance(model, MLPEnsemble):
         return max(MAX_BATCH, activation_floats(x.device) // (widths * model.size))
-    return max(1, activation_floats(x.device) // widths)
+    return max(1, activation_floats(x.device, isinstance(model, PopulationMLP)) // widths)
 
 
 def explain_model(model: nn.Module, x: torch.Tensor, method: str, entry, target, seeds: list[int], seed: int,

@@ -21,12 +21,18 @@ from foundation.errors import InputError
 # One pass's activations of a stacked table model, in floats: on a CPU small enough to stay near
 # the cache; on a GPU as large as memory allows comfortably (1 GiB of float32), since a GPU is
 # fast only on large kernels (a combine ensemble in CPU-sized chunks is 2,500 calls).
-ACTIVATION_FLOATS_PER_CHUNK = {"cpu": 2**22, "accelerator": 2**28}
+# A stacked population's pass on a CPU (``"population_cpu"``) splits its rows into M member
+# blocks, each its own small matrix product: 16 MB over Ley et al.'s 20 members is ~1,000 rows a
+# member, slower per row than larger blocks (SmoothGrad of 200 rows: 11 passes, 1.2-2× one pass
+# of 200,000 rows); 128 MiB keeps it to 2 passes (docs/performance.md).
+ACTIVATION_FLOATS_PER_CHUNK = {"cpu": 2**22, "accelerator": 2**28, "population_cpu": 2**25}
 
 
-def activation_floats(device: torch.device) -> int:
-    """``ACTIVATION_FLOATS_PER_CHUNK`` of ``device``'s kind."""
-    return ACTIVATION_FLOATS_PER_CHUNK["cpu" if device.type == "cpu" else "accelerator"]
+def activation_floats(device: torch.device, population: bool = False) -> int:
+    """``ACTIVATION_FLOATS_PER_CHUNK`` of ``device``'s kind (``population``: of a stacked population)."""
+    if device.type != "cpu":
+        return ACTIVATION_FLOATS_PER_CHUNK["accelerator"]
+    return ACTIVATION_FLOATS_PER_CHUNK["population_cpu" if population else "cpu"]
 
 
 def chunks(n: int, size: int):

@@ -137,14 +137,14 @@ def _noise_rows(options: dict) -> int:
 
 
 for _nt in NOISE_TUNNEL_DOCS:
-    EXPLAINERS.register(_nt, draws="per_input", rows_per_input=_noise_rows, interleave=option("nt_samples", 50),
-                        members="batch", linear=_nt == "smoothgrad",
+    EXPLAINERS.register(_nt, draws="per_input", definition=2, rows_per_input=_noise_rows,
+                        interleave=option("nt_samples", 50), members="batch", linear=_nt == "smoothgrad",
                         defaults={"base": "saliency", "nt_samples": 50, "stdevs": 0.15},
                         )(_noise_tunnel(_nt))  # fmt: skip
 
 
-@EXPLAINERS.register("gradient_shap", needs=("baselines",), draws="per_input", linear=True, members="batch",
-                     rows_per_input=option("n_samples", 50), interleave=option("n_samples", 50),
+@EXPLAINERS.register("gradient_shap", needs=("baselines",), draws="per_input", definition=2, linear=True,
+                     members="batch", rows_per_input=option("n_samples", 50), interleave=option("n_samples", 50),
                      defaults={"n_samples": 50, "stdevs": 0.0})  # fmt: skip
 def gradient_shap(model, x, target, max_batch, seeds, baselines: torch.Tensor | None = None, n_samples: int = 50,
                   stdevs: float = 0.0, multiply_by_inputs: bool = True) -> torch.Tensor:  # fmt: skip

@@ -49,12 +49,12 @@ def _seeded_per_input(cls, **defaults):
 
 
 for _name, _cls in (("lime", attr.Lime), ("kernel_shap", attr.KernelShap)):
-    EXPLAINERS.register(_name, modalities=("rows",), draws="per_input", members="each",
+    EXPLAINERS.register(_name, modalities=("rows",), draws="per_input", definition=2, members="each",
                         defaults={"n_samples": 200})(_seeded_per_input(_cls, n_samples=200))  # fmt: skip
 
 
-@EXPLAINERS.register("shapley_value_sampling", modalities=("rows",), draws="per_input", members="batch",
-                     rows_per_input=lambda options: 1, defaults={"n_samples": 25})  # fmt: skip
+@EXPLAINERS.register("shapley_value_sampling", modalities=("rows",), draws="per_input", definition=2,
+                     members="batch", rows_per_input=lambda options: 1, defaults={"n_samples": 25})  # fmt: skip
 def shapley_value_sampling(model, x, target, max_batch, seeds, n_samples: int = 25, baselines=0.0):
     """Shapley value sampling (Castro et al.), as Captum's ``ShapleyValueSampling`` computes it
     for one input after ``torch.manual_seed(s_i)``: ``n_samples`` permutations π of the d

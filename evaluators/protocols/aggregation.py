@@ -172,7 +172,7 @@ def base_maps(cfg: AggregationConfig, model, chunk: Chunk) -> dict[str, torch.Te
             return {"maps": m.cpu()}
 
         print(f"  base maps: {name}", flush=True)
-        maps[name] = cached(chunk.folder / "maps" / f"{name}.pt", compute)["maps"].to(device)
+        maps[name] = cached(chunk.folder / "maps" / f"{name}.pt", compute, [name])["maps"].to(device)
     return maps
 
 
@@ -322,7 +322,7 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
             if row.startswith(("base/", "agg/")):
                 examples.setdefault(row, []).append(row_maps[here].cpu())
             file = chunk.folder / "scores" / (row.replace("/", "__") + ".pt")
-            scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, chunk, m))
+            scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, chunk, m), cfg.explainers)
         parts.append(scores)
         sizes.append(chunk.stop - chunk.start)
         blanks.append(count_blank_maps(maps))

@@ -47,10 +47,14 @@ the top-k pixels plus the angular difference and Watson et al.'s C
 Given a run folder, each ensemble's test accuracy and explanations are kept in
 ``<run>/sets/n<n>/<strategy>/set-<s>.pt``. A run started again on that folder loads
 the finished ensembles and computes only the missing ones, so it ends with the
-numbers an uninterrupted run gives. An ensemble whose maps hold NaN or ±inf (a member that
-outputs NaN) ends the run with one line naming the population member whose own maps are not
-finite (else the ensemble), the explainer and the input (``check_set_maps``), before its file is
-kept; a kept file with such maps is refused naming it.
+numbers an uninterrupted run gives. Each file records its methods' definitions
+(``evaluators.maps.registry.outdated``): maps kept under another definition than today's (a
+file written before issue 42 holds SmoothGrad's of one draw per call) are computed again,
+with a warning naming the file, and the file rewritten; the others are read. An ensemble
+whose maps hold NaN or ±inf (a member that outputs NaN) ends the run with one line naming
+the population member whose own maps are not finite (else the ensemble), the explainer and
+the input (``check_set_maps``), before its file is kept; a kept file with such maps is
+refused naming it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from evaluators.inputs.counts import counted, default_of
 from evaluators.protocols.registry import PROTOCOLS, TABLE_DEFAULT
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
+from evaluators.maps.registry import definitions, outdated
 from evaluators.maps.stacked_deepshap import SOFTMAX_RULES
 from evaluators.metrics.agreement_functional import (
     RANK_AGREEMENTS, angular_difference, ley_agreements, pair_separations,
@@ -201,21 +206,26 @@ def set_file(run_dir: Path, n: int, strategy: str, s: int) -> Path:
 
 
 def save_set(path: Path, accuracy: float, explanations: dict[str, torch.Tensor]) -> None:
-    """One ensemble's results, written atomically."""
-    payload = {"accuracy": accuracy, "explanations": {m: e.cpu() for m, e in explanations.items()}}
+    """One ensemble's results, written atomically with each method's definition (``definitions``)."""
+    payload = {"accuracy": accuracy, "explanations": {m: e.cpu() for m, e in explanations.items()},
+               "definitions": definitions(explanations)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
 
 def load_set(path: Path, methods: list[str], device: torch.device) -> tuple[float, dict[str, torch.Tensor]]:
-    """A finished ensemble's results (explanations with NaN or ±inf refused, naming the file)."""
+    """A finished ensemble's results (explanations with NaN or ±inf refused, naming the file),
+    less the maps kept under another definition of their method than today's (``outdated``:
+    one warning naming the file; a file of before issue 42 holds SmoothGrad's of one draw per
+    call), which the caller computes again."""
     payload = torch.load(path, weights_only=True)
     if sorted(payload["explanations"]) != sorted(methods):
         raise InputError(f"{path}: holds explanations {sorted(payload['explanations'])}; this run's methods are "
                          f"{sorted(methods)}")  # fmt: skip
     for method, maps in payload["explanations"].items():
         check_finite(maps, f"{path}: explainer {method!r}", "map")
-    return payload["accuracy"], {m: e.to(device) for m, e in payload["explanations"].items()}
+    old = outdated(payload.get("definitions"), methods, str(path))
+    return payload["accuracy"], {m: e.to(device) for m, e in payload["explanations"].items() if m not in old}
 
 
 def check_set_maps(maps: torch.Tensor, method: str, ensemble: str, members: list[int],
@@ -238,7 +248,7 @@ class Task(NamedTuple):
     size: int
     device: torch.device
     curves: Callable[[list[tuple[int, int]]], list]
-    results: Callable[[str, int, list[int], list, int], tuple[float, dict]]
+    results: Callable[[str, int, list[int], list, int, list[str]], tuple[float, dict]]
     scores: Callable[[torch.Tensor], dict[str, torch.Tensor]]
 
 
@@ -322,7 +332,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
                              "expected curve_epochs (an integer)")  # fmt: skip
         return CURVE_TRAINERS[population.CURVES](population, pairs, data, epochs, cfg.curve_kind, cfg.curve_mode)
 
-    def results(strategy, s, members, set_curves, seed):
+    def results(strategy, s, members, set_curves, seed, methods):
         ensemble = set_ensemble(strategy, s, members, population, set_curves, cfg, curve_loader)
         if not modality.whole_splits:
             rows = image_rows_per_pass(x_test, ensemble.size)
@@ -331,7 +341,7 @@ def population_task(cfg: ConsistencyConfig, population, meta: dict, data) -> Tas
             with torch.no_grad():
                 accuracy = (ensemble.predict(x_test) == y_test).float().mean().item()
         explained = {}
-        for method in cfg.methods:
+        for method in methods:
             n = points[method]
             per_image = {"target": targets[:n]} if modality.fixed_class else {"target": y_test[:n], "max_batch": rows}
 
@@ -365,9 +375,17 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
     meta = payload["metadata"]
     task = population_task(cfg, population, meta, data)
 
-    def kept(n: int, strategy: str, s: int) -> bool:
-        """Whether this ensemble's results are kept in the run folder from an earlier start."""
-        return run_dir is not None and set_file(run_dir, n, strategy, s).exists()
+    stored: dict[Path, tuple[float | None, dict[str, torch.Tensor]]] = {}
+
+    def kept(n: int, strategy: str, s: int) -> tuple[float | None, dict[str, torch.Tensor]]:
+        """This ensemble's results kept in the run folder from an earlier start, the maps of today's
+        definitions only (``load_set``; each file read once); (None, {}) where none are kept."""
+        path = set_file(run_dir, n, strategy, s) if run_dir is not None else None
+        if path is None or not path.exists():
+            return None, {}
+        if path not in stored:
+            stored[path] = load_set(path, cfg.methods, task.device)
+        return stored[path]
 
     rows = []
     with Progress() as progress:  # a bar per strategy, over its sets: a combine pass takes minutes
@@ -375,7 +393,7 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
             sets = disjoint_sets(task.size, n, cfg.n_sets, cfg.seed)
             curves = []
             on_curves = [(st, s) for st in {"connect", "combine"} & set(cfg.strategies) for s in range(len(sets))]
-            if not all(kept(n, st, s) for st, s in on_curves):
+            if not all(len(kept(n, st, s)[1]) == len(cfg.methods) for st, s in on_curves):
                 set_pairs = [member_pairs(members) for members in sets]
                 all_pairs = [pair for pairs in set_pairs for pair in pairs]
                 curves = split_per_set(task.curves(all_pairs), set_pairs)
@@ -384,11 +402,13 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
                 explanations: dict[str, list[torch.Tensor]] = {method: [] for method in cfg.methods}
                 accuracies = []
                 for s, members in enumerate(sets):
-                    if kept(n, strategy, s):
-                        accuracy, explained = load_set(set_file(run_dir, n, strategy, s), cfg.methods, task.device)
-                    else:
+                    accuracy, explained = kept(n, strategy, s)
+                    missing = [method for method in cfg.methods if method not in explained]
+                    if missing:
                         seed = explanation_seed(cfg.seed, n, s)
-                        accuracy, explained = task.results(strategy, s, members, curves, seed)
+                        computed, fresh = task.results(strategy, s, members, curves, seed, missing)
+                        accuracy = computed if accuracy is None else accuracy
+                        explained = {method: {**explained, **fresh}[method] for method in cfg.methods}
                         if run_dir is not None:
                             save_set(set_file(run_dir, n, strategy, s), accuracy, explained)
                     accuracies.append(accuracy)

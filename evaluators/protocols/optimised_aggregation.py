@@ -32,7 +32,9 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
 
 Γ, maps and per-row scores are cached in the report folder (``maps.pt``, ``weights.pt``,
 ``scores.pt``: infidelity, FCOR, sensitivities; ``road.pt``; ``stability.pt``: RIS, RRS,
-ROS), so an interrupted run continues with ``--resume``, and a report folder made before a
+ROS), each with its explainers' definitions (``evaluators.inputs.runs.cached``: a file made
+under an earlier definition of one, before issue 42, is computed again), so an interrupted run
+continues with ``--resume``, and a report folder made before a
 group of columns existed gains only that group (copy its cache files and ``config.yaml``
 into a new folder and resume it). With ``chunk_size`` the inputs are read, explained and
 scored that many at a time, each chunk's cache files in ``inputs/chunk-<j>/``
@@ -267,14 +269,14 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
                                        **map_options).cpu()}  # fmt: skip
 
     print("  explainer maps", flush=True)
-    stack = cached(chunk.folder / "maps.pt", clean_maps)["maps"].to(device)
+    stack = cached(chunk.folder / "maps.pt", clean_maps, names)["maps"].to(device)
     print("  Γ_robust, Γ_faith and weights (fitting samples)", flush=True)
 
     def fitted_weights() -> dict:
         x, target, explainers, baseline = inputs()
         return fit_weights(cfg, model, x, target, explainers, stack, baseline, map_options, chunk)
 
-    fitted = cached(chunk.folder / "weights.pt", fitted_weights)
+    fitted = cached(chunk.folder / "weights.pt", fitted_weights, names)
     rows = row_maps(stack, fitted["weights"], names, cfg.aggregators, map_dims)
 
     def scores() -> dict:
@@ -343,8 +345,9 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
             print(f"    {part.stop}/{len(x)} inputs", flush=True)
         return {row: {name: torch.cat(v) for name, v in values.items()} for row, values in parts.items()}
 
-    per_input = cached(chunk.folder / "scores.pt", scores)
-    for extra in (cached(chunk.folder / "road.pt", road), cached(chunk.folder / "stability.pt", stability)):
+    per_input = cached(chunk.folder / "scores.pt", scores, names)
+    extras = {"road.pt": road, "stability.pt": stability}
+    for extra in (cached(chunk.folder / file, compute, names) for file, compute in extras.items()):
         for row, values in extra.items():
             per_input[row].update(values)
     for name in cfg.map_metrics:  # the maps alone: cheap, so not cached

@@ -191,12 +191,12 @@ def evaluate_model(cfg: SanityConfig, model, data, run_dir: Path) -> dict:
         for name, options in cfg.explainers.items():
             print(f"  {mode}: {name}", flush=True)
             results[mode, name] = cached(run_dir / "similarities" / f"{mode}__{name}.pt", lambda: stage_scores(
-                cfg, model, inputs, mode, name, options, measures, shown))  # fmt: skip
+                cfg, model, inputs, mode, name, options, measures, shown), [name])  # fmt: skip
     logit = {}
     for name, options in cfg.explainers.items() if cfg.random_logit else ():
         print(f"  random logit: {name}", flush=True)
         logit[name] = cached(run_dir / "random_logit" / f"{name}.pt",
-                             lambda: random_logit_scores(cfg, model, inputs, name, options, measures))
+                             lambda: random_logit_scores(cfg, model, inputs, name, options, measures), [name])
     first, modules = next(iter(cfg.explainers)), dict(model.named_modules())
     summary = {
         "config": asdict(cfg), "n_inputs": len(inputs.x), "measures": measures,

@@ -16,6 +16,7 @@ import shutil
 from hashlib import sha256
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -70,9 +71,9 @@ def test_train_run_loads_and_resumes(tmp_path, data_dir):
     assert digest(resumed["state_dict"]) == digest(fresh["state_dict"]) != STORED["run"]["weights"]
 
 
-def test_consistency_run_resumes(tmp_path):
-    import evaluate
-
+def copied_consistency_run(tmp_path: Path) -> tuple[Path, Path]:
+    """The stopped consistency folder and its population copied under ``tmp_path``, the folder's
+    config pointed at the copied population."""
     run, population = tmp_path / "consistency", tmp_path / "population.pt"
     shutil.copytree(FILES / "consistency", run)
     shutil.copyfile(FILES / "population.pt", population)
@@ -80,28 +81,72 @@ def test_consistency_run_resumes(tmp_path):
     assert config["population"] == "../population.pt"
     config["population"] = str(population)  # the folder's own path to the population, once moved
     (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    sets = untouched(run / "sets")
+    return run, population
+
+
+def test_consistency_run_resumes(tmp_path):
+    import evaluate
+
+    run, population = copied_consistency_run(tmp_path)
     for name, stored in STORED["consistency"]["kept"].items():
         saved = torch.load(run / name, map_location="cpu", weights_only=True)
         assert (saved["accuracy"], digest(saved["explanations"])) == (stored["accuracy"], stored["explanations"])
-    resumed = evaluate.main(["consistency", "--resume", str(run)])
-    after = untouched(run / "sets")
-    assert {k: after[k] for k in sets} == sets  # the kept ensembles were read, not recomputed
-    assert len(after) == 12 and (run / "consistency.json").is_file()
+    before = {name: torch.load(run / name, weights_only=True) for name in STORED["consistency"]["kept"]}
+    with pytest.warns(UserWarning) as caught:
+        resumed = evaluate.main(["consistency", "--resume", str(run)])
+    # the kept sets hold SmoothGrad's maps of before issue 42 (one draw per call, no definitions
+    # written): each file named once in a warning, its SmoothGrad computed again
+    recomputed = [str(w.message) for w in caught if "computing again what it keeps of smoothgrad" in str(w.message)]
+    assert len(recomputed) == len(before)
+    assert all(any(str(run / name) in m for m in recomputed) for name in before)
+    assert len(untouched(run / "sets")) == 12 and (run / "consistency.json").is_file()
     fresh_config = tmp_path / "fresh.yaml"
     fresh_config.write_text(yaml.safe_dump({"population": str(population), **CONSISTENCY,
                                             "output_dir": str(tmp_path / "fresh")}))  # fmt: skip
     fresh = evaluate.main(["consistency", "--config", str(fresh_config)])
-    # Saliency and DeepSHAP are the same numbers as when the folder was made (the golden record);
-    # SmoothGrad's kept sets hold maps of the definition before issue 42 (one draw per call), the
-    # sets computed on resuming and the fresh run's the one definition's (one draw per input)
-    same = [(r, f) for r, f in zip(resumed["rows"], fresh["rows"]) if r["method"] != "smoothgrad"]
-    assert len(resumed["rows"]) == len(fresh["rows"]) and all(r == f for r, f in same) and len(same) > 0
+    (fresh_run,) = (tmp_path / "fresh").iterdir()
+    for name, old in before.items():
+        after = torch.load(run / name, weights_only=True)
+        assert after["definitions"] == {"saliency": 1, "smoothgrad": 2, "deepshap": 1}
+        assert after["accuracy"] == old["accuracy"]
+        for method in ("saliency", "deepshap"):  # deterministic: the kept maps, bit for bit
+            assert torch.equal(after["explanations"][method], old["explanations"][method])
+        new = torch.load(fresh_run / name, weights_only=True)["explanations"]["smoothgrad"]
+        assert torch.equal(after["explanations"]["smoothgrad"], new)
+        assert not torch.equal(new, old["explanations"]["smoothgrad"])
+    assert resumed["rows"] == fresh["rows"]  # every method: the resumed run is an uninterrupted one
     # the stored rows, and Watson et al.'s C (added since) per strategy and method
     assert [(r["strategy"], r["method"], r["metric"]) for r in resumed["rows"] if r["metric"] != "watson_c"] == \
         [(r["strategy"], r["method"], r["metric"]) for r in STORED["consistency"]["rows"]]
     assert [(r["strategy"], r["method"]) for r in resumed["rows"] if r["metric"] == "watson_c"] == \
         list(dict.fromkeys((r["strategy"], r["method"]) for r in STORED["consistency"]["rows"]))
+
+
+def test_an_old_definition_smoothgrad_set_is_recomputed_and_deterministic_maps_read(tmp_path):
+    """A kept set of before issue 42: its SmoothGrad maps are computed again, its Saliency maps
+    read (marked here by doubling them in the file: the resumed run keeps the doubled ones); a
+    set rewritten with today's definitions is then read whole, without a warning."""
+    import warnings
+
+    import evaluate
+
+    run, _ = copied_consistency_run(tmp_path)
+    name = "sets/n2/single/set-000.pt"
+    payload = torch.load(run / name, weights_only=True)
+    payload["explanations"]["saliency"] = 2 * payload["explanations"]["saliency"]
+    torch.save(payload, run / name)
+    with pytest.warns(UserWarning, match=f"{run / name}: computing again what it keeps of smoothgrad: "
+                                         "made under definition 1 of the method, today's is 2"):  # fmt: skip
+        evaluate.main(["consistency", "--resume", str(run)])
+    after = torch.load(run / name, weights_only=True)
+    assert torch.equal(after["explanations"]["saliency"], payload["explanations"]["saliency"])
+    assert not torch.equal(after["explanations"]["smoothgrad"], payload["explanations"]["smoothgrad"])
+    (run / "consistency.json").unlink()
+    files = untouched(run / "sets")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*computing again")
+        evaluate.main(["consistency", "--resume", str(run)])
+    assert untouched(run / "sets") == files
 
 
 def test_roar_grid_resumes_from_its_cells_and_map_cache(tmp_path, data_dir, monkeypatch):

@@ -55,7 +55,8 @@ from evaluators.aggregators.optimised_aggregators import optimised_aggregation
 from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import AGGREGATORS
 from foundation.finite import check_finite
-from evaluators.maps import explain, explainer_names
+from evaluators.maps import EXPLAINERS, explain, explainer_names
+from evaluators.maps.registry import definitions
 from foundation.batching import resolve_max_batch
 from foundation.devices import model_device
 from foundation.errors import InputError
@@ -126,6 +127,15 @@ def estimator_names(model: nn.Module, x: torch.Tensor) -> list[str]:
     controls = list(ROAR_CONTROLS) if IMAGES.recognises(x) else ["random"]
     aggregates = [AGG_PREFIX + a for a in AGGREGATORS.names()]
     return explainer_names(model, x) + controls + aggregates
+
+
+def estimator_definitions(name: str, options: dict) -> dict[str, int]:
+    """The definitions (``evaluators.maps.registry.definitions``) of the explainers behind estimator
+    ``name`` with ``options`` (itself; an aggregate's ``explainers``) that are not version 1 (the
+    methods whose draws became per input with issue 42): part of the cache keys, so maps of an
+    earlier definition miss while a deterministic estimator's key stays what it was."""
+    names = options.get("explainers", AGG_EXPLAINERS) if name.startswith(AGG_PREFIX) else [name]
+    return {m: v for m, v in definitions(n for n in names if n in EXPLAINERS).items() if v != 1}
 
 
 def _check_name(model: nn.Module, x: torch.Tensor, name: str) -> None:

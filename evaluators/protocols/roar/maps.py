@@ -13,7 +13,9 @@ Cache: ``<cache_dir>/<split>-<estimator>-<key>.pt`` holding ``{"maps": float32 (
 "key": ...}``, written whole or not at all (``foundation.files.atomic_write``). The key
 is a SHA-256 over the model's state dict (parameters and buffers), the split's input tensor (so a changed dataset,
 normalisation or split misses), the estimator, its options (tensors by their bytes), the
-seed and the chunk size (noise estimators draw per chunk). A re-call with the same key
+seed and the chunk size, and the definitions of a stochastic estimator's explainers
+(``estimators.estimator_definitions``: a map of before issue 42, of one draw per chunk, misses;
+a deterministic estimator's key is unchanged). A re-call with the same key
 loads the file; an unreadable file, or one holding NaN or ±inf (written before
 ``estimator_maps`` refused such maps), is recomputed. Maps are stored as float32, 4 bytes per
 input element (why not float16, and the sizes: docs/roar.md).
@@ -31,7 +33,7 @@ from rich.progress import Progress
 from torch import nn
 
 from datamodules.roar import model_inputs
-from evaluators.protocols.roar.estimators import CHUNK, estimator_maps
+from evaluators.protocols.roar.estimators import CHUNK, estimator_definitions, estimator_maps
 from foundation.errors import InputError
 from foundation.files import atomic_write
 
@@ -75,6 +77,8 @@ def cache_key(model: nn.Module, x: torch.Tensor, estimator: str, split: str, see
     """The cache key of one split's maps (see the module's docstring)."""
     fields = {"format": CACHE_FORMAT, "model": model_digest(model), "inputs": _tensor_digest(x),
               "estimator": estimator, "split": split, "seed": seed, "chunk": chunk, "options": _canonical(options)}
+    if stochastic := estimator_definitions(estimator, options):  # SmoothGrad's maps of before issue 42 miss
+        fields["definitions"] = stochastic
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 

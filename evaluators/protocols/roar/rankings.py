@@ -34,7 +34,7 @@ of ``chunk``, so chunks start where the in-memory ``dataset_maps(chunk=chunk)`` 
 The key (SHA-256): the model's state dict, the split's fingerprint (``stored_fingerprint``:
 the files' names, sizes, modification times, geometry, subset and labels), the
 normalisation, the estimator, its options, seed, chunk, shard size, units, ``square``,
-``store`` and its fractions.
+``store`` and its fractions, and a stochastic estimator's definitions (as ``maps.cache_key``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from torch import nn
 
 from datamodules.roar import FRACTIONS, TIE_STREAM, UNITS, ranked_scores, removed_count, uniform_hash
 from datamodules.roar_shards import stored_size
-from evaluators.protocols.roar.estimators import estimator_maps
+from evaluators.protocols.roar.estimators import estimator_definitions, estimator_maps
 from evaluators.protocols.roar.maps import _canonical, model_digest
 from foundation.errors import InputError
 from foundation.files import atomic_write, dead_writer, json_text
@@ -271,6 +271,8 @@ def pass_key(model: nn.Module, datamodule, estimator: str, split: str, seed: int
               "normalization": [list(v) for v in datamodule.normalization], "estimator": estimator, "split": split,
               "seed": seed, "chunk": chunk, "shard_size": shard_size, "units": list(units), "square": square,
               "store": store, "fractions": list(fractions), "options": _canonical(options)}  # fmt: skip
+    if stochastic := estimator_definitions(estimator, options):  # rankings of SmoothGrad's maps of before issue 42 miss
+        fields["definitions"] = stochastic
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 

@@ -135,3 +135,15 @@ def _random_removed(x, scores, t, fill, index, **options):
 @pytest.mark.parametrize("broken", [_no_removal, _bottom_removed, _random_removed], ids=lambda f: f.__name__[1:])
 def test_roar_toy_claims_fail_for_a_broken_removal(broken):
     assert figure2_failures(broken) != []
+
+
+def test_only_stochastic_estimators_carry_definitions_in_their_cache_keys():
+    """The definitions (issue 42: SmoothGrad's draws per input) are part of a stochastic
+    estimator's cache keys, so its maps of before miss; a deterministic estimator's key is the
+    one it had (the golden ROAR map cache still reads)."""
+    from evaluators.protocols.roar.estimators import estimator_definitions
+
+    assert estimator_definitions("smoothgrad", {}) == {"smoothgrad": 2}
+    assert estimator_definitions("saliency", {}) == {} == estimator_definitions("random", {})
+    assert estimator_definitions("agg:mean", {}) == {}  # saliency, integrated gradients, guided backprop
+    assert estimator_definitions("agg:mean", {"explainers": {"vargrad": {}, "saliency": {}}}) == {"vargrad": 2}
