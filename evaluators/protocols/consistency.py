@@ -387,13 +387,16 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
             stored[path] = load_set(path, cfg.methods, task.device)
         return stored[path]
 
+    def complete(accuracy, explained) -> bool:  # a kept set that needs nothing computed again
+        return accuracy is not None and len(explained) == len(cfg.methods)
+
     rows = []
     with Progress() as progress:  # a bar per strategy, over its sets: a combine pass takes minutes
         for n in cfg.n_models:
             sets = disjoint_sets(task.size, n, cfg.n_sets, cfg.seed)
             curves = []
             on_curves = [(st, s) for st in {"connect", "combine"} & set(cfg.strategies) for s in range(len(sets))]
-            if not all(len(kept(n, st, s)[1]) == len(cfg.methods) for st, s in on_curves):
+            if not all(complete(*kept(n, st, s)) for st, s in on_curves):
                 set_pairs = [member_pairs(members) for members in sets]
                 all_pairs = [pair for pairs in set_pairs for pair in pairs]
                 curves = split_per_set(task.curves(all_pairs), set_pairs)
@@ -404,7 +407,7 @@ def evaluate_consistency(cfg: ConsistencyConfig, run_dir: Path | None = None) ->
                 for s, members in enumerate(sets):
                     accuracy, explained = kept(n, strategy, s)
                     missing = [method for method in cfg.methods if method not in explained]
-                    if missing:
+                    if missing or accuracy is None:
                         seed = explanation_seed(cfg.seed, n, s)
                         computed, fresh = task.results(strategy, s, members, curves, seed, missing)
                         accuracy = computed if accuracy is None else accuracy
