@@ -1,7 +1,7 @@
-"""Writes the files of ``tests/golden/old_files/`` with today's code: what ``tests/golden/test_old_files.py``
+"""Writes the files of ``tests/fixtures/old_files/`` with today's code: what ``tests/golden/test_old_files.py``
 checks still loads and resumes after a change of the library.
 
-    .venv/bin/python -m tests.golden.make_old_files      # (re)writes tests/golden/old_files/
+    .venv/bin/python -m tests.golden.make_old_files      # (re)writes tests/fixtures/old_files/
 
 * ``population.pt``: a German Credit population of 4 members (``train.py`` with
   ``configs/population.yaml``, 1 epoch, hidden (16, 8));
@@ -34,7 +34,7 @@ import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = Path(__file__).resolve().parent / "old_files"
+FILES = ROOT / "tests" / "fixtures" / "old_files"
 SMALL_MLP = ["--model.hidden", "[16, 8]", "--trainer.enable_progress_bar", "false", "--log_to", "none"]
 CONSISTENCY = {
     "strategies": ["single", "average", "majority", "perturb", "connect", "combine"],

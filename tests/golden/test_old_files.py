@@ -1,6 +1,6 @@
 """Files written by the code of issue 29's start keep loading and resuming.
 
-``tests/golden/old_files/`` (written by ``tests/golden/make_old_files.py``, whose docstring lists
+``tests/fixtures/old_files/`` (written by ``tests/golden/make_old_files.py``, whose docstring lists
 them) holds a tabular population file, an image population file, a ``train.py`` run folder, a
 consistency run folder and a ROAR grid folder with its map cache, the last two stopped part
 way. Each test reads a file with today's loaders and checks the values against the digests the
