@@ -49,10 +49,9 @@ from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import plot_map_grid
 from foundation.errors import InputError
 from foundation.modality import modality_of
-from lightning_modules.interface import default_classes
 from evaluators.metrics.registry import METRICS
 from evaluators.metrics.relative_stability import STABILITIES
-from lightning_modules.interface import eval_mode
+from lightning_modules.interface import default_classes, eval_mode
 
 # the registered metrics scored here from the model (the probe's curves, its subset perturbations, its
 # noisy copies); besides them, every registered metric of the maps alone (``needs == ("maps",)``)

@@ -29,7 +29,7 @@ from typing import Any
 from foundation.errors import InputError
 from foundation.modality import MODALITIES
 
-ALL_MODALITIES = ("rows", "images")
+ALL_MODALITIES = tuple(MODALITIES)  # foundation.modality's, registered at its import: ("rows", "images")
 
 
 def _first_sentence(obj: Any) -> str:
