@@ -20,11 +20,18 @@ tabular MLP):
    a similarity that is undefined for an input (a constant map has no rank correlation) is
    left out of that mean and counted (``n`` says how many inputs it averages);
 4. ``random_logit``: each explainer's maps for a random other class (drawn from ``seed``)
-   against its maps for the explained class, by the same measures (Quantus's ``RandomLogit``).
+   against its maps for the explained class, by the same measures (Quantus's ``RandomLogit``);
+5. Hedström et al. (2023)'s repairs of the test, where asked: ``smooth_mprt`` (the stages of
+   a bottom-up cascade compared on denoised maps, ``smooth_samples`` noisy copies of each input
+   with noise ``smooth_noise`` of its value range; reported as the pseudo-mode
+   ``smooth_mprt`` beside the modes) and ``efficient_mprt`` (the relative rise of each map's
+   discrete entropy from the original to the fully randomised model, ``n_bins`` bins; higher
+   is better); both ``evaluators.sanity``.
 
 Everything lands in the report folder: ``similarities/`` (per mode and explainer, as each
-finishes, so an interrupted run continues with ``--resume``) and at the end ``sanity.json``,
-``sanity.csv``, ``random_logit.csv``, ``table.md`` and the figures of
+finishes, so an interrupted run continues with ``--resume``; ``efficient_mprt/`` likewise) and
+at the end ``sanity.json``, ``sanity.csv``, ``random_logit.csv``, ``efficient_mprt.csv``,
+``table.md`` and the figures of
 ``evaluators.reports.sanity_figures`` (maps after each stage; similarity against stage).
 
 Given a population in place of one run (``evaluators.inputs.members``), each member is
@@ -52,14 +59,16 @@ from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
 from evaluators.reports.wandb_log import check_log_to, log_report
-from evaluators.sanity import MODES, model_randomisation, random_logit
+from evaluators.sanity import MODES, efficient_mprt, model_randomisation, random_logit
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.modality import Modality
 from foundation.files import atomic_open, write_json, write_text
 
+BOTH = ("cascading", "independent")  # Adebayo et al.'s two modes, option mode=both
 MODE_OPTIONS = (*MODES, "both")
+EFFICIENT = ("scores", "entropy", "randomised_entropy")  # the efficient MPRT's numbers per explainer
 IMAGE_ONLY_MEASURES = ("ssim", "hog_pearson")  # defined on 2-D maps: not for a table's feature vectors
 
 
@@ -89,6 +98,11 @@ class SanityConfig(ModelSource):
     n_baselines: int = 64  # training inputs behind the option value ``training``
     reduction: str = "sum"  # image maps (C, H, W) -> (H, W); ``sum`` keeps the sign for the signed measures
     random_logit: bool = True
+    smooth_mprt: bool = False  # Hedström et al.'s smooth MPRT beside the modes (pseudo-mode smooth_mprt)
+    smooth_samples: int = 50  # noisy copies per input (their ImageNet setting, Quantus's default)
+    smooth_noise: float = 0.1  # the noise's std as a share of each input's value range
+    efficient_mprt: bool = False  # Hedström et al.'s efficient MPRT
+    n_bins: int = 100  # its histogram bins
     seed: int = 0  # the randomised weights, the random logits and the explainers' draws
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch
     n_figure: int = 3  # images in the map figure, spread through the n_inputs
@@ -112,10 +126,26 @@ class SanityConfig(ModelSource):
             raise InputError(f"option n_inputs={self.n_inputs}; expected at least 2 (for a confidence interval)")
         if self.n_figure < 0:
             raise InputError(f"option n_figure={self.n_figure}; expected 0 (no map figure) or more images")
+        for option in ("smooth_samples", "n_bins"):
+            if isinstance(getattr(self, option), bool) or not isinstance(getattr(self, option), int) \
+                    or getattr(self, option) < 1:
+                raise InputError(f"option {option}={getattr(self, option)!r}; expected a positive integer")
+        if not isinstance(self.smooth_noise, (int, float)) or not 0 <= self.smooth_noise < float("inf"):
+            raise InputError(f"option smooth_noise={self.smooth_noise!r}; expected a non-negative share of the "
+                             "input's value range")  # fmt: skip
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return MODES if self.mode == "both" else (self.mode,)
+        return BOTH if self.mode == "both" else (self.mode,)
+
+    @property
+    def stage_runs(self) -> dict[str, tuple[str, int, float]]:
+        """Each reported mode -> (randomisation mode, noisy copies per input, noise): the
+        modes on plain maps, and ``smooth_mprt`` (bottom up, denoised) where asked."""
+        runs = {mode: (mode, 1, 0.0) for mode in self.modes}
+        if self.smooth_mprt:
+            runs["smooth_mprt"] = ("bottom_up", self.smooth_samples, float(self.smooth_noise))
+        return runs
 
     def report_name(self) -> str:
         """The report folder's prefix: the run's dataset folder (train.py's runs/<dataset>/<run>), or a
@@ -138,15 +168,17 @@ class SanityConfig(ModelSource):
 
 # --- evaluation -----------------------------------------------------------------------
 def stage_scores(cfg: SanityConfig, model, inputs: Inputs, mode: str, name: str, options: dict,
-                 measures: list[str], shown: torch.Tensor) -> dict:  # fmt: skip
+                 measures: list[str], shown: torch.Tensor, n_samples: int = 1, noise: float = 0.0) -> dict:  # fmt: skip
     """One explainer's scores (S, M, N) at the S stages of ``mode``: stage 0 the original
     model's maps against themselves (1, or NaN where a map is constant), then after each
-    layer's randomisation (``evaluators.sanity.model_randomisation``); the stages' names, the
-    maps of the ``shown`` inputs at each stage (S, n, ...) and the seconds it took."""
+    layer's randomisation (``evaluators.sanity.model_randomisation``, maps denoised over
+    ``n_samples`` noisy copies where more than 1); the stages' names, the maps of the
+    ``shown`` inputs at each stage (S, n, ...) and the seconds it took."""
     start = time.perf_counter()
     options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
     result = model_randomisation(model, inputs.x, inputs.target, {name: options}, mode, measures, cfg.seed,
-                                 cfg.reduction, keep_maps=shown)  # fmt: skip
+                                 cfg.reduction, keep_maps=shown, n_samples=n_samples,
+                                 noise_magnitude=noise)  # fmt: skip
     scores = torch.cat([result.itself[None, 0], result.scores[:, 0]]).cpu()  # (1 + L, M, N)
     return {"scores": scores, "stages": ["original", *result.layers], "shown": result.maps[name].cpu(),
             "seconds": time.perf_counter() - start}
@@ -158,6 +190,14 @@ def random_logit_scores(cfg: SanityConfig, model, inputs: Inputs, name: str, opt
     options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
     scores = random_logit(model, inputs.x, inputs.target, {name: options}, measures, cfg.seed, cfg.reduction)[name]
     return {"scores": torch.stack([scores[m] for m in measures]).cpu()}
+
+
+def efficient_scores(cfg: SanityConfig, model, inputs: Inputs, name: str, options: dict) -> dict:
+    """One explainer's efficient-MPRT scores (N,) and the two entropies (N,) (``evaluators.sanity.efficient_mprt``)."""
+    options = {"max_batch": cfg.max_batch, **explainer_options(options or {}, inputs)}
+    result = efficient_mprt(model, inputs.x, inputs.target, {name: options}, cfg.seed, cfg.n_bins, cfg.reduction)
+    return {"scores": result.scores[0].cpu(), "entropy": result.entropy[0].cpu(),
+            "randomised_entropy": result.randomised_entropy[0].cpu()}
 
 
 def evaluate_sanity(cfg: SanityConfig, run_dir: Path) -> dict:
@@ -187,11 +227,17 @@ def evaluate_model(cfg: SanityConfig, model, data, run_dir: Path) -> dict:
         "n_figure", cfg.n_figure, len(inputs.x), "n_inputs selection", "inputs", default_of(cfg, "n_figure"))
     shown = torch.linspace(0, len(inputs.x) - 1, n_figure).long()  # across the classes
     results: dict[tuple[str, str], dict] = {}
-    for mode in cfg.modes:
+    runs = cfg.stage_runs
+    for label, (mode, n_samples, noise) in runs.items():
         for name, options in cfg.explainers.items():
-            print(f"  {mode}: {name}", flush=True)
-            results[mode, name] = cached(run_dir / "similarities" / f"{mode}__{name}.pt", lambda: stage_scores(
-                cfg, model, inputs, mode, name, options, measures, shown), [name])  # fmt: skip
+            print(f"  {label}: {name}", flush=True)
+            results[label, name] = cached(run_dir / "similarities" / f"{label}__{name}.pt", lambda: stage_scores(
+                cfg, model, inputs, mode, name, options, measures, shown, n_samples, noise), [name])  # fmt: skip
+    efficient = {}
+    for name, options in cfg.explainers.items() if cfg.efficient_mprt else ():
+        print(f"  efficient MPRT: {name}", flush=True)
+        efficient[name] = cached(run_dir / "efficient_mprt" / f"{name}.pt",
+                                 lambda: efficient_scores(cfg, model, inputs, name, options), [name])
     logit = {}
     for name, options in cfg.explainers.items() if cfg.random_logit else ():
         print(f"  random logit: {name}", flush=True)
@@ -200,18 +246,20 @@ def evaluate_model(cfg: SanityConfig, model, data, run_dir: Path) -> dict:
     first, modules = next(iter(cfg.explainers)), dict(model.named_modules())
     summary = {
         "config": asdict(cfg), "n_inputs": len(inputs.x), "measures": measures,
-        "stages": {mode: results[mode, first]["stages"] for mode in cfg.modes},
+        "stages": {mode: results[mode, first]["stages"] for mode in runs},
         "layer_types": {mode: ["", *(type(modules[layer]).__name__ for layer in results[mode, first]["stages"][1:])]
-                        for mode in cfg.modes},  # each stage's randomised layer's class
+                        for mode in runs},  # each stage's randomised layer's class
         "similarity": {mode: {name: summarise_stages(results[mode, name]["scores"], results[mode, name]["stages"],
-                                                     measures) for name in cfg.explainers} for mode in cfg.modes},
+                                                     measures) for name in cfg.explainers} for mode in runs},
         "random_logit": {name: {m: interval_of_defined(r["scores"][j]) for j, m in enumerate(measures)}
                          for name, r in logit.items()},
+        "efficient_mprt": {name: {key: interval_of_defined(r[key]) for key in EFFICIENT}
+                           for name, r in efficient.items()},
         "seconds": {f"{mode}/{name}": r["seconds"] for (mode, name), r in results.items()},
     }  # fmt: skip
     summary["_figure"] = None if not n_figure else {
         "x": inputs.x[shown.to(device)].cpu(), "normalization": getattr(data, "normalization", None),
-        "maps": {mode: {name: results[mode, name]["shown"] for name in cfg.explainers} for mode in cfg.modes}}
+        "maps": {mode: {name: results[mode, name]["shown"] for name in cfg.explainers} for mode in runs}}
     return summary
 
 
@@ -263,6 +311,11 @@ def markdown_table(summary: dict) -> str:
         for name, by_measure in summary["random_logit"].items():
             lines.append(f"| {name} | " + " | ".join(_fmt(by_measure[m], n) for m in summary["measures"])
                          + " |")  # fmt: skip
+    if summary.get("efficient_mprt"):
+        lines += ["", f"### efficient MPRT (of {n} inputs; higher is better)", "",
+                  "| explainer | eMPRT | entropy, original | entropy, randomised |", "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {name} | " + " | ".join(_fmt(entry[key], n) for key in EFFICIENT) + " |"
+                  for name, entry in summary["efficient_mprt"].items()]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -283,6 +336,13 @@ def write_csvs(summary: dict, out_dir: Path) -> None:
             for name, by_measure in summary["random_logit"].items():
                 for measure, e in by_measure.items():
                     writer.writerow([name, measure, e["mean"], e["ci95"], e["n"]])
+    if summary.get("efficient_mprt"):
+        with atomic_open(out_dir / "efficient_mprt.csv", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["explainer", "number", "mean", "ci95", "n"])
+            for name, entry in summary["efficient_mprt"].items():
+                for key in EFFICIENT:
+                    writer.writerow([name, key, entry[key]["mean"], entry[key]["ci95"], entry[key]["n"]])
 
 
 def write_sanity_report(summary: dict, out_dir: Path) -> None:

@@ -36,7 +36,8 @@ from evaluators.reports.wandb_log import log_report
 from foundation.errors import InputError
 from foundation.files import atomic_open, write_json, write_text
 
-KEPT = ("n_inputs", "measures", "stages", "layer_types", "similarity", "random_logit", "seconds")  # in member.json
+# in member.json
+KEPT = ("n_inputs", "measures", "stages", "layer_types", "similarity", "random_logit", "efficient_mprt", "seconds")
 
 
 def evaluate_population(cfg, members: Members, run_dir: Path, evaluate_model) -> dict:
@@ -86,6 +87,9 @@ def population_summary(config: dict, summaries: dict[str, dict]) -> dict:
         for mode in stages}  # fmt: skip
     logit = {e: {m: seed_entry([summaries[n]["random_logit"][e][m] for n in names], f"random logit, {e}, {m}")
                  for m in measures} for e in first["random_logit"]}  # fmt: skip
+    efficient = {e: {key: seed_entry([summaries[n]["efficient_mprt"][e][key] for n in names],
+                                     f"efficient MPRT, {e}, {key}") for key in first["efficient_mprt"][e]}
+                 for e in first.get("efficient_mprt", {})}  # fmt: skip
     stability, unranked = [], []
     for mode, mode_stages in stages.items():
         table = f"{mode}: {mode_stages[-1]}"
@@ -100,7 +104,8 @@ def population_summary(config: dict, summaries: dict[str, dict]) -> dict:
             "stages": stages, "layer_types": first["layer_types"],
             "member_similarity": {n: s["similarity"] for n, s in summaries.items()},
             "member_random_logit": {n: s["random_logit"] for n, s in summaries.items()},
-            "similarity": similarity, "random_logit": logit, "stability": stability, "unranked": unranked}  # fmt: skip
+            "similarity": similarity, "random_logit": logit, "efficient_mprt": efficient, "stability": stability,
+            "unranked": unranked}  # fmt: skip
 
 
 # --- report ---------------------------------------------------------------------------
@@ -131,6 +136,12 @@ def markdown(summary: dict) -> str:
                   "|---" * (len(summary["measures"]) + 1) + "|"]  # fmt: skip
         lines += [f"| {e} | " + " | ".join(_cell(by_measure[m], k) for m in summary["measures"]) + " |"
                   for e, by_measure in summary["random_logit"].items()]  # fmt: skip
+        lines.append("")
+    if summary.get("efficient_mprt"):
+        lines += ["### efficient MPRT (higher is better)", "",
+                  "| explainer | eMPRT | entropy, original | entropy, randomised |", "|---|---|---|---|"]  # fmt: skip
+        lines += [f"| {e} | " + " | ".join(_cell(x, k) for x in entry.values()) + " |"
+                  for e, entry in summary["efficient_mprt"].items()]  # fmt: skip
         lines.append("")
     lines += ["### Which explainers stay similar: stability over members", "",
               "Kendall's τ_b between two members' rankings of the explainers by similarity at the last stage (mean "
@@ -174,13 +185,16 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
                  for s, x in enumerate(entries)]  # fmt: skip
     logit_rows = [[e, m, *_seed_values(x)] for e, by_measure in summary["random_logit"].items()
                   for m, x in by_measure.items()]  # fmt: skip
+    efficient_rows = [[e, key, *_seed_values(x)] for e, entry in summary.get("efficient_mprt", {}).items()
+                      for key, x in entry.items()]  # fmt: skip
     stability_columns = ["mode", "table", "metric", "kendall_tau", "kendall_tau_min", "best_agreement", "n_pairs",
                          "best", "best_share", "n_members"]  # fmt: skip
     stability_rows = [[r[c] for c in stability_columns] for r in summary["stability"]]
     tables = {"seed_table": ([*key, *SEED_COLUMNS], seed_rows), "random_logit": (["explainer", "measure",
-              *SEED_COLUMNS], logit_rows), "stability": (stability_columns, stability_rows)}  # fmt: skip
+              *SEED_COLUMNS], logit_rows), "efficient_mprt": (["explainer", "number", *SEED_COLUMNS], efficient_rows),
+              "stability": (stability_columns, stability_rows)}  # fmt: skip
     for name, (columns, rows) in tables.items():
-        if rows or name != "random_logit":
+        if rows or name not in ("random_logit", "efficient_mprt"):
             with atomic_open(out_dir / f"{name}.csv", newline="") as f:
                 csv.writer(f).writerows([columns, *rows])
     pngs = []

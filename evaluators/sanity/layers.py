@@ -21,7 +21,10 @@ re-initialised one after another on a copy of the model (docs/sanity_checks.md#d
   resets them, and Quantus 0.6 (``get_random_layer_generator``) does the same.
 * ``"cascading"``: from the top (last) layer down, each step adding one more randomised layer
   to those before; ``"independent"``: one layer at a time, every other layer as trained; both
-  yield the layers top down.
+  yield the layers top down. ``"bottom_up"``: cascading from the first layer up, the order
+  Hedström et al. (2023) recommend for the smooth MPRT (``evaluators.sanity.mprt_variants``;
+  Quantus's ``layer_order="bottom_up"``). After the last step of either cascade every layer is
+  randomised: the same network, whichever the order.
 
 :func:`randomised_models` yields ``(layer_name, randomised_model)``: one deep copy of the model,
 changed in place from one step to the next (``copy.deepcopy`` it to keep a step); the user's
@@ -39,7 +42,7 @@ from torch import nn
 from foundation.errors import InputError
 from foundation.seeds import check_seed
 
-MODES = ("cascading", "independent")
+MODES = ("cascading", "independent", "bottom_up")
 
 
 def randomisable_layers(model: nn.Module) -> list[str]:
@@ -68,8 +71,9 @@ def check_mode(mode: str) -> None:
 
 def randomised_models(model: nn.Module, mode: str = "cascading", seed: int = 0,
                       same_seed: bool = False) -> Iterator[tuple[str, nn.Module]]:  # fmt: skip
-    """``(layer_name, randomised_model)`` per layer, top layer first, ``mode`` ``"cascading"`` or
-    ``"independent"`` (the module docstring): one deep copy changed in place between steps."""
+    """``(layer_name, randomised_model)`` per layer, top layer first for ``"cascading"`` and
+    ``"independent"``, first layer first for ``"bottom_up"`` (the module docstring): one deep
+    copy changed in place between steps."""
     check_mode(mode)
     seed = check_seed(seed)
     names = randomisable_layers(model)
@@ -81,7 +85,7 @@ def randomised_models(model: nn.Module, mode: str = "cascading", seed: int = 0,
     randomised = copy.deepcopy(model)
     modules = dict(randomised.named_modules())
     previous = None
-    for name in reversed(names):
+    for name in names if mode == "bottom_up" else reversed(names):
         if mode == "independent" and previous is not None:
             modules[previous].load_state_dict(original[previous].state_dict())
         reinitialise(modules[name], seed if same_seed else seed + position[name])

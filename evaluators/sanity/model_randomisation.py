@@ -12,6 +12,10 @@ another, each a different network. Image maps are reduced over channels by ``red
 (``reduce_map``; ``"sum"``: signed maps, as Quantus's Captum explanations), so ``"spearman"``
 compares signed and ``"spearman_abs"`` absolute maps. A score is NaN where a map is constant
 (``similarity``'s convention). Returns a :class:`RandomisationScores`.
+
+Hedström et al. (2023)'s smooth MPRT is this test on denoised maps (``n_samples`` > 1,
+``noise_magnitude``: ``maps.smoothed_maps``), layers randomised bottom up (``mode="bottom_up"``);
+their efficient MPRT is ``evaluators.sanity.efficient_mprt``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from torch import nn
 
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.sanity.layers import check_mode, randomised_models
-from evaluators.sanity.maps import maps_of, prepared
+from evaluators.sanity.maps import prepared, smoothed_maps
 from foundation.seeds import check_seed
 
 
@@ -57,15 +61,21 @@ def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor 
                         explainers: Sequence[str] | Mapping[str, Mapping], mode: str = "cascading",
                         measures: Sequence[str] = MEASURES, seed: int = 0, reduction: str = "sum",
                         keep_maps: bool | torch.Tensor = False,
-                        same_seed: bool = False) -> RandomisationScores:  # fmt: skip
+                        same_seed: bool = False, n_samples: int = 1,
+                        noise_magnitude: float = 0.0, noise: torch.Tensor | None = None) -> RandomisationScores:  # fmt: skip
     """The test of the module docstring; ``explainers`` names (or ``{name: options}``),
-    ``same_seed`` as in ``randomised_models``; ``keep_maps``: True keeps every input's maps of
+    ``same_seed`` as in ``randomised_models``; ``n_samples``, ``noise_magnitude``: every map
+    denoised as ``smoothed_maps`` does (1: the plain maps; ``noise``: its draws, the same at
+    every stage, as they are when drawn from ``seed``); ``keep_maps``: True keeps every input's maps of
     every stage, a tensor of input indices only those inputs' (a figure's few: memory for
     L + 1 stages of a few maps, not of all N)."""
     check_mode(mode)
     check_seed(seed)
     options, measures, x, target = prepared(model, x, target, explainers, measures, reduction)
-    original = {name: maps_of(model, x, target, name, opts, seed, reduction) for name, opts in options.items()}
+    def maps_of(net: nn.Module, name: str, opts: dict) -> torch.Tensor:
+        return smoothed_maps(net, x, target, name, opts, seed, reduction, n_samples, noise_magnitude, noise)
+
+    original = {name: maps_of(model, name, opts) for name, opts in options.items()}
     itself = torch.stack([torch.stack([similarity(m, m, measure, (f"explainer {name!r}",) * 2) for measure in measures])
                           for name, m in original.items()])  # fmt: skip
     keep = None if isinstance(keep_maps, bool) else torch.as_tensor(keep_maps, dtype=torch.long)
@@ -75,7 +85,7 @@ def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor 
         layers.append(layer)
         per_explainer = []
         for name, opts in options.items():
-            maps = maps_of(randomised, x, target, name, opts, seed, reduction)
+            maps = maps_of(randomised, name, opts)
             names = (f"explainer {name!r} after randomising {layer!r}", f"explainer {name!r} of the original model")
             per_explainer.append(torch.stack([similarity(maps, original[name], m, names) for m in measures]))
             if keep is not None or keep_maps:

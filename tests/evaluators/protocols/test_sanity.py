@@ -161,10 +161,36 @@ def test_a_tabular_run_takes_the_spearman_measures(mlp_run, tmp_path):
         assert entries[0]["mean"] == pytest.approx(1.0) and all(-1 <= e["mean"] <= 1 for e in entries)
 
 
+def test_smooth_and_efficient_mprt_beside_the_modes(mlp_run, tmp_path):
+    """Options smooth_mprt and efficient_mprt: the pseudo-mode smooth_mprt (bottom up, denoised
+    maps) and the efficient MPRT's numbers equal ``evaluators.sanity``'s on the same inputs."""
+    from evaluators.sanity import efficient_mprt, model_randomisation
+
+    summary = evaluate.main(["sanity", "--config", str(config(
+        tmp_path, mlp_run, explainers={"saliency": {}}, mode="cascading", smooth_mprt=True, smooth_samples=3,
+        smooth_noise=0.2, efficient_mprt=True, n_bins=20, random_logit=False))])  # fmt: skip
+    model, data, _ = load_run(mlp_run)
+    layers = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert list(summary["stages"]) == ["cascading", "smooth_mprt"]
+    assert summary["stages"]["smooth_mprt"] == ["original", *layers]  # bottom up
+    data.setup("test")
+    x, _ = data.probe(6, "test")  # as every protocol takes them
+    target = default_classes(model, x)
+    direct = model_randomisation(model, x, target, ["saliency"], "bottom_up", ["spearman_abs"], seed=0, n_samples=3,
+                                 noise_magnitude=0.2)  # fmt: skip
+    got = [e["mean"] for e in summary["similarity"]["smooth_mprt"]["saliency"]["spearman_abs"][1:]]
+    np.testing.assert_allclose(got, direct.mean()[0][:, 0, 0], rtol=0, atol=1e-12)
+    entropy = efficient_mprt(model, x, target, ["saliency"], seed=0, n_bins=20)
+    assert summary["efficient_mprt"]["saliency"]["scores"]["mean"] == pytest.approx(entropy.mean()[0][0].item(), abs=1e-12)
+    table = (report_dir(tmp_path) / "table.md").read_text()
+    assert "### smooth_mprt: spearman_abs" in table and "### efficient MPRT" in table
+    assert len(read_csv(report_dir(tmp_path) / "efficient_mprt.csv")) == 3
+
+
 @pytest.mark.parametrize("extra, message", [
     ({"explainers": {"saliency": {}, "lime": {}}}, r"unknown explainer\(s\) \['lime'\]"),
     ({"measures": ["spearman", "pearson"]}, r"unknown measure\(s\) \['pearson'\]"),
-    ({"mode": "cascade"}, r"option mode='cascade'; expected one of \['cascading', 'independent', 'both'\]"),
+    ({"mode": "cascade"}, r"option mode='cascade'; expected one of \['cascading', 'independent', 'bottom_up', 'both'\]"),
     ({"n_inputs": 13}, r"option n_inputs=13: the test split has 12 images"),
 ])  # fmt: skip
 def test_bad_image_options_are_named_before_any_work(cnn_run, tmp_path, extra, message):

@@ -201,7 +201,7 @@ def test_bad_options():
                             ({"explainers": "saliency"}, "option explainers="),
                             ({"explainers": ["saliency"], "measures": ["pearson"]}, "option measures="),
                             ({"explainers": ["saliency"], "measures": ["ssim"]}, "'ssim' takes image maps"),
-                            ({"explainers": ["saliency"], "mode": "bottom_up"}, "option mode="),
+                            ({"explainers": ["saliency"], "mode": "top_down"}, "option mode="),
                             ({"explainers": ["saliency"], "seed": -1}, "option seed="),
                             ({"explainers": ["saliency"], "reduction": "max"}, "option reduction=")):  # fmt: skip
         with pytest.raises(InputError, match=message):
