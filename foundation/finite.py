@@ -45,3 +45,12 @@ def check_finite(values: torch.Tensor, what: str, unit: str = "map", unit_dims: 
     number = first if numbers is None else int(numbers[first])
     raise InputError(f"{what}: {unit} {number} has {counts} ({len(bad)} of {len(rows)} {unit}s not finite); "
                      "expected finite values")  # fmt: skip
+
+
+def finite_mean(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean over the last dim of the finite values of ``scores`` (NaN where none is: a
+    score left undefined, e.g. the rank correlation of a constant map), and how many were finite."""
+    finite = scores.isfinite()
+    count = finite.sum(-1)
+    total = torch.where(finite, scores, 0.0).sum(-1)
+    return total / count.clamp_min(1) + torch.where(count > 0, 0.0, float("nan")), count

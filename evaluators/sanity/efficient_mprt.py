@@ -32,7 +32,7 @@ from evaluators.sanity.layers import randomised_models
 from evaluators.sanity.maps import maps_of, prepared
 from evaluators.metrics.similarity import MEASURES
 from foundation.errors import InputError
-from foundation.finite import check_finite
+from foundation.finite import check_finite, finite_mean
 from foundation.seeds import check_seed
 
 N_BINS = 100  # Quantus 0.6's default (``n_bins_default``, no binning rule)
@@ -69,10 +69,7 @@ class EfficientScores:
 
     def mean(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean over inputs (E,) of the finite scores, and how many were finite."""
-        finite = self.scores.isfinite()
-        count = finite.sum(-1)
-        total = torch.where(finite, self.scores, 0.0).sum(-1)
-        return total / count.clamp_min(1) + torch.where(count > 0, 0.0, float("nan")), count
+        return finite_mean(self.scores)
 
 
 def efficient_mprt(model: nn.Module, x: torch.Tensor, target: torch.Tensor | int | None,

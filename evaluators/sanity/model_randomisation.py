@@ -29,6 +29,7 @@ from torch import nn
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.sanity.layers import check_mode, randomised_models
 from evaluators.sanity.maps import prepared, smoothed_maps
+from foundation.finite import finite_mean
 from foundation.seeds import check_seed
 
 
@@ -51,10 +52,7 @@ class RandomisationScores:
 
     def mean(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean over inputs (L, E, S) of the finite scores, and how many were finite."""
-        finite = self.scores.isfinite()
-        count = finite.sum(-1)
-        total = torch.where(finite, self.scores, 0.0).sum(-1)
-        return total / count.clamp_min(1) + torch.where(count > 0, 0.0, float("nan")), count
+        return finite_mean(self.scores)
 
 
 def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor | int | None,
