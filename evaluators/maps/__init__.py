@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evaluators.maps import gradients, perturbations  # noqa: F401  (they fill the registry)
+from evaluators.maps import gradients, perturbations, relevance  # noqa: F401  (they fill the registry)
 from evaluators.maps.adapters import explain_model
 from evaluators.maps.registry import EXPLAINERS
 from foundation.errors import InputError

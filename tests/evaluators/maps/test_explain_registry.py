@@ -15,6 +15,9 @@ import torch
 import torchvision
 from captum import attr
 from torch import nn
+from zennit.attribution import Gradient
+from zennit.composites import COMPOSITES, LayerMapComposite, layer_map_base
+from zennit.rules import AlphaBeta
 
 from evaluators.maps import EXPLAINERS, explain, explainer_names
 from foundation.errors import InputError
@@ -49,7 +52,16 @@ def background() -> torch.Tensor:
 
 def options(method: str, bg: torch.Tensor) -> dict:
     extra = {"baselines": bg} if method in ("deepshap", "gradient_shap") else {}
+    extra |= {"epsilon": 1e-9} if method == "lrp_epsilon" else {}  # Captum's EpsilonRule's
     return {**SMALL.get(method, {}), **extra}
+
+
+def zennit_rows(model, x, method, target):
+    rule = {"lrp_alpha_beta": AlphaBeta(alpha=2.0, beta=1.0)}.get(method)
+    composite = (LayerMapComposite(layer_map_base() + [(nn.Linear, rule)]) if rule is not None else
+                 COMPOSITES[method[len("lrp_"):]]())  # fmt: skip
+    with Gradient(model, composite) as attributor:
+        return attributor(x.clone(), lambda out: out * nn.functional.one_hot(target, out.shape[1]).to(out))[1]
 
 
 def captum_rows(model, x, method, target, bg):
@@ -64,9 +76,12 @@ def captum_rows(model, x, method, target, bg):
         "integrated_gradients": lambda xs, ts: attr.IntegratedGradients(model).attribute(xs, target=ts, **o),
         "feature_ablation": lambda xs, ts: attr.FeatureAblation(model).attribute(xs, target=ts),
         "deepshap": lambda xs, ts: attr.DeepLiftShap(model).attribute(xs, baselines=bg, target=ts),
+        "lrp_epsilon": lambda xs, ts: attr.LRP(model).attribute(xs, target=ts),  # the ε-rule on every nn.Linear
     }
     if method in direct:
         return direct[method](x, target)
+    if method.startswith("lrp_"):  # the rules and composites Captum lacks: Zennit's own attribution
+        return zennit_rows(model, x, method, target)
     sampled = {
         "lime": lambda xs, ts: attr.Lime(model).attribute(xs, target=ts, **o),
         "kernel_shap": lambda xs, ts: attr.KernelShap(model).attribute(xs, target=ts, **o),
