@@ -1,5 +1,6 @@
-"""DataModules: the five financial datasets of Ley et al., two moons, any CSV or Parquet table, and image sets
-(ImageNet-layout folders or archives, MNIST-5k, Fashion-MNIST)."""
+"""DataModules: the five financial datasets of Ley et al., two moons, any CSV or Parquet table, image sets
+(ImageNet-layout folders or archives, MNIST-5k, Fashion-MNIST), and data with a known ground truth
+(a synthetic table, images with planted patterns)."""
 
 import importlib
 
@@ -7,7 +8,9 @@ from datamodules.csv_table import CSVDataModule
 from datamodules.image_base import ImageDataModule
 from datamodules.image_cache import unpack_archive
 from datamodules.images import FashionMNISTDataModule, ImageFolderDataModule, MNIST5kDataModule
+from datamodules.planted_patterns import PlantedPatternDataModule
 from datamodules.specs import DATASETS, DatasetSpec, get_spec
+from datamodules.synthetic_table import SyntheticTableDataModule
 from datamodules.tabular import FinancialDataModule, TabularDataModule, TwoMoonsDataModule
 from foundation.errors import InputError
 
@@ -37,6 +40,8 @@ __all__ = [
     "ImageFolderDataModule",
     "InputError",
     "MNIST5kDataModule",
+    "PlantedPatternDataModule",
+    "SyntheticTableDataModule",
     "TabularDataModule",
     "TwoMoonsDataModule",
     "data_location_option",
