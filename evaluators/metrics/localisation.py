@@ -11,8 +11,8 @@ two can differ on maps with ties only); T_k is the top k. Then, per input:
 
 * ``pointing_game`` (Zhang et al. 2018): 1 if an entry of S holds the largest a (any of
   several tied largest), else 0; ``weighted=True``: a hit scores 1 − |S|/d (a hit in a
-  small region is worth more). Quantus 0.6 writes the weighted score into a boolean array,
-  so its ``weighted=True`` returns the unweighted hit; this is its documented intent.
+  small region is worth more), Quantus's documented intent: its 0.6 ``weighted=True``
+  raises a TypeError (it assigns an (n, 1) array through a boolean index).
 * ``attribution_localisation`` (Kohlbrenner et al. 2020): μ = Σ_{i∈S} a_i / Σ_i a_i, with
   a = |φ| by default (``abs=True``, Quantus's default) or max(φ, 0) (``positive=True``);
   undefined (NaN) where μ > 1 (a signed map whose inside outweighs its total, as Quantus).
