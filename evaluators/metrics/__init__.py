@@ -10,3 +10,5 @@ from evaluators.metrics import sensitivity  # noqa: F401
 from evaluators.metrics import road  # noqa: F401
 from evaluators.metrics import relative_stability  # noqa: F401
 from evaluators.metrics import complexity  # noqa: F401
+from evaluators.metrics import localisation  # noqa: F401
+from evaluators.metrics import axiomatic  # noqa: F401

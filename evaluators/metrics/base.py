@@ -1,7 +1,8 @@
 """The torchmetrics base of the fidelity metrics and the agreement metric, ``MeanOverInputs``:
 the mean over inputs of a per-input score, states ``total`` (float64), ``count`` and
 ``left_out`` (undefined scores), all ``dist_reduce_fx="sum"``; the fidelity metrics' one
-``update(model, x, maps, target=None, explain_fn=None)``; a result that is not finite (no
+``update(model, x, maps, target=None, explain_fn=None, **inputs)`` (``inputs``: ``truth`` for the
+metrics against a ground truth); a result that is not finite (no
 defined score) is an ``InputError`` naming the metric (``finite_result``). A metric holds no model nor
 ``explain_fn`` (they would become submodules), and every update draws its random numbers
 from the metric's ``seed`` afresh, so two updates equal the mean of two functional calls.
@@ -33,8 +34,9 @@ class MeanOverInputs(Metric):
         self.add_state("left_out", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
     def scores(self, model: nn.Module | None, x: torch.Tensor, maps: torch.Tensor, target,
-               explain_fn: Callable | None) -> torch.Tensor:  # fmt: skip
-        """The scores (N, *shape) of inputs x with their maps; NaN where undefined."""
+               explain_fn: Callable | None, **inputs) -> torch.Tensor:  # fmt: skip
+        """The scores (N, *shape) of inputs x with their maps; NaN where undefined. ``inputs``:
+        what a metric reads beyond them (``truth``, the ground truth of the localisation metrics)."""
         raise NotImplementedError
 
     def add(self, scores: torch.Tensor) -> None:
@@ -47,8 +49,8 @@ class MeanOverInputs(Metric):
         self.count += len(scores)
 
     def update(self, model: nn.Module | None, x: torch.Tensor, maps: torch.Tensor, target=None,
-               explain_fn: Callable | None = None) -> None:  # fmt: skip
-        self.add(self.scores(model, x, maps, target, explain_fn))
+               explain_fn: Callable | None = None, **inputs) -> None:  # fmt: skip
+        self.add(self.scores(model, x, maps, target, explain_fn, **inputs))
 
     def compute(self) -> torch.Tensor:
         return finite_result(self, self.total / self.count, type(self).__name__)

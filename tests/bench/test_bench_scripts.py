@@ -14,6 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,11 +36,13 @@ SHRUNK = {
     "simplex_qp": {"K_VALUES": (3,), "B_VALUES": (1, 8), "REPEATS": 1},
     "tabular_explain": {"M": 3, "N": 6, "B": 3, "N_SLOW": 2, "N_T": 2, "N_PERTURB": 2},
     "sanity_checks": {"N_IMAGES": 2, "IG_STEPS": 2, "DATA_DIR": ROOT / "no-such-data"},
+    "localisation": {"N_IMAGES": 4, "SIZE": 12, "N_ROWS": 6, "K": 10, "N_AXIOMATIC": 2, "SIZE_AXIOMATIC": 6},
     "roar": {"TABULAR": RoarGrid(estimators={"saliency": {}}, fractions=[0.0, 0.5], retrainings=2, trainer=ROAR_STEPS),
              "IMAGES": RoarGrid(estimators={"random": {}}, fractions=[0.5], retrainings=1, trainer=ROAR_STEPS),
              "CLEAN_TRAINING": {"tabular": ROAR_STEPS, "images": ROAR_STEPS}},
 }
-NEEDS = {"insertion_deletion": "quantus", "sanity_checks": "quantus"}  # benches that compare with an optional package
+NEEDS = {"insertion_deletion": "quantus", "sanity_checks": "quantus",
+         "localisation": "quantus"}  # benches that compare with an optional package
 
 
 def load_bench(name: str):
@@ -222,6 +225,25 @@ def test_sanity_checks_check(monkeypatch):
     fails(bench.check, ours.scores.roll(1, dims=-1), ours.layers, theirs, match="differ")  # images shifted
     fails(bench.check, ours.scores.flip(1), ours.layers, theirs, match="differ")  # explainers swapped
     fails(bench.check, ours.scores, ours.layers[1:], theirs, match="randomised")
+
+
+def test_localisation_check(monkeypatch):
+    pytest.importorskip("quantus", reason="bench/localisation.py compares with quantus, not installed")
+    bench = load_bench("localisation")
+    for constant, value in SHRUNK["localisation"].items():
+        monkeypatch.setattr(bench, constant, value)
+    g = torch.Generator().manual_seed(0)
+    cases = {"images": bench.image_case(bench.N_IMAGES, bench.SIZE, g), "table": bench.table_case(g)}
+    ours, theirs = bench.ours_localisation(cases)[0], bench.quantus_localisation(cases)[0]
+    assert bench.check(ours, theirs) <= 1e-9
+    wrong = dict(ours, **{"images/relevance_mass_accuracy": ours["images/relevance_mass_accuracy"] * 1.01})
+    fails(bench.check, wrong, theirs, match="differ by")  # a score scaled
+    wrong = dict(ours, **{"table/localisation_auc": ours["table/localisation_auc"][::-1]})
+    fails(bench.check, wrong, theirs, match="differ by")  # rows swapped
+    fails(bench.check, {k: v for k, v in ours.items() if k != "table/pointing_game"}, theirs, match="metrics differ")
+    nan = ours["images/pointing_game"].copy()
+    nan[0] = np.nan
+    fails(bench.check, dict(ours, **{"images/pointing_game": nan}), theirs, match="NaN apart")
 
 
 def test_optimised_aggregation_check():

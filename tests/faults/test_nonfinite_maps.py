@@ -203,7 +203,8 @@ def values() -> dict:
             "noisy_maps": maps.repeat_interleave(2, 0), "base": {"saliency": maps, "gradcam": maps.flip(1)},
             "explain_fn": explain_fn, "samples": subset_perturbations(model, x, n_samples=2), "k": 2,
             "mode": "insertion", "measure": "spearman", "how": "z", "name": "mean", "normalisation": "z",
-            "aggregators": {"mean": {}}, "map_dims": 2, "n_samples": 2, "steps": 3, "percentages": (20,)}  # fmt: skip
+            "aggregators": {"mean": {}}, "map_dims": 2, "n_samples": 2, "steps": 3, "percentages": (20,),
+            "truth": torch.rand(N, H, W) > 0.5}  # fmt: skip
 
 
 OVERRIDES = {"variance_aggregate": {"maps": torch.rand(N, 3, H, W, dtype=torch.float64)}}  # shapes of their own
