@@ -60,6 +60,11 @@ class SyntheticTableDataModule(TabularDataModule):
         self.n_rows, self.num_classes, self.correlation, self.label_noise = n_rows, num_classes, correlation, label_noise
         self.counts, self.sample_seed, self.weight_seed = counts, sample_seed, weight_seed
 
+    @classmethod
+    def dataset_name(cls, options: dict) -> str:
+        """The dataset part of a train.py run folder: ``synthetic_table``."""
+        return cls.name
+
     @property
     def weights(self) -> tuple[np.ndarray, np.ndarray]:
         """(w (K, n_linear), v (K, n_interacting / 2)), float64; two classes: class 0's are 0."""
