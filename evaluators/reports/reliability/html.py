@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from evaluators.reports.reliability.sections import AGREEMENTS  # noqa: E402
 from evaluators.reports.reliability.verdict import SETTLED  # noqa: E402
 from foundation.files import save_figure, write_text  # noqa: E402
 
@@ -51,10 +52,17 @@ def agreement_figure(report: dict, path: Path) -> None:
     for j, metric in enumerate(metrics):
         _errorbar(ax, names, [section["explainers"][n][metric] for n in names], 0.15 * (j - len(metrics) / 2),
                   label=f"{metric}@{section['k']}" if metric != "watson_c" else "Watson's C")  # fmt: skip
+    ensembles = section["ensembles"]
+    for j, metric in enumerate(AGREEMENTS if ensembles["available"] else ()):
+        shown = [i for i, n in enumerate(names) if n in ensembles["explainers"]]
+        entries = [ensembles["explainers"][names[i]][metric] for i in shown]
+        ax.errorbar([i + 0.15 * (j - len(metrics) / 2) + 0.05 for i in shown], [e["mean"] for e in entries],
+                    yerr=[e["ci95"] for e in entries], fmt="s", mfc="none", capsize=3,
+                    label=f"{metric}@{section['k']}, ensembles of {ensembles['size']}")  # fmt: skip
     ax.set_xticks(range(len(names)), names, rotation=15)
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("agreement between members")
-    ax.legend(fontsize=8, ncol=len(metrics))
+    ax.legend(fontsize=7, ncol=len(metrics))
     save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
@@ -77,10 +85,16 @@ def sanity_figure(report: dict, path: Path) -> None:
     for i, v in enumerate(verdicts):
         right.errorbar([i], [v["delta"]["mean"]], yerr=[v["delta"]["ci95"]], fmt="o", capsize=4,
                        color="#11661b" if v["passed"] else "#a31515")  # fmt: skip
+    data = section["data_randomisation"]
+    for i, n in enumerate(names if data else ()):
+        v = data["explainers"][n]
+        right.errorbar([i + 0.2], [v["delta"]["mean"]], yerr=[v["delta"]["ci95"]], fmt="s", mfc="none", capsize=4,
+                       color="#11661b" if v["passed"] else "#a31515")  # fmt: skip
     right.axhline(0, color="black", lw=1)
     right.set_xticks(range(len(names)), names, rotation=15)
     right.set_ylabel("δ = s_seed − s_randomised")
-    right.set_title("calibrated verdict: pass above 0", fontsize=9)
+    right.set_title("calibrated verdict: pass above 0" + (" (squares: permuted labels)" if data else ""),
+                    fontsize=9)
     save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
@@ -146,14 +160,65 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><tr>{cells}</tr>{body}</table>"
 
 
+def _cell(entry: dict | None) -> str:
+    if entry is None:
+        return "–"
+    word = '<span class="pass">PASS</span>' if entry["passed"] else '<span class="fail">FAIL</span>'
+    return f"{word} {entry['delta']['mean']:.3f} ± {entry['delta']['ci95']:.3f}"
+
+
+def _numbers(*entries: dict) -> list[str]:
+    return [f"{n['mean']:.3f} ± {n['ci95']:.3f}" for n in entries]
+
+
 def _verdict_rows(report: dict) -> list[list[str]]:
+    section = report["sections"]["sanity"]
+    data = section["data_randomisation"]
     rows = []
-    for name, entry in report["sections"]["sanity"]["explainers"].items():
+    for name, entry in section["explainers"].items():
         v = entry["verdict"]
-        word = '<span class="pass">PASS</span>' if v["passed"] else '<span class="fail">FAIL</span>'
-        numbers = [v["similarity_seed"], v["similarity_randomised"], v["delta"], entry["random_logit"]]
-        rows.append([html.escape(name), word, *(f"{n['mean']:.3f} ± {n['ci95']:.3f}" for n in numbers)])
+        rows.append([html.escape(name), _cell(v), *_numbers(v["similarity_seed"], v["similarity_randomised"],
+                                                            entry["random_logit"])]
+                    + ([_cell(data["explainers"][name]), *_numbers(data["explainers"][name]["similarity_permuted"])]
+                       if data else []))  # fmt: skip
     return rows
+
+
+def additions(report: dict) -> list[str]:
+    """The ensembles', the data randomisation's and the aggregates' paragraphs and tables."""
+    sections = report["sections"]
+    ensembles, data = sections["agreement"]["ensembles"], sections["sanity"]["data_randomisation"]
+    aggregates = sections["faithfulness"]["aggregates"]
+    parts = ["<h2>Agreement: members and ensembles</h2>"]
+    if ensembles["available"]:
+        left = f"; not linear, left out: {', '.join(ensembles['left_out'])}" if ensembles["left_out"] else ""
+        parts += [f"<p>Average ensembles of {ensembles['size']} members ({ensembles['n_ensembles']} disjoint sets, "
+                  f"each ensemble's map the mean of its members' maps{html.escape(left)}), beside single members "
+                  "(mean ± 95 % t-interval over members or ensembles).</p>",
+                  _table(["explainer", *(f"{m}@{ensembles['k']} members" for m in AGREEMENTS),
+                          *(f"{m}@{ensembles['k']} ensembles" for m in AGREEMENTS)],
+                         [[html.escape(n), *_numbers(*(sections["agreement"]["explainers"][n][m] for m in AGREEMENTS)),
+                           *_numbers(*(e[m] for m in AGREEMENTS))] for n, e in ensembles["explainers"].items()])]
+    else:
+        parts.append(f"<p>No ensembles of {ensembles['size']}: {html.escape(ensembles['why'])}.</p>")
+    parts.append("<h2>Data randomisation</h2>")
+    parts.append(f"<p>Members trained on permuted labels: <code>{html.escape(data['population'])}</code>, "
+                 f"{data['n_pairs']} pairs, mean test accuracy {data['accuracy_mean']:.3f}; the verdict per explainer "
+                 "is in the sanity table (δ = s_seed − s_permuted).</p>" if data
+                 else "<p>Not run: no permuted-label population given (option <code>permuted_population</code>).</p>")
+    parts.append("<h2>Aggregates of the explainers' maps</h2>")
+    if aggregates["available"]:
+        metric = sections["faithfulness"]["primary"]
+        scores = sections["faithfulness"]["by_metric"][metric]["explainers"]
+        parts += [f"<p>Per member, the {aggregates['normalisation']}-normalised maps of "
+                  f"{html.escape(', '.join(aggregates['of']))} merged by each aggregator.</p>",
+                  _table(["aggregate", f"SA@{sections['agreement']['k']}", "δ randomised", "δ permuted", metric],
+                         [[html.escape(n), *_numbers(a["agreement"]["sa"]), _cell(a["verdict"]),
+                           _cell(a["data_randomisation"]), *_numbers(scores[n])]
+                          for n, a in aggregates["aggregates"].items()])]  # fmt: skip
+    else:
+        parts.append(f"<p>None: {html.escape(aggregates['why'])}.</p>")
+    return parts
 
 
 def page(report: dict, images: dict[str, Path]) -> str:
@@ -165,7 +230,10 @@ def page(report: dict, images: dict[str, Path]) -> str:
              f"{info['n_classes']} classes; report computed in {report['seconds']:.0f} s.</p>",
              "<h2>Summary</h2>", f'<pre class="summary">{html.escape(report["summary"]["text"])}</pre>',
              "<h2>Sanity, calibrated by the seed</h2>",
-             _table(["explainer", "verdict", "s_seed", "s_randomised", "δ", "random logit"], _verdict_rows(report))]
+             _table(["explainer", "verdict: δ randomised", "s_seed", "s_randomised", "random logit"]
+                    + (["δ permuted", "s_permuted"] if report["sections"]["sanity"]["data_randomisation"] else []),
+                    _verdict_rows(report)),
+             *additions(report)]
     for name, path in images.items():
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
