@@ -48,7 +48,7 @@ def ensemble_agreement(units: dict[str, dict], k: int, size: int | None, seed: i
     if n_members < MIN_ENSEMBLES * n:
         return out | {"available": False, "why": f"{n_members} members: {MIN_ENSEMBLES} disjoint ensembles of {n} "
                                                  f"need {MIN_ENSEMBLES * n}"}  # fmt: skip
-    linear = [name for name in units if EXPLAINERS[name].linear]
+    linear = [name for name in units if name in EXPLAINERS.names(linear=True)]
     if not linear:
         return out | {"available": False, "why": "no explainer linear in the explained function"}
     sets = disjoint_sets(n_members, n, n_members // n, seed)

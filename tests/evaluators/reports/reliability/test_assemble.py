@@ -8,6 +8,7 @@ maps merged by hand; the summary, the page and ``report.json`` holding all three
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import evaluate
 import train
 from evaluators.maps import explain
 from evaluators.metrics.registry import score
+from foundation.errors import InputError
 from lightning_modules import load_population
 from lightning_modules.ensembles import build_ensemble
 from lightning_modules.population_io import population_datamodule
@@ -134,3 +136,17 @@ def test_summary_page_and_json_hold_the_additions(report):
     assert written["sections"]["faithfulness"]["aggregates"]["available"]
     html = (run_dir / "report.html").read_text()
     assert "Data randomisation" in html and "ensembles of 2" in html and "aggregate:ucb" in html
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("aggregators={nonesuch: {}}", "option aggregators={'nonesuch': {}}; expected a mapping of pixel aggregators"),
+    ("aggregators={ucb: {q: 3}}", "option aggregators: ucb: {'q': 3}; expected a mapping of some of ['eps']"),
+    ("normalisation=max", "option normalisation='max'; expected one of"),
+    ("ensemble_size=1", "option ensemble_size=1; expected an integer of at least 2"),
+    ("permuted_population=nowhere.pt", "option permuted_population='nowhere.pt': no such file or folder"),
+])  # fmt: skip
+def test_bad_options_are_refused(report, tmp_path, setting, message):
+    _, _, real = report
+    with pytest.raises(InputError, match=re.escape(message)):
+        evaluate.main(["report", "--population", real, "--output_dir", str(tmp_path / "r"), *OPTIONS, "--set", setting])
+    assert not (tmp_path / "r").exists()
