@@ -1,14 +1,16 @@
 """The report's figures (PNG) and its one self-contained HTML page.
 
 ``figures(report, run_dir)`` draws ``agreement.png`` (SA@k, SSA@k, CDC@k per explainer, mean ±
-95 % t-interval over members), ``sanity.png`` (left: the cascading randomisation, each step's
-mean similarity to the member's own maps with the seed reference s_seed dashed; right: δ =
-s_seed − s_rand with its interval, PASS above 0), ``faithfulness.png`` (each metric's mean ±
-interval per explainer) and ``settle.png`` (the share of bootstrap resamples of n members that
-name the population's best explainer, against n, with the 95 % line). ``write_html`` embeds
-them as base64 data URIs in one page with inline CSS: no network access to open it, one column
-of at most 60 rem (a laptop screen), and a print style that keeps figures whole.
-"""
+95 % t-interval over members; open squares: over average ensembles), ``sanity.png`` (left: the
+cascading randomisation, each step's mean similarity to the member's own maps with the seed
+reference s_seed dashed; right: δ = s_seed − s_rand with its interval, PASS above 0; open
+squares: δ of the permuted-label members), ``faithfulness.png`` (each metric's mean ± interval
+per explainer and per aggregate, squares) and ``settle.png`` (the share of bootstrap resamples
+of n members that name the population's best candidate, against n, with the 95 % line).
+``write_html`` embeds them as base64 data URIs in one page with inline CSS, beside the sanity
+table and the tables of the ensembles, the data randomisation and the aggregates: no network
+access to open it, one column of at most 60 rem (a laptop screen), and a print style that
+keeps figures whole."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from evaluators.reports.reliability.aggregates import PREFIX  # noqa: E402
 from evaluators.reports.reliability.sections import AGREEMENTS  # noqa: E402
 from evaluators.reports.reliability.verdict import SETTLED  # noqa: E402
 from foundation.files import save_figure, write_text  # noqa: E402
@@ -102,12 +105,16 @@ def sanity_figure(report: dict, path: Path) -> None:
 def faithfulness_figure(report: dict, path: Path) -> None:
     section = report["sections"]["faithfulness"]
     metrics = section["metrics"]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.2), squeeze=False)
+    names = list(section["by_metric"][metrics[0]]["explainers"])  # explainers, then aggregates
+    width = max(4.2, 1.5 + 0.55 * len(names))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(width * len(metrics), 3.4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         entry = section["by_metric"][metric]
-        names = list(entry["explainers"])
-        _errorbar(ax, names, [entry["explainers"][n] for n in names])
-        ax.set_xticks(range(len(names)), names, rotation=15)
+        for i, n in enumerate(names):
+            aggregate = n.startswith(PREFIX)
+            ax.errorbar([i], [entry["explainers"][n]["mean"]], yerr=[entry["explainers"][n]["ci95"]],
+                        fmt="s" if aggregate else "o", capsize=4, color="#7a3e9d" if aggregate else "#1f77b4")
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
         ax.set_title(f"{metric} ({'higher' if entry['higher_is_better'] else 'lower'} is better)", fontsize=9)
     save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -135,11 +142,13 @@ FIGURES = {"agreement": agreement_figure, "sanity": sanity_figure, "faithfulness
            "settle": settle_figure}  # fmt: skip
 CAPTIONS = {
     "agreement": "Agreement across seeds: SA@k, SSA@k and CDC@k between pairs of members (and Watson et al.'s C), "
-                 "mean ± 95 % t-interval over members.",
+                 "mean ± 95 % t-interval over members; open squares: between average ensembles of members.",
     "sanity": "Sanity, calibrated by the seed: left, the similarity of each member's maps after randomising its "
               "layers from the top, against the similarity to another equally good member (dashed); right, the "
-              "difference δ with its interval. An explainer passes when δ's interval lies above 0.",
-    "faithfulness": "Faithfulness per explainer, mean ± 95 % t-interval over members.",
+              "difference δ with its interval (open squares: the maps of members trained on permuted labels, when "
+              "given). An explainer passes when δ's interval lies above 0.",
+    "faithfulness": "Faithfulness per explainer and per aggregate of their maps (squares), mean ± 95 % t-interval "
+                    "over members.",
     "settle": "How many members settle the ranking: the share of bootstrap resamples of n members that name the "
               "population's best explainer (dashed: 95 %).",
 }  # fmt: skip
