@@ -3,7 +3,7 @@ single members' agreement: how much ensembling lifts agreement across seeds.
 
 With K members and ensembles of n members (``ensemble_size``; None: ``default_size(K)``), the
 members are split into E = ⌊K / n⌋ disjoint sets of n drawn at random from ``seed``
-(``population_sets.disjoint_sets``, as the consistency protocol draws its sets). The average
+(``lightning_modules.ensembles.disjoint_sets``, as the consistency protocol draws its sets). The average
 ensemble of a set S (``lightning_modules.ensembles``' ``average``: the members' mean logit is
 what an explainer differentiates) has, for an explainer linear in the explained function (the
 explainer registry's ``linear`` trait: saliency, Input × Gradient, Integrated Gradients,
@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from evaluators.maps import EXPLAINERS
-from evaluators.protocols.population_sets import disjoint_sets
+from lightning_modules.ensembles import disjoint_sets
 from evaluators.reports.reliability.sections import agreement
 
 MIN_ENSEMBLES = 3
@@ -56,4 +56,3 @@ def ensemble_agreement(units: dict[str, dict], k: int, size: int | None, seed: i
     return out | {"available": True, "n_ensembles": len(sets), "sets": sets,
                   "left_out": [name for name in units if name not in linear],
                   "explainers": agreement(maps, k, False, seed)["explainers"]}  # fmt: skip
-

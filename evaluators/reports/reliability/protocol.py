@@ -64,7 +64,8 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                              "group": f"{cfg.report_name()}/{Path(cfg.population).resolve().parent.name}"},
               "sections": sections,
               "summary": {"rows": summary_rows(sections),
-                          "recommendation": recommendation(candidates, sections, cfg.n_bootstrap, cfg.seed)}}  # fmt: skip
+                          "recommendation": recommendation(candidates, sections, cfg.n_bootstrap,
+                                                           cfg.seed)}}  # fmt: skip
     report["summary"]["text"] = summary_text(report)
     report["seconds"] = time.perf_counter() - start
     return report

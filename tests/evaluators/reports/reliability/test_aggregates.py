@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from evaluators.reports.reliability.aggregates import aggregate_maps, aggregate_section, aggregate_units

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import t as student_t
 
-from evaluators.protocols.population_sets import disjoint_sets
+from lightning_modules.ensembles import disjoint_sets
 from evaluators.reports.reliability.ensembles import default_size, ensemble_agreement
 from tests.evaluators.reports.reliability.test_protocol import top_k_sign_agreement
 
