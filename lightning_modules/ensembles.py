@@ -171,6 +171,17 @@ def curve_ts(n_t: int, t_seed: int | None) -> torch.Tensor:
     return torch.rand(n_t, generator=torch.Generator().manual_seed(t_seed))
 
 
+def disjoint_sets(size: int, n_models: int, n_sets: int, seed: int) -> list[list[int]]:
+    """``n_sets`` disjoint sets of ``n_models`` member indices of a population of ``size``: the
+    first n_sets · n_models entries of ``torch.randperm(size)`` drawn from ``seed``, in order."""
+    if n_models * n_sets > size:
+        raise InputError(
+            f"{n_sets} disjoint sets of {n_models} models need {n_models * n_sets}; the population has {size}"
+        )
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [order[k * n_models : (k + 1) * n_models] for k in range(n_sets)]
+
+
 ENSEMBLES = Registry("ensemble", page="landscape.md")  # filled by the decorators below
 
 

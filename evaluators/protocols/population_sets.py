@@ -11,6 +11,7 @@ from foundation.errors import InputError
 from lightning_modules.curve_model import CurveModel
 from lightning_modules.curve_population import curves_between
 from lightning_modules.curves import MLPCurve
+from lightning_modules.ensembles import disjoint_sets  # noqa: F401  (the protocols import it from here)
 
 
 def member_pairs(members: list[int]) -> list[tuple[int, int]]:
@@ -21,15 +22,6 @@ def member_pairs(members: list[int]) -> list[tuple[int, int]]:
 def split_per_set(curves: list, set_pairs: list[list]) -> list[list]:
     bounds = np.cumsum([0] + [len(pairs) for pairs in set_pairs])
     return [curves[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def disjoint_sets(size: int, n_models: int, n_sets: int, seed: int) -> list[list[int]]:
-    if n_models * n_sets > size:
-        raise InputError(
-            f"{n_sets} disjoint sets of {n_models} models need {n_models * n_sets}; the population has {size}"
-        )
-    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
-    return [order[k * n_models : (k + 1) * n_models] for k in range(n_sets)]
 
 
 def train_curves(population, pairs: list[tuple[int, int]], data, epochs: int, kind: str, mode: str) -> list[MLPCurve]:

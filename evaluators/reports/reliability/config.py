@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from evaluators.aggregators.normalisations import NORMALISATIONS
+from evaluators.aggregators.pixel_aggregators import aggregator_options
+from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.image_members import source_modality
 from evaluators.inputs.sources import POPULATIONS
 from evaluators.maps import EXPLAINERS
 from evaluators.metrics.registry import METRICS
@@ -45,7 +49,13 @@ class ReportConfig(PopulationSource):
     reference, ``verdict``); ``cascade_steps``: the cascading randomisation steps explained
     (``maps.cascade_positions``); ``faithfulness``: metrics of ``FAITHFULNESS``, the first ranks
     the explainers; ``n_bootstrap``: resamples of members for how many members settle the
-    ranking; ``n_accuracy_images``: test images each image member's accuracy is measured on."""
+    ranking; ``n_accuracy_images``: test images each image member's accuracy is measured on;
+    ``aggregators``: pixel aggregators (``AGGREGATORS``, kind "pixel") -> their options, each
+    merging the explainers' maps normalised by ``normalisation`` (``aggregates``);
+    ``ensemble_size``: members per average ensemble in the agreement section (None:
+    ``ensembles.default_size``); ``permuted_population``: a population of the same data trained
+    on permuted labels (``train.py --data.permute_labels <seed>``), the data-randomisation
+    verdict's (``permuted``; None: no data randomisation)."""
 
     KINDS: ClassVar[tuple[str, ...]] = POPULATIONS
 
@@ -64,6 +74,10 @@ class ReportConfig(PopulationSource):
     infidelity_samples: int = 50
     n_bootstrap: int = 1000
     n_accuracy_images: int = 500
+    aggregators: dict = field(default_factory=lambda: {"mean": {}, "ucb": {}, "var": {}})
+    normalisation: str = "z"
+    ensemble_size: int | None = None
+    permuted_population: str | None = None
     output_dir: str = "runs/report"
     log_to: str = "wandb_offline"
 
@@ -94,3 +108,28 @@ class ReportConfig(PopulationSource):
         if not 0 <= self.accuracy_tolerance <= 1:
             raise InputError(f"option accuracy_tolerance={self.accuracy_tolerance}; expected a share in [0, 1]")
         check_log_to(self.log_to)
+        self.check_additions()
+
+    def check_additions(self) -> None:
+        """The options of the aggregates, the ensembles and the data randomisation."""
+        pixel = AGGREGATORS.names(kind="pixel")
+        if not isinstance(self.aggregators, dict) or set(self.aggregators) - set(pixel):
+            raise InputError(f"option aggregators={self.aggregators!r}; expected a mapping of pixel aggregators "
+                             f"from {pixel} to their options (empty: no aggregate)")  # fmt: skip
+        for name, params in self.aggregators.items():
+            if not isinstance(params or {}, dict) or set(params or {}) - set(aggregator_options(name)):
+                raise InputError(f"option aggregators: {name}: {params!r}; expected a mapping of some of "
+                                 f"{aggregator_options(name)}")  # fmt: skip
+        if self.normalisation not in NORMALISATIONS:
+            raise InputError(f"option normalisation={self.normalisation!r}; expected one of {list(NORMALISATIONS)}")
+        if self.ensemble_size is not None and (isinstance(self.ensemble_size, bool) or self.ensemble_size < 2):
+            raise InputError(f"option ensemble_size={self.ensemble_size!r}; expected an integer of at least 2 or "
+                             "null (chosen from the number of members)")  # fmt: skip
+        if self.permuted_population is not None:
+            if not Path(self.permuted_population).exists():
+                raise InputError(f"option permuted_population={self.permuted_population!r}: no such file or folder; "
+                                 "expected a population trained with train.py --data.permute_labels <seed>")
+            other = source_modality(self.permuted_population).name
+            if other != self.modality.name:
+                raise InputError(f"option permuted_population={self.permuted_population!r}: its members take "
+                                 f"{other}; expected {self.modality.name}, as the population's")  # fmt: skip

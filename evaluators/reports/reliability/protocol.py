@@ -16,11 +16,11 @@ import dataclasses
 import time
 from pathlib import Path
 
+from evaluators.reports.reliability.assemble import report_sections
 from evaluators.reports.reliability.config import ReportConfig, default_k
 from evaluators.reports.reliability.html import figures, write_html
 from evaluators.reports.reliability.inputs import report_inputs
 from evaluators.reports.reliability.maps import explainer_unit
-from evaluators.reports.reliability.sections import agreement, faithfulness, sanity
 from evaluators.reports.reliability.summary import recommendation, summary_rows, summary_text
 from evaluators.reports.reliability.verdict import equally_good
 from evaluators.reports.wandb_log import log_report
@@ -55,9 +55,7 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                                        given.metric_options, cfg.cascade_steps)  # fmt: skip
     accuracies, members = given.accuracies, given.members
     kept, filtered = equally_good(accuracies, cfg.accuracy_tolerance)
-    sections = {"agreement": agreement(units, k, cfg.watson_c, cfg.seed),
-                "sanity": sanity(units, cfg.measure, kept, filtered),
-                "faithfulness": faithfulness(units, cfg.faithfulness, cfg.n_bootstrap, cfg.seed)}
+    sections, candidates = report_sections(cfg, given, units, k, kept, filtered, run_dir / "maps")
     report = {"config": dataclasses.asdict(cfg),
               "population": {"dataset": cfg.report_name(), "n_members": len(members), "n_points": len(x),
                              "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
@@ -66,7 +64,8 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                              "group": f"{cfg.report_name()}/{Path(cfg.population).resolve().parent.name}"},
               "sections": sections,
               "summary": {"rows": summary_rows(sections),
-                          "recommendation": recommendation(units, sections, cfg.n_bootstrap, cfg.seed)}}  # fmt: skip
+                          "recommendation": recommendation(candidates, sections, cfg.n_bootstrap,
+                                                           cfg.seed)}}  # fmt: skip
     report["summary"]["text"] = summary_text(report)
     report["seconds"] = time.perf_counter() - start
     return report

@@ -80,7 +80,8 @@ def faithfulness(units: dict[str, dict], metrics: list[str], n_bootstrap: int, s
     for metric in metrics:
         higher = METRICS[metric].higher_is_better
         scores = torch.stack([units[n]["faithfulness"][metric] for n in names], 1)  # (K, E)
-        table = {n: member_interval(scores[:, e], f"explainer {n!r}: {metric}") for e, n in enumerate(names)}
+        table = {n: member_interval(scores[:, e], f"explainer {n!r}: {metric}") | {"per_member": scores[:, e].tolist()}
+                 for e, n in enumerate(names)}  # fmt: skip
         entry = {"higher_is_better": higher, "explainers": table}
         if len(names) > 1:
             stability = ranking_stability(scores, higher, f"metric {metric}")
