@@ -114,6 +114,13 @@ class PlantedPatternDataModule(_ArraysDataModule):
         chosen = self.subset_indices(split)
         return masks if chosen is None else masks[chosen]
 
+    def probe_truth(self, n: int, target=None, split: str = "test") -> dict[str, torch.Tensor]:
+        """The truth of ``probe(n, split)``'s images (every ``size // n``-th image of the split
+        served, ``ImageDataModule.probe``): ``mask`` (n, H, W); no true attributions (None)."""
+        name = self.eval_split if split == "test" else split
+        step = max(1, self.split_sizes[name] // n)
+        return {"mask": self.masks(name)[::step][:n], "attributions": None}
+
     def blank_patterns(self, images: torch.Tensor, masks: torch.Tensor, seed: int = 0) -> torch.Tensor:
         """``images`` (N, C, H, W) uint8 with each mask's pixels replaced by a fresh background's
         (the same texture distribution): what is left carries no class information."""

@@ -133,4 +133,11 @@ class SyntheticTableDataModule(TabularDataModule):
         return torch.from_numpy(out)
 
 
+    def probe_truth(self, n: int, target: torch.Tensor | int, split: str = "test") -> dict[str, torch.Tensor]:
+        """The truth of ``probe(n, split)``'s rows: ``mask`` (n, d) the relevant features,
+        ``attributions`` (n, d) float64 of class ``target`` (``true_attributions``)."""
+        x = self.probe(n, split)[0]
+        return {"mask": self.relevant.expand(len(x), -1).clone(), "attributions": self.true_attributions(x, target)}
+
+
 __all__ = ["SyntheticTableDataModule"]

@@ -48,3 +48,14 @@ def test_bad_options(options, message):
         PlantedPatternDataModule(**options)
     with pytest.raises(InputError, match="no 'val' split"):
         PlantedPatternDataModule(size=16, pattern=4, n_train=8, n_test=8).masks("val")
+
+
+def test_the_truth_of_probed_images_is_their_masks():
+    data = PlantedPatternDataModule(size=16, pattern=4, n_train=20, n_test=13)
+    data.setup("test")
+    x, y = data.probe(4, "test")
+    truth = data.probe_truth(4)
+    images, labels = data.split_images("test")
+    served = data.as_model_inputs(images, labels)[0]
+    index = [next(i for i in range(13) if torch.equal(served[i], image)) for image in x]
+    assert torch.equal(truth["mask"], data.masks("test")[index]) and truth["attributions"] is None

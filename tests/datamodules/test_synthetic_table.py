@@ -72,3 +72,11 @@ def test_bad_options(options, message):
         data.true_attributions(data.test_tensors[0], 2)
     with pytest.raises(InputError, match="rows of shape"):
         data.true_attributions(torch.zeros(3, 5), 1)
+
+
+def test_the_truth_of_probed_rows():
+    data = SyntheticTableDataModule(n_rows=300)
+    x, _ = data.probe(5)
+    truth = data.probe_truth(5, 1)
+    assert torch.equal(truth["attributions"], data.true_attributions(x, 1))
+    assert truth["mask"].shape == (5, 12) and truth["mask"][:, :6].all() and not truth["mask"][:, 6:].any()

@@ -1,0 +1,65 @@
+"""The report's ground-truth section, where the data know what decides the label (a datamodule
+with ``probe_truth``: ``SyntheticTableDataModule``, ``PlantedPatternDataModule``;
+docs/ground_truth.md).
+
+Per candidate (explainer or aggregate) and localisation metric (``evaluators.metrics.localisation``,
+on |map|): each member's mean score over the inputs, their seed-level mean ± 95 % t-interval
+(``seed_robustness.member_interval``) and the stability of the members' rankings of the
+candidates (``ranking_stability``). Then the question the truth answers about the truth-free
+scores: does the faithfulness section's primary metric rank the candidates as the truth does?
+Kendall's τ_b between the candidates' seed-level means under the truth's first metric and under
+the faithfulness metric (both oriented so that larger is better), and whether the two name the
+same best candidate.
+
+Metrics: rows: ``ground_truth_agreement`` (top-k of |map| against top-k of |true
+attributions|, k the report's), ``relevance_rank_accuracy`` and ``localisation_auc`` against
+the relevant features; images: ``relevance_rank_accuracy``, ``relevance_mass_accuracy``,
+``pointing_game`` and ``localisation_auc`` against the planted region.
+"""
+
+from __future__ import annotations
+
+import torch
+from scipy.stats import kendalltau
+
+from evaluators.metrics.registry import METRICS, score
+from evaluators.metrics.seed_robustness import member_interval, ranking_stability
+
+ROW_METRICS = ("ground_truth_agreement", "relevance_rank_accuracy", "localisation_auc")
+IMAGE_METRICS = ("relevance_rank_accuracy", "relevance_mass_accuracy", "pointing_game", "localisation_auc")
+
+
+def member_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch.Tensor:
+    """(M,) float64: each member's mean over inputs of ``metric`` for maps (M, N, ...)."""
+    given = truth["attributions"] if metric == "ground_truth_agreement" else truth["mask"]
+    options = {"k": k} if metric == "ground_truth_agreement" else {"abs": True}
+    out = [score(metric, None, None, member.abs(), truth=given.to(member.device), **options).double().nanmean()
+           for member in maps]  # fmt: skip
+    return torch.stack(out).cpu()
+
+
+def truth_section(candidates: dict[str, dict], truth: dict | None, images: bool, k: int,
+                  faithfulness: dict) -> dict:  # fmt: skip
+    """The section of the module docstring; ``{"available": False}`` without a truth."""
+    if truth is None:
+        return {"available": False, "why": "the data know no ground truth (docs/ground_truth.md)"}
+    metrics = IMAGE_METRICS if images else ROW_METRICS
+    names = list(candidates)
+    by_metric = {}
+    for metric in metrics:
+        scores = torch.stack([member_scores(candidates[n]["maps"], truth, metric, k) for n in names], 1)  # (M, C)
+        entry = {"candidates": {n: member_interval(scores[:, c], f"{n}: {metric}") for c, n in enumerate(names)}}
+        if len(names) > 1:
+            stability = ranking_stability(scores, True, f"metric {metric}")
+            entry["ranking"] = {key: value for key, value in stability.items() if key != "best"}
+        by_metric[metric] = entry
+    primary, faithful = metrics[0], faithfulness["primary"]
+    truth_means = [by_metric[primary]["candidates"][n]["mean"] for n in names]
+    sign = 1.0 if METRICS[faithful].higher_is_better else -1.0
+    free_means = [sign * faithfulness["by_metric"][faithful]["explainers"][n]["mean"] for n in names]
+    tau = kendalltau(truth_means, free_means).statistic if len(names) > 1 else float("nan")
+    best_truth, best_free = names[max(range(len(names)), key=truth_means.__getitem__)], \
+        names[max(range(len(names)), key=free_means.__getitem__)]
+    return {"available": True, "metrics": list(metrics), "primary": primary, "k": k, "by_metric": by_metric,
+            "against_faithfulness": {"metric": faithful, "kendall_tau": float(tau), "best_by_truth": best_truth,
+                                     "best_by_faithfulness": best_free, "same_best": best_truth == best_free}}
