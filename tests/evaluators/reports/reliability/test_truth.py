@@ -18,7 +18,9 @@ def test_member_means_interval_and_agreement_with_faithfulness_by_hand():
     m, n, d = 4, 6, 5
     mask = torch.zeros(n, d, dtype=torch.bool)
     mask[:, :2] = True
-    truth = {"mask": mask, "attributions": torch.randn(n, d, generator=g, dtype=torch.float64)}
+    attributions = torch.randn(n, d, generator=g, dtype=torch.float64)
+    attributions[:, :2] *= 5  # the relevant features mostly on top of the truth's ranking
+    truth = {"mask": mask, "attributions": attributions}
     good = torch.randn(m, n, d, generator=g) * 0.1
     good[..., :2] += 3.0  # the relevant features on top: rank accuracy 1
     bad = torch.randn(m, n, d, generator=g) * 0.1
@@ -45,7 +47,7 @@ def test_member_means_interval_and_agreement_with_faithfulness_by_hand():
     assert entry["ci95"] == pytest.approx(half, abs=1e-12)
     against = got["against_faithfulness"]
     means = [got["by_metric"]["ground_truth_agreement"]["candidates"][c]["mean"] for c in ("good", "bad")]
-    assert against["kendall_tau"] == pytest.approx(kendalltau(means, [-0.2, -0.6]).statistic)
+    assert means[0] > means[1] and against["kendall_tau"] == pytest.approx(kendalltau(means, [-0.2, -0.6]).statistic)
     assert against["best_by_faithfulness"] == "good"
     assert against["same_best"] == (against["best_by_truth"] == "good")
 
