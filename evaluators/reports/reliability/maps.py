@@ -19,8 +19,10 @@ random draws (``seed``):
 
 ``explainer_unit`` keeps one explainer's results in ``<run>/maps/<e>.pt`` (written atomically
 when the explainer is done): a resumed report reads a finished explainer from that file and
-never computes it again. ``explain_fn`` (default ``evaluators.maps.explain``) is the one
-function that makes maps, so a simulation can put an explainer of its own in (tests).
+never computes it again. Its steps (a member's maps, a cascading step, the random logit, a
+faithfulness metric) are printed with the time left (``progress.Progress``). ``explain_fn``
+(default ``evaluators.maps.explain``) is the one function that makes maps, so a simulation can
+put an explainer of its own in (tests).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from torch import nn
 from evaluators.maps import explain
 from foundation.modality import reduce_map
 from evaluators.metrics.registry import score
+from evaluators.reports.reliability.progress import Progress, quiet
 from evaluators.metrics.similarity import similarity
 from evaluators.sanity.layers import randomisable_layers, randomised_models
 from evaluators.sanity.random_logit import other_classes
@@ -63,10 +66,15 @@ def explained(model: nn.Module, x: torch.Tensor, target: torch.Tensor, method: s
 
 
 def member_maps(members: Sequence[nn.Module], x: torch.Tensor, target: torch.Tensor, method: str, options: dict,
-                seed: int, explain_fn: Callable = explain) -> torch.Tensor:  # fmt: skip
-    """(M, N, ...) float64 maps of every member (the module docstring), checked finite."""
-    return torch.stack([explained(m, x, target, method, options, seed, explain_fn, f"explainer {method!r}")
-                        for m in members])  # fmt: skip
+                seed: int, explain_fn: Callable = explain,
+                step: Callable[[str], None] = quiet) -> torch.Tensor:  # fmt: skip
+    """(M, N, ...) float64 maps of every member (the module docstring), checked finite; ``step``
+    is told of each member's maps."""
+    maps = []
+    for i, member in enumerate(members):
+        maps.append(explained(member, x, target, method, options, seed, explain_fn, f"explainer {method!r}"))
+        step(f"member {i + 1}'s maps")
+    return torch.stack(maps)
 
 
 def cascade_positions(n_layers: int, n_steps: int) -> set[int]:
@@ -75,20 +83,21 @@ def cascade_positions(n_layers: int, n_steps: int) -> set[int]:
 
 
 def randomisation(member: nn.Module, own: torch.Tensor, x: torch.Tensor, target: torch.Tensor, method: str,
-                  options: dict, seed: int, measure: str, explain_fn: Callable = explain,
-                  cascade_steps: int = 5) -> tuple[list[str], list[float], torch.Tensor]:  # fmt: skip
+                  options: dict, seed: int, measure: str, explain_fn: Callable = explain, cascade_steps: int = 5,
+                  step: Callable[[str], None] = quiet) -> tuple[list[str], list[float], torch.Tensor]:  # fmt: skip
     """Cascading randomisation of one member: the last layer randomised at each explained step
     (top first), the mean similarity of its maps to ``own``, and the maps of the last step
-    (every layer randomised)."""
+    (every layer randomised); ``step`` is told of each step explained."""
     layers, steps, maps = [], [], own
     chosen = cascade_positions(len(randomisable_layers(member)), cascade_steps)
-    for step, (layer, randomised) in enumerate(randomised_models(member, "cascading", seed), start=1):
-        if step not in chosen:
+    for position, (layer, randomised) in enumerate(randomised_models(member, "cascading", seed), start=1):
+        if position not in chosen:
             continue
         maps = explained(randomised, x, target, method, options, seed, explain_fn,
                          f"explainer {method!r} after randomising {layer!r}")  # fmt: skip
         layers.append(layer)
         steps.append(mean_similarity(maps, own, measure, (f"{method} after randomising {layer}", f"{method}")))
+        step(f"cascading step {len(steps)}/{len(chosen)}")
     return layers, steps, maps
 
 
@@ -102,8 +111,10 @@ def random_logit_similarity(member: nn.Module, own: torch.Tensor, x: torch.Tenso
 
 
 def faithfulness_scores(member: nn.Module, x: torch.Tensor, target: torch.Tensor, maps: torch.Tensor,
-                        metrics: Sequence[str], metric_options: dict[str, dict]) -> dict[str, float]:  # fmt: skip
-    """Member's mean score of its maps (N, d) by each metric (undefined inputs left out)."""
+                        metrics: Sequence[str], metric_options: dict[str, dict],
+                        step: Callable[[str], None] = quiet) -> dict[str, float]:  # fmt: skip
+    """Member's mean score of its maps (N, d) by each metric (undefined inputs left out); ``step``
+    is told of each metric scored."""
     out = {}
     for metric in metrics:
         values = score(metric, member, x, maps.float(), target, **metric_options.get(metric, {})).double()
@@ -111,6 +122,7 @@ def faithfulness_scores(member: nn.Module, x: torch.Tensor, target: torch.Tensor
         if not len(defined):
             raise InputError(f"metric {metric!r}: undefined on every input; expected a score on at least one")
         out[metric] = defined.mean().item()
+        step(metric)
     return out
 
 
@@ -127,18 +139,23 @@ def explainer_unit(folder: Path, members: Sequence[nn.Module], x: torch.Tensor, 
             raise InputError(f"{path}: holds {sorted(unit)}; expected {list(UNIT_KEYS)} (a file of this report)")
         progress(f"{method}: read from {path}")
         return unit
-    maps = member_maps(members, x, target, method, options, seed, explain_fn)
+    n_steps = len(cascade_positions(len(randomisable_layers(members[0])), cascade_steps))
+    ticker = Progress(method, len(members) * (n_steps + 2 + len(metrics)), progress)
+    maps = member_maps(members, x, target, method, options, seed, explain_fn, ticker.step)
     randomised, cascade, random_logit, faithful = [], [], [], {m: [] for m in metrics}
     layers: list[str] = []
     for i, member in enumerate(members):
-        progress(f"{method}: member {i + 1}/{len(members)}")
+        where = f"member {i + 1}/{len(members)}"
         layers, steps, last = randomisation(member, maps[i], x, target, method, options, seed, measure, explain_fn,
-                                            cascade_steps)
+                                            cascade_steps, lambda what: ticker.step(f"{where}, {what}"))  # fmt: skip
         randomised.append(last)
         cascade.append(steps)
         random_logit.append(random_logit_similarity(member, maps[i], x, target, n_classes, method, options, seed,
                                                     measure, explain_fn))  # fmt: skip
-        for metric, value in faithfulness_scores(member, x, target, maps[i], metrics, metric_options).items():
+        ticker.step(f"{where}, random logit")
+        scores = faithfulness_scores(member, x, target, maps[i], metrics, metric_options,
+                                     lambda what: ticker.step(f"{where}, {what}"))  # fmt: skip
+        for metric, value in scores.items():
             faithful[metric].append(value)
     unit = {"maps": maps, "randomised": torch.stack(randomised),
             "cascade": torch.tensor(cascade, dtype=torch.float64), "layers": layers,

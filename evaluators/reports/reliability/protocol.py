@@ -1,4 +1,5 @@
-"""``evaluate.py report``: can I trust these explanations? One pass over a table's population.
+"""``evaluate.py report``: can I trust these explanations? One pass over a population
+of table or image classifiers.
 
 ``evaluate_report(cfg, run_dir)`` loads the population, its inputs and each member's test
 accuracy (``inputs.report_inputs``), and for each explainer computes every member's maps once
@@ -30,13 +31,6 @@ from foundation.files import write_json, write_text
 REPORT = "report.json"
 
 
-def eta(start: float, done: int, total: int) -> str:
-    """Elapsed time and the estimate of the time left after ``done`` of ``total`` equal steps."""
-    elapsed = time.perf_counter() - start
-    left = elapsed / done * (total - done) if done else float("nan")
-    return f"{elapsed:.0f} s elapsed, about {left:.0f} s left" if done else f"{elapsed:.0f} s elapsed"
-
-
 def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     """The report of ``cfg``'s population (the module docstring), every number in one mapping."""
     start = time.perf_counter()
@@ -49,7 +43,8 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                          f"expected k <= {units_per_map}")  # fmt: skip
     units = {}
     for i, method in enumerate(cfg.explainers):
-        print(f"explainer {i + 1}/{len(cfg.explainers)}: {method} ({eta(start, i, len(cfg.explainers))})", flush=True)
+        print(f"explainer {i + 1}/{len(cfg.explainers)}: {method} ({time.perf_counter() - start:.0f} s elapsed)",
+              flush=True)  # its unit prints its own steps with the time left (maps.explainer_unit)
         units[method] = explainer_unit(run_dir / "maps", given.members, x, given.target, given.n_classes, method,
                                        cfg.options.get(method, {}), cfg.seed, cfg.measure, cfg.faithfulness,
                                        given.metric_options, cfg.cascade_steps)  # fmt: skip

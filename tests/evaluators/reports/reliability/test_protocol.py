@@ -18,7 +18,7 @@ import torch
 
 import evaluate
 import train
-from evaluators.reports.reliability import protocol
+from evaluators.reports.reliability import maps, protocol
 from evaluators.reports.reliability.config import default_k
 from foundation.errors import InputError
 from lightning_modules import load_population
@@ -141,29 +141,42 @@ def test_wandb_offline_run_holds_scalars_table_figures_and_group(report):
         assert (run_file.parent / "files" / logged[f"figure/{name}/path"]).is_file()
 
 
-def test_interrupted_report_resumes_with_the_same_numbers(report, population, tmp_path, monkeypatch, capsys):
-    """Interrupted in its second explainer, the report keeps the first one's maps; --resume
-    reads them (not computed again) and ends with the numbers of the uninterrupted report."""
-    summary, _ = report
-    real, computed = protocol.explainer_unit, []
+def finished(run_dir: Path) -> dict:
+    """A report folder's report.json without what differs between two runs of it: the time it
+    took and the folder it was written to."""
+    written = strict_json(run_dir / protocol.REPORT)
+    del written["seconds"], written["config"]["output_dir"]
+    return written
 
-    def interrupted(folder, members, x, target, n_classes, method, *args, **kwargs):
-        if method == EXPLAINERS[1]:
+
+def test_interrupted_report_resumes_with_the_same_report(report, population, tmp_path, monkeypatch, capsys):
+    """Interrupted inside its second explainer (member 2's cascading randomisation), the report
+    keeps the first explainer's maps and nothing of the second; --resume reads the first (not
+    computed again) and ends with the report.json of the uninterrupted report."""
+    _, uninterrupted = report
+    real = maps.randomisation
+    calls = []
+
+    def interrupted(member, own, x, target, method, *args, **kwargs):
+        calls.append(method)
+        if calls.count(EXPLAINERS[1]) == 2:
             raise KeyboardInterrupt
-        computed.append(method)
-        return real(folder, members, x, target, n_classes, method, *args, **kwargs)
+        return real(member, own, x, target, method, *args, **kwargs)
 
-    monkeypatch.setattr(protocol, "explainer_unit", interrupted)
+    monkeypatch.setattr(maps, "randomisation", interrupted)
     with pytest.raises(SystemExit) as stopped:
-        evaluate.main(["report", "--population", population, "--output_dir", str(tmp_path), *OPTIONS,
-                       "--set", "log_to=none"])  # fmt: skip
-    assert stopped.value.code == 130
+        evaluate.main(["report", "--population", population, "--output_dir", str(tmp_path), *OPTIONS])
+    assert stopped.value.code == 130 and calls == [EXPLAINERS[0]] * 4 + [EXPLAINERS[1]] * 2
     (run_dir,) = tmp_path.iterdir()
     assert sorted(p.name for p in (run_dir / "maps").iterdir()) == [f"{EXPLAINERS[0]}.pt"]
-    monkeypatch.setattr(protocol, "explainer_unit", real)
-    resumed = evaluate.main(["report", "--resume", str(run_dir)])
-    assert f"{EXPLAINERS[0]}: read from" in capsys.readouterr().out
-    assert resumed["sections"] == summary["sections"] and resumed["summary"]["text"] == summary["summary"]["text"]
+    assert not (run_dir / protocol.REPORT).exists()
+    monkeypatch.setattr(maps, "randomisation", real)
+    capsys.readouterr()
+    evaluate.main(["report", "--resume", str(run_dir)])
+    out = capsys.readouterr().out
+    assert f"{EXPLAINERS[0]}: read from" in out and f"{EXPLAINERS[0]}: 1/" not in out
+    assert f"{EXPLAINERS[1]}: 1/" in out  # the second explainer computed, its steps shown with the time left
+    assert finished(run_dir) == finished(uninterrupted)
 
 
 def chromium_driver():
