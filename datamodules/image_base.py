@@ -174,6 +174,11 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
                 break
         return torch.cat(xs)[:n], torch.cat(ys)[:n]
 
+    def probe_truth(self, n: int, target=None, split: str = "test") -> dict | None:
+        """The ground truth of ``probe(n, split)``'s images (docs/ground_truth.md): None, these
+        images know none (``PlantedPatternDataModule`` does)."""
+        return None
+
     # --- what remove-and-retrain (datamodules.roar) reads ----------------------------------
     def stored_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """ROAR's ``"train"`` or ``"test"`` (:attr:`eval_split`) split as stored: uint8 images, labels."""

@@ -178,6 +178,11 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         """The first ``n`` rows of the split (drawn at random by the split) and their labels."""
         return tuple(t[:n] for t in self.stored_split(split))
 
+    def probe_truth(self, n: int, target=None, split: str = "test") -> dict | None:
+        """The ground truth of ``probe(n, split)``'s rows (docs/ground_truth.md): None, this table
+        knows none (``SyntheticTableDataModule`` does)."""
+        return None
+
     # --- what remove-and-retrain (datamodules.roar) reads: rows are stored as the model sees them
     def stored_split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         return self.train_tensors if split == "train" else self.test_tensors

@@ -5,7 +5,9 @@
 * ``sanity`` (``sections.sanity``) with its ``data_randomisation`` (``permuted``; None without a
   permuted-label population);
 * ``faithfulness`` (``sections.faithfulness``) over the explainers and the aggregates of their
-  maps (``aggregates``), with the aggregates' own agreement and verdicts under ``aggregates``.
+  maps (``aggregates``), with the aggregates' own agreement and verdicts under ``aggregates``;
+* ``truth`` (``truth.truth_section``): the candidates against the data's ground truth, where
+  the data know it.
 
 It returns the sections and every candidate's unit (explainers and aggregates) for the
 recommendation (``summary.recommendation``).
@@ -21,6 +23,7 @@ from evaluators.reports.reliability.ensembles import ensemble_agreement
 from evaluators.reports.reliability.inputs import ReportInputs
 from evaluators.reports.reliability.permuted import data_randomisation
 from evaluators.reports.reliability.sections import agreement, faithfulness, sanity
+from evaluators.reports.reliability.truth import truth_section
 
 
 def report_sections(cfg: ReportConfig, given: ReportInputs, units: dict[str, dict], k: int, kept: list[int],
@@ -35,4 +38,5 @@ def report_sections(cfg: ReportConfig, given: ReportInputs, units: dict[str, dic
                 "sanity": sanity(units, cfg.measure, kept, filtered) | {"data_randomisation": data},
                 "faithfulness": faithfulness(candidates, cfg.faithfulness, cfg.n_bootstrap, cfg.seed)
                 | {"aggregates": aggregate_section(cfg, aggregates, k, kept, list(units))}}  # fmt: skip
+    sections["truth"] = truth_section(candidates, given.truth, given.images, k, sections["faithfulness"])
     return sections, candidates

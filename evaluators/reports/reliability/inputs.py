@@ -32,7 +32,8 @@ ROWS_PER_PASS = 256  # images per forward pass when members' accuracies and mean
 class ReportInputs:
     """The members (eval mode, one device), their names and test accuracies, the inputs ``x``,
     the class ``target`` (N,) every member explains, the number of classes, whether the inputs
-    are images, and each faithfulness metric's options."""
+    are images, each faithfulness metric's options, and the inputs' ground truth where the data
+    know it (``probe_truth``: ``mask`` and ``attributions``; None otherwise)."""
 
     members: list
     names: list[str]
@@ -42,6 +43,7 @@ class ReportInputs:
     n_classes: int
     images: bool
     metric_options: dict[str, dict]
+    truth: dict | None = None
 
 
 def batched(model, x: torch.Tensor) -> torch.Tensor:
@@ -84,4 +86,5 @@ def report_inputs(cfg: ReportConfig) -> ReportInputs:
                          "members with one another: expected at least 3")  # fmt: skip
     accuracies = torch.tensor([(batched(m, x_acc).argmax(-1) == y_acc).double().mean().item() for m in members])
     n_classes = batched(members[0], x[:1]).shape[-1]
-    return ReportInputs(members, names, accuracies, x, target, n_classes, images, options)
+    truth = data.probe_truth(len(x), target.cpu())
+    return ReportInputs(members, names, accuracies, x, target, n_classes, images, options, truth)
