@@ -35,11 +35,7 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
     ),
     "datamodules/image_files.py": "`datamodules/test_images.py` (through the image datamodules)",
-    "datamodules/label_permutation.py": "`evaluators/protocols/test_data_randomisation.py` (through the protocol)",
     "datamodules/specs.py": "`configs/test_config_paths.py`, `docs/test_extending.py`",
-    "datamodules/stacked_cells.py": (
-        "`evaluators/protocols/roar/test_grid.py` (the grid's cells trained as one population)"
-    ),
     "datamodules/table_columns.py": (
         "`datamodules/test_csv_table.py`, `entry_points/test_own_table.py` (through the CSV datamodule)"
     ),
@@ -79,7 +75,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/maps/stacked_deepshap.py": (
         "`evaluators/maps/test_same_weights.py`, `evaluators/maps/test_explainers.py` (through `explain`)"
     ),
-    "evaluators/metrics/base.py": "`evaluators/metrics/test_registry.py`, `docs/test_extending.py`",
     "evaluators/metrics/faithfulness_correlation.py": (
         "`evaluators/metrics/test_registry.py`, `callbacks/test_aggregation_fidelity.py`, `faults/test_nonfinite.py`"
     ),
@@ -125,8 +120,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/reports/wandb_log.py": (
         "`evaluators/reports/reliability/test_protocol.py` (the offline run file read back)"
     ),
-    "foundation/batching.py": "`evaluators/maps/test_image_explainers.py`",
-    "foundation/devices.py": "`gpu/test_gpu.py` (through the protocols)",
     "foundation/errors.py": (
         "`faults/test_tables_and_folders.py`, `faults/test_run_folders.py`, `faults/test_nonfinite.py`"
     ),
@@ -135,10 +128,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "foundation/seeds.py": (
         "`evaluators/maps/test_explainer_seeds.py`, `evaluators/maps/test_explainers.py`, "
         "`lightning_modules/test_multiclass.py`"
-    ),
-    "lightning_modules/allocator.py": "`lightning_modules/test_population.py` (through the population's training)",
-    "lightning_modules/checkpoint_io.py": (
-        "`lightning_modules/test_population_io.py`, `golden/test_old_files.py` (through loading)"
     ),
     "lightning_modules/classifier.py": "`evaluators/inputs/test_user_models.py`",
     "lightning_modules/curve_model.py": (
