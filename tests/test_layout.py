@@ -53,9 +53,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`entry_points/test_own_images.py`, `lightning_modules/test_population_io.py`, "
         "`evaluators/protocols/test_consistency.py`"
     ),
-    "evaluators/inputs/members.py": "`evaluators/inputs/test_user_models.py` (through `assemble`)",
-    "evaluators/inputs/model_fit.py": "`evaluators/inputs/test_user_models.py` (through `assemble`)",
-    "evaluators/inputs/model_inputs.py": "`entry_points/test_model_options.py` (through the protocols' model options)",
     "evaluators/inputs/model_source.py": "`entry_points/test_model_options.py`",
     "evaluators/inputs/sources.py": "`configs/test_config_paths.py`",
     "evaluators/maps/__init__.py": (

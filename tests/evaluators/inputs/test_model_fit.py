@@ -65,7 +65,7 @@ def test_a_resumed_checkpoint_holds_the_configs_model(tmp_path):
     check_resumed_checkpoint(run_folder(tmp_path / "python", MLP, None))  # made in Python: nothing to compare
     with pytest.raises(InputError, match=r"last.ckpt: holds an ImageClassifier \(small_cnn\), an image model of "
                                          r"images \(N, C, H, W\); the run folder's config.yaml trains an "
-                                         r"MLPClassifier, a tabular model of rows \(N, 2\) on tabular data"):  # fmt: skip
+                                         r"MLPClassifier, a tabular model of rows \(N, 2\) on tabular"):  # fmt: skip
         check_resumed_checkpoint(run_folder(tmp_path / "other", MLP, "lightning_modules.ImageClassifier"))
     (tmp_path / "same" / "checkpoints" / "last.ckpt").write_bytes(b"cut short")
     with pytest.raises(InputError, match="not a readable checkpoint"):
