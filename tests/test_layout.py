@@ -105,7 +105,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`evaluators/inputs/test_config.py`, `evaluators/protocols/roar/test_grid.py`"
     ),
     "evaluators/protocols/roar/report.py": "`evaluators/protocols/roar/test_grid.py`",
-    "evaluators/protocols/sigma_ablation.py": "`docs/test_docs_commands.py` (the σ ablation's documented command)",
     "evaluators/reports/reliability/config.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/reliability/html.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/reliability/maps.py": (
@@ -139,9 +138,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "lightning_modules/interface.py": (
         "`lightning_modules/test_image_ensembles.py`, `lightning_modules/test_ensemble_registry.py`, "
         "`evaluators/protocols/test_sanity.py`"
-    ),
-    "lightning_modules/population_base.py": (
-        "`lightning_modules/test_population.py`, `lightning_modules/test_image_population.py` (its subclasses)"
     ),
     "lightning_modules/population_fit.py": "`lightning_modules/test_population.py`",
     "lightning_modules/stacked.py": "`lightning_modules/test_curves.py`",
