@@ -27,14 +27,10 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "callbacks/roar.py": "`evaluators/protocols/roar/test_grid.py` (the ROAR grid trains through it)",
     "datamodules/__init__.py": "`entry_points/test_model_options.py` (`data_location_option`)",
     "datamodules/describe.py": "`datamodules/test_csv_table.py`, `datamodules/test_images.py`",
-    "datamodules/image_base.py": (
-        "`datamodules/test_images.py`, `datamodules/test_archives.py` (through the image datamodules)"
-    ),
     "datamodules/image_batches.py": "`datamodules/test_images.py`",
     "datamodules/image_cache.py": (
         "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
     ),
-    "datamodules/image_files.py": "`datamodules/test_images.py` (through the image datamodules)",
     "datamodules/specs.py": "`configs/test_config_paths.py`, `docs/test_extending.py`",
     "datamodules/table_columns.py": (
         "`datamodules/test_csv_table.py`, `entry_points/test_own_table.py` (through the CSV datamodule)"
