@@ -32,9 +32,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
     ),
     "datamodules/specs.py": "`configs/test_config_paths.py`, `docs/test_extending.py`",
-    "datamodules/table_columns.py": (
-        "`datamodules/test_csv_table.py`, `entry_points/test_own_table.py` (through the CSV datamodule)"
-    ),
     "datamodules/tabular.py": (
         "`datamodules/test_roar.py`, `evaluators/protocols/roar/test_grid.py`, `faults/test_nonfinite_maps.py`"
     ),
