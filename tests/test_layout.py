@@ -109,15 +109,7 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/reports/wandb_log.py": (
         "`evaluators/reports/reliability/test_protocol.py` (the offline run file read back)"
     ),
-    "foundation/errors.py": (
-        "`faults/test_tables_and_folders.py`, `faults/test_run_folders.py`, `faults/test_nonfinite.py`"
-    ),
-    "foundation/finite.py": "`faults/test_nonfinite.py`",
     "foundation/run_folders.py": "`faults/test_run_folders.py`",
-    "foundation/seeds.py": (
-        "`evaluators/maps/test_explainer_seeds.py`, `evaluators/maps/test_explainers.py`, "
-        "`lightning_modules/test_multiclass.py`"
-    ),
     "lightning_modules/classifier.py": "`evaluators/inputs/test_user_models.py`",
     "lightning_modules/curve_model.py": (
         "`lightning_modules/test_curves.py`, `lightning_modules/test_image_ensembles.py`, "
