@@ -119,13 +119,11 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`lightning_modules/test_curves.py`, `lightning_modules/test_multiclass.py`, "
         "`evaluators/protocols/test_landscape.py`"
     ),
-    "lightning_modules/finite.py": "`faults/test_nonfinite_training.py`",
     "lightning_modules/interface.py": (
         "`lightning_modules/test_image_ensembles.py`, `lightning_modules/test_ensemble_registry.py`, "
         "`evaluators/protocols/test_sanity.py`"
     ),
     "lightning_modules/population_fit.py": "`lightning_modules/test_population.py`",
-    "lightning_modules/stacked.py": "`lightning_modules/test_curves.py`",
 }
 
 
