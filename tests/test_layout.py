@@ -110,7 +110,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`evaluators/reports/reliability/test_protocol.py` (the offline run file read back)"
     ),
     "foundation/run_folders.py": "`faults/test_run_folders.py`",
-    "lightning_modules/classifier.py": "`evaluators/inputs/test_user_models.py`",
     "lightning_modules/curve_model.py": (
         "`lightning_modules/test_curves.py`, `lightning_modules/test_image_ensembles.py`, "
         "`lightning_modules/test_ensemble_registry.py`"
@@ -118,10 +117,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "lightning_modules/curve_population.py": (
         "`lightning_modules/test_curves.py`, `lightning_modules/test_multiclass.py`, "
         "`evaluators/protocols/test_landscape.py`"
-    ),
-    "lightning_modules/interface.py": (
-        "`lightning_modules/test_image_ensembles.py`, `lightning_modules/test_ensemble_registry.py`, "
-        "`evaluators/protocols/test_sanity.py`"
     ),
     "lightning_modules/population_fit.py": "`lightning_modules/test_population.py`",
 }
