@@ -69,16 +69,9 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`evaluators/metrics/test_registry.py`, `callbacks/test_aggregation_fidelity.py`, `faults/test_nonfinite.py`"
     ),
     "evaluators/metrics/model_scores.py": "`foundation/test_modality.py`, `golden/test_golden.py`",
-    "evaluators/metrics/perturbations.py": (
-        "`evaluators/metrics/test_infidelity.py`, `evaluators/metrics/test_relative_stability.py`, "
-        "`evaluators/metrics/test_fidelity_metrics.py`"
-    ),
     "evaluators/metrics/road.py": (
         "`evaluators/metrics/test_fidelity_metrics.py`, `evaluators/metrics/test_registry.py`, "
         "`faults/test_nonfinite.py`"
-    ),
-    "evaluators/metrics/sensitivity.py": (
-        "`evaluators/metrics/test_infidelity.py`, `evaluators/metrics/test_registry.py`, `faults/test_nonfinite.py`"
     ),
     "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
     "evaluators/protocols/population_sets.py": (
