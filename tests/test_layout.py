@@ -65,7 +65,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/maps/stacked_deepshap.py": (
         "`evaluators/maps/test_same_weights.py`, `evaluators/maps/test_explainers.py` (through `explain`)"
     ),
-    "evaluators/metrics/model_scores.py": "`foundation/test_modality.py`, `golden/test_golden.py`",
     "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
     "evaluators/protocols/population_sets.py": (
         "`evaluators/protocols/test_landscape.py`, `evaluators/metrics/test_agreement_functional.py`, "
