@@ -62,9 +62,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/maps/registry.py": (
         "`evaluators/maps/test_explain_registry.py`, `evaluators/maps/test_batch_independence.py`"
     ),
-    "evaluators/maps/stacked_deepshap.py": (
-        "`evaluators/maps/test_same_weights.py`, `evaluators/maps/test_explainers.py` (through `explain`)"
-    ),
     "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
     "evaluators/protocols/population_sets.py": (
         "`evaluators/protocols/test_landscape.py`, `evaluators/metrics/test_agreement_functional.py`, "
