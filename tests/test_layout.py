@@ -55,10 +55,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/maps/batches.py": (
         "`evaluators/maps/test_explainers.py`, `lightning_modules/test_multiclass.py`, `gpu/test_gpu.py`"
     ),
-    "evaluators/maps/gradients.py": "`evaluators/maps/test_image_explainers.py`, `evaluators/maps/test_explainers.py`",
-    "evaluators/maps/perturbations.py": (
-        "`evaluators/maps/test_image_explainers.py`, `evaluators/maps/test_explainers.py`"
-    ),
     "evaluators/maps/registry.py": (
         "`evaluators/maps/test_explain_registry.py`, `evaluators/maps/test_batch_independence.py`"
     ),
