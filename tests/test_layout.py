@@ -55,17 +55,7 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/maps/batches.py": (
         "`evaluators/maps/test_explainers.py`, `lightning_modules/test_multiclass.py`, `gpu/test_gpu.py`"
     ),
-    "evaluators/maps/registry.py": (
-        "`evaluators/maps/test_explain_registry.py`, `evaluators/maps/test_batch_independence.py`"
-    ),
     "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
-    "evaluators/protocols/population_sets.py": (
-        "`evaluators/protocols/test_landscape.py`, `evaluators/metrics/test_agreement_functional.py`, "
-        "`lightning_modules/test_module_population.py`"
-    ),
-    "evaluators/protocols/registry.py": (
-        "`entry_points/test_model_options.py`, `foundation/test_docs_pages.py`, `docs/test_extending.py`"
-    ),
     "evaluators/protocols/report.py": (
         "`evaluators/reports/reliability/test_protocol.py` (its registration: `evaluate.py report`)"
     ),
