@@ -25,13 +25,11 @@ HEADING = "## Library modules without a test file of their own"
 # module -> the test files that exercise it (paths under tests/), or how it is exercised
 WITHOUT_OWN_FILE: dict[str, str] = {
     "callbacks/roar.py": "`evaluators/protocols/roar/test_grid.py` (the ROAR grid trains through it)",
-    "datamodules/__init__.py": "`entry_points/test_model_options.py` (`data_location_option`)",
     "datamodules/describe.py": "`datamodules/test_csv_table.py`, `datamodules/test_images.py`",
     "datamodules/image_batches.py": "`datamodules/test_images.py`",
     "datamodules/image_cache.py": (
         "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
     ),
-    "datamodules/specs.py": "`configs/test_config_paths.py`, `docs/test_extending.py`",
     "datamodules/tabular.py": (
         "`datamodules/test_roar.py`, `evaluators/protocols/roar/test_grid.py`, `faults/test_nonfinite_maps.py`"
     ),
