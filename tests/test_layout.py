@@ -33,10 +33,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "datamodules/tabular.py": (
         "`datamodules/test_roar.py`, `evaluators/protocols/roar/test_grid.py`, `faults/test_nonfinite_maps.py`"
     ),
-    "evaluators/aggregators/normalisations.py": (
-        "`evaluators/aggregators/test_pixel_aggregators.py`, `evaluators/protocols/test_aggregation.py`, "
-        "`faults/test_nonfinite.py`"
-    ),
     "evaluators/inputs/assemble.py": (
         "`evaluators/inputs/test_user_models.py`, `lightning_modules/test_module_population.py`"
     ),
