@@ -46,9 +46,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`evaluators/maps/test_explainers.py`, `evaluators/maps/test_explain_registry.py` (`explain`, "
         "`explainer_names`)"
     ),
-    "evaluators/maps/batches.py": (
-        "`evaluators/maps/test_explainers.py`, `lightning_modules/test_multiclass.py`, `gpu/test_gpu.py`"
-    ),
     "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
     "evaluators/protocols/report.py": (
         "`evaluators/reports/reliability/test_protocol.py` (its registration: `evaluate.py report`)"
