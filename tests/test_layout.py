@@ -40,8 +40,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`entry_points/test_own_images.py`, `lightning_modules/test_population_io.py`, "
         "`evaluators/protocols/test_consistency.py`"
     ),
-    "evaluators/inputs/model_source.py": "`entry_points/test_model_options.py`",
-    "evaluators/inputs/sources.py": "`configs/test_config_paths.py`",
     "evaluators/maps/__init__.py": (
         "`evaluators/maps/test_explainers.py`, `evaluators/maps/test_explain_registry.py` (`explain`, "
         "`explainer_names`)"
