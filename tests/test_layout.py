@@ -29,19 +29,12 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "datamodules/image_cache.py": (
         "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
     ),
-    "datamodules/tabular.py": (
-        "`datamodules/test_roar.py`, `evaluators/protocols/roar/test_grid.py`, `faults/test_nonfinite_maps.py`"
-    ),
     "evaluators/inputs/assemble.py": (
         "`evaluators/inputs/test_user_models.py`, `lightning_modules/test_module_population.py`"
     ),
     "evaluators/inputs/image_members.py": (
         "`entry_points/test_own_images.py`, `lightning_modules/test_population_io.py`, "
         "`evaluators/protocols/test_consistency.py`"
-    ),
-    "evaluators/maps/__init__.py": (
-        "`evaluators/maps/test_explainers.py`, `evaluators/maps/test_explain_registry.py` (`explain`, "
-        "`explainer_names`)"
     ),
     "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
     "evaluators/protocols/report.py": (
