@@ -58,7 +58,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/reports/wandb_log.py": (
         "`evaluators/reports/reliability/test_protocol.py` (the offline run file read back)"
     ),
-    "foundation/run_folders.py": "`faults/test_run_folders.py`",
     "lightning_modules/curve_model.py": (
         "`lightning_modules/test_curves.py`, `lightning_modules/test_image_ensembles.py`, "
         "`lightning_modules/test_ensemble_registry.py`"
