@@ -91,10 +91,11 @@ def readme_section() -> str:
     rows = "".join(f"| `{module}` | {where} |\n" for module, where in sorted(WITHOUT_OWN_FILE.items()))
     return (
         f"{HEADING}\n\n"
-        f"{len(WITHOUT_OWN_FILE)} of the {len(library_modules())} library modules are tested only inside broader "
-        "files (the list is `WITHOUT_OWN_FILE` in `tests/test_layout.py`, which fails when a module comes\n"
-        "without its test file or a listed module gains one; `.venv/bin/python -m tests.test_layout --write`\n"
-        "rewrites this section from it):\n\n| module | exercised by |\n|---|---|\n" + rows
+        f"{len(WITHOUT_OWN_FILE)} of the {len(library_modules())} library modules (an `__init__.py` counts where it "
+        "defines a function or class) are\ntested only inside broader files. The list is `WITHOUT_OWN_FILE` in "
+        "`tests/test_layout.py`, which fails\nwhen a module comes without its test file or a listed module gains "
+        "one; `.venv/bin/python -m\ntests.test_layout --write` rewrites this section from it.\n\n"
+        "| module | exercised by |\n|---|---|\n" + rows
     )
 
 
