@@ -25,7 +25,6 @@ HEADING = "## Library modules without a test file of their own"
 # module -> the test files that exercise it (paths under tests/), or how it is exercised
 WITHOUT_OWN_FILE: dict[str, str] = {
     "callbacks/roar.py": "`evaluators/protocols/roar/test_grid.py` (the ROAR grid trains through it)",
-    "datamodules/describe.py": "`datamodules/test_csv_table.py`, `datamodules/test_images.py`",
     "datamodules/image_cache.py": (
         "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
     ),

@@ -14,7 +14,6 @@ import torch
 from PIL import Image
 
 from datamodules import FashionMNISTDataModule, ImageFolderDataModule, InputError, MNIST5kDataModule, unpack_archive
-from datamodules.describe import main as describe_main
 from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, augment_batch
 from datamodules.image_cache import COMPLETE_MARKER
 
@@ -377,14 +376,6 @@ def test_fashion_mnist():
 def test_fashion_mnist_missing_says_how_to_install(tmp_path):
     with pytest.raises(InputError, match=r"make install.*dataset-fashion-mnist"):
         FashionMNISTDataModule(data_dir=str(tmp_path)).setup("fit")
-
-
-def test_describe_lists_image_sets(folder, tmp_path, capsys):
-    root, _ = folder
-    archive = make_archive(root, tmp_path / "tiny.tar.gz")
-    describe_main([str(root), str(archive)])
-    out = capsys.readouterr().out
-    assert "Image sets" in out and "data" in out and "tiny" in out and "3x8x8" in out
 
 
 # --- the real data ---------------------------------------------------------------------
