@@ -12,21 +12,11 @@ from evaluators.maps import batches
 from evaluators.maps.adapters import ExplainedOutput
 from foundation.errors import InputError
 from foundation.seeds import input_seeds
-from lightning_modules import MLPClassifier, PopulationMLP
+from lightning_modules import MLPClassifier
 from lightning_modules.ensembles import ENSEMBLES
 
 DETERMINISTIC = ["saliency", "integrated_gradients", "input_x_gradient", "guided_backprop", "deeplift",
                  "feature_ablation", "deepshap"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def population():
-    torch.manual_seed(0)
-    pop = PopulationMLP(in_features=6, seeds=[0, 1, 2])
-    with torch.no_grad():
-        for p in pop.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    return pop
 
 
 def direct(model: MLPClassifier, x: torch.Tensor, method: str, background: torch.Tensor) -> torch.Tensor:

@@ -21,31 +21,6 @@ from lightning_modules.image_classifier import create_image_model
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 
-class TinyCNN(nn.Module):
-    """Two convolutions with ReLU modules (not reused), 3 x 16 x 16 -> 5 logits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.block = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.ReLU())
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(24, 5))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.block(self.features(x)))
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return TinyCNN().eval()
-
-
-@pytest.fixture(scope="module")
-def images():
-    torch.manual_seed(1)
-    return torch.randn(4, 3, 16, 16)
-
-
 LABELS = torch.tensor([0, 3, 1, 4])
 
 

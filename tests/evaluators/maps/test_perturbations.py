@@ -8,24 +8,11 @@ from __future__ import annotations
 
 import copy
 
-import pytest
 import torch
 
 from evaluators.maps import explain
 from evaluators.maps.perturbations import rise_masks, upsample_masks
-from tests.evaluators.maps.test_image_explainers import LABELS, TOL, TinyCNN
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return TinyCNN().eval()
-
-
-@pytest.fixture(scope="module")
-def images():
-    torch.manual_seed(1)
-    return torch.randn(4, 3, 16, 16)
+from tests.evaluators.maps.test_image_explainers import LABELS, TOL
 
 
 def naive_rise(model, x, target, n_masks, s, p, seed):

@@ -17,16 +17,6 @@ from lightning_modules.ensembles import ENSEMBLES, MLPEnsemble
 from tools.shap_softmax_ablation import MeanSoftmax
 
 
-@pytest.fixture(scope="module")
-def population():
-    torch.manual_seed(0)
-    pop = PopulationMLP(in_features=6, seeds=[0, 1, 2])
-    with torch.no_grad():
-        for p in pop.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    return pop
-
-
 def test_ensemble_deepshap_in_torch_equals_captums_deepliftshap(population, monkeypatch):
     """``stacked_deepshap`` computes the generic ``deepshap`` of the ensemble's class scores
     (the registry's function on ``ExplainedOutput``), which is Captum's ``DeepLiftShap``."""
