@@ -8,12 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from evaluators.metrics.faithfulness_correlation import FaithfulnessCorrelation, faithfulness_correlation
 from evaluators.metrics.infidelity import SubsetSamples, subset_perturbations
 from evaluators.metrics.perturbations import gaussian_blur, pixel_groups
-from tests.evaluators.metrics.test_fidelity_metrics import data, replace_units, scalar_output, tiny_cnn
+from tests.evaluators.metrics.test_fidelity_metrics import LinearScore, data, replace_units, scalar_output, tiny_cnn
 from tests.support.tiny_models import tiny_mlp
 
 
@@ -64,18 +63,6 @@ def test_fcor_tabular_rows_use_the_explained_output_and_given_means():
     samples = subset_perturbations(model, x, n_samples=8, share=0.34, baseline=means)
     expected = reference_fcor(model, x, maps, samples, means.expand_as(x).numpy(), [1] * 4)
     np.testing.assert_allclose(faithfulness_correlation(maps, samples).numpy(), expected, rtol=0, atol=1e-10)
-
-
-class LinearScore(nn.Module):
-    """Logits (0, Σ w x) of one-channel images: removing S (to 0) drops the logit by Σ_S w x."""
-
-    def __init__(self, w: torch.Tensor) -> None:
-        super().__init__()
-        self.w = nn.Parameter(w)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        score = (x[:, 0] * self.w).sum((1, 2))
-        return torch.stack([torch.zeros_like(score), score], -1)
 
 
 def test_fcor_of_gradient_times_input_on_a_linear_logit_is_one():

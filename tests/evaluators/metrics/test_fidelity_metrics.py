@@ -55,6 +55,18 @@ def replace_units(single: np.ndarray, units, values: np.ndarray) -> np.ndarray:
     return out
 
 
+class LinearScore(nn.Module):
+    """Logits (0, Σ w x) of one-channel images: removing S (to 0) drops the logit by Σ_S w x."""
+
+    def __init__(self, w: torch.Tensor) -> None:
+        super().__init__()
+        self.w = nn.Parameter(w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        score = (x[:, 0] * self.w).sum((1, 2))
+        return torch.stack([torch.zeros_like(score), score], -1)
+
+
 def _explain(v, t):
     return v.sum(1)
 
