@@ -65,3 +65,40 @@ def tiny_run(tmp_path_factory) -> Path:
         "--output_dir", str(tmp / "runs"), "--run_name", "r", "--trainer.enable_progress_bar", "false",
     ])  # fmt: skip
     return tmp / "runs" / "tiny" / "r"
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The tiny image classifier the image explainers are checked on (``support.tiny_models.TinyCNN``,
+    seeded, eval mode): tests/evaluators/maps/test_image_explainers.py and test_perturbations.py."""
+    import torch
+
+    from tests.support.tiny_models import TinyCNN
+
+    torch.manual_seed(0)
+    return TinyCNN().eval()
+
+
+@pytest.fixture(scope="module")
+def images():
+    """Four random 3 x 16 x 16 images for ``model``."""
+    import torch
+
+    torch.manual_seed(1)
+    return torch.randn(4, 3, 16, 16)
+
+
+@pytest.fixture(scope="module")
+def population():
+    """A population of three 6-feature MLPs, their weights moved off the initialisation so members
+    differ: tests/evaluators/maps/test_explainers.py and test_stacked_deepshap.py."""
+    import torch
+
+    from lightning_modules import PopulationMLP
+
+    torch.manual_seed(0)
+    pop = PopulationMLP(in_features=6, seeds=[0, 1, 2])
+    with torch.no_grad():
+        for p in pop.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return pop

@@ -17,7 +17,7 @@ DeepLiftShap of the logit on the same ensembles. ``shap`` is not a project depen
 install above is for this ablation only. The protocol computes the same rule itself, on every
 strategy and much faster (``--set explain_output=probability --set deepshap_softmax_rule=rescale``,
 ``evaluators.maps.stacked_deepshap.deeplift_shap_of_ensemble``); this script is the check of
-that rule against ``shap`` on real populations (``tests/evaluators/maps/test_explainers.py`` checks it on a small
+that rule against ``shap`` on real populations (``tests/evaluators/maps/test_stacked_deepshap.py`` checks it on a small
 one when ``shap`` is importable).
 """
 

@@ -5,7 +5,6 @@ bad input ending in one line with exit status 2."""
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,6 @@ from sklearn.model_selection import train_test_split
 import evaluate
 import train
 from datamodules import CSVDataModule, FinancialDataModule, InputError
-from datamodules import describe as describe_cli
 from foundation.errors import run_entry_point
 
 
@@ -207,20 +205,6 @@ def test_separate_test_file(tmp_path):
     income = frame.income.to_numpy()
     expected = (income[70:] - income[:70].mean()) / income[:70].std()
     assert torch.allclose(dm.test_tensors[0][:, 0].double(), torch.tensor(expected), atol=1e-6)
-
-
-def test_describe_a_table_file(table, capsys):
-    _, path = table
-    with pytest.raises(SystemExit) as stop:
-        run_entry_point(describe_cli.main, [path, "--target", "label"])
-    assert stop.value.code == 0
-    out = capsys.readouterr().out
-    for expected in ["90 rows; 5 features after one-hot", "customer", "dropped (ID-like)", "dropped (constant)",
-                     "categorical (3 categories)", "numeric", "integers", "target", "Rule: numbers, integers"]:
-        assert expected in " ".join(out.split())  # rich wraps the title
-    counts = make_table().label.value_counts()
-    for label in ("bad", "good"):
-        assert re.search(rf"│ {label}\s+│\s+{counts[label]} │", out), out
 
 
 def run_cli(main, args, capsys) -> tuple[int, str]:

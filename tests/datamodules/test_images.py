@@ -14,7 +14,6 @@ import torch
 from PIL import Image
 
 from datamodules import FashionMNISTDataModule, ImageFolderDataModule, InputError, MNIST5kDataModule, unpack_archive
-from datamodules.describe import main as describe_main
 from datamodules.image_batches import AUGMENT_STREAM, ORDER_STREAM, augment_batch
 from datamodules.image_cache import COMPLETE_MARKER
 
@@ -86,22 +85,6 @@ def test_normalisation_matches_numpy_float64(folder, tmp_path):
     assert given.normalization == ([0.5] * 3, [0.25] * 3)
     with pytest.raises(InputError, match=r"option mean=\[0.5\]: 1 values; expected 3"):
         _ = dm_for(root, tmp_path, mean=[0.5], std=[0.2]).normalization
-
-
-def test_augment_batch_equals_a_per_image_loop():
-    images = torch.randint(0, 256, (6, 3, 5, 7), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
-    out = augment_batch(images, padding=2, flip=True, generator=torch.Generator().manual_seed(11))
-    draws = torch.Generator().manual_seed(11)
-    oy = torch.randint(0, 5, (6,), generator=draws).tolist()
-    ox = torch.randint(0, 5, (6,), generator=draws).tolist()
-    flips = (torch.rand(6, generator=draws) < 0.5).tolist()
-    assert any(flips) and not all(flips)
-    for b in range(6):
-        padded = np.pad(images[b].numpy(), ((0, 0), (2, 2), (2, 2)))
-        crop = padded[:, oy[b] : oy[b] + 5, ox[b] : ox[b] + 7]
-        if flips[b]:
-            crop = crop[:, :, ::-1]
-        np.testing.assert_array_equal(out[b].numpy(), crop)
 
 
 def seeded(seed: int, epoch: int, stream: int) -> torch.Generator:
@@ -393,14 +376,6 @@ def test_fashion_mnist():
 def test_fashion_mnist_missing_says_how_to_install(tmp_path):
     with pytest.raises(InputError, match=r"make install.*dataset-fashion-mnist"):
         FashionMNISTDataModule(data_dir=str(tmp_path)).setup("fit")
-
-
-def test_describe_lists_image_sets(folder, tmp_path, capsys):
-    root, _ = folder
-    archive = make_archive(root, tmp_path / "tiny.tar.gz")
-    describe_main([str(root), str(archive)])
-    out = capsys.readouterr().out
-    assert "Image sets" in out and "data" in out and "tiny" in out and "3x8x8" in out
 
 
 # --- the real data ---------------------------------------------------------------------

@@ -2,8 +2,9 @@
 aggregator and fidelity metric rejects a map, an input or a model output that is not
 finite with one ``InputError`` naming it (and the map, input or row, with its counts),
 and a protocol run with a NaN-producing explainer ends with that one line. Finite input
-keeps its numbers: the reference tests of each module (test_pixel_aggregation.py,
-test_insertion_deletion.py, test_infidelity_sensitivity.py, test_fidelity_metrics.py,
+keeps its numbers: the reference tests of each module (tests/evaluators/aggregators/ and
+tests/evaluators/metrics/: test_normalisations.py, test_pixel_aggregators.py, test_insertion_deletion.py,
+test_infidelity.py, test_sensitivity.py, test_faithfulness_correlation.py, test_road.py,
 test_optimised_aggregators.py) are unchanged and pass."""
 
 from __future__ import annotations

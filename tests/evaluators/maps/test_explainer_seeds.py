@@ -14,7 +14,7 @@ import torch
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.registry import trait
 from foundation.errors import InputError
-from foundation.seeds import derived_seed, input_seeds
+from foundation.seeds import input_seeds
 from lightning_modules.image_classifier import create_image_model
 from lightning_modules.mlp import MLPClassifier
 
@@ -79,16 +79,6 @@ def test_image_maps_do_not_depend_on_max_batch_or_the_other_images(net, x, metho
                                    whole, **TOL)  # fmt: skip
     part = explain(net, x[2:4], method, seed=3, index=torch.tensor([2, 3]), **image_options(method))
     torch.testing.assert_close(part, whole[2:4], **TOL)
-
-
-def test_input_seeds_are_numpy_seed_sequences_of_seed_and_index():
-    assert input_seeds(7, None, 3) == [int(np.random.SeedSequence([7, i]).generate_state(1)[0]) for i in range(3)]
-    assert input_seeds(7, torch.tensor([4, 0]), 2) == [derived_seed(7, 4), derived_seed(7, 0)]
-    for bad, message in ((-1, "option seed=-1"), (1.5, "option seed=1.5"), (True, "option seed=True")):
-        with pytest.raises(InputError, match=message):
-            input_seeds(bad, None, 2)
-    with pytest.raises(InputError, match=r"option index of shape \(3,\)"):
-        input_seeds(0, torch.arange(3), 2)
 
 
 def test_image_explainer_refuses_a_bad_seed_or_index(net, x):

@@ -1,10 +1,9 @@
 """Image explainers: every method against Captum called directly with the same target (the
-sampling methods image by image, with each image's seed), RISE against a naive per-mask
-loop, chunking, targets, reduce_map, errors."""
+sampling methods image by image, with each image's seed), chunking, targets, reduce_map, errors.
+RISE against a naive per-mask loop: test_perturbations.py; GradCAM's layer and DeepLift and guided
+backprop on the project's ResNets: test_gradients.py."""
 
 from __future__ import annotations
-
-import copy
 
 import numpy as np
 import pytest
@@ -14,39 +13,12 @@ from torch import nn
 
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.gradients import last_conv_block
-from evaluators.maps.perturbations import rise_masks, upsample_masks
 from foundation.modality import reduce_map
-from foundation.batching import resolve_max_batch, rows_within
 from foundation.errors import InputError
 from foundation.seeds import input_seeds
 from lightning_modules.image_classifier import create_image_model
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
-
-
-class TinyCNN(nn.Module):
-    """Two convolutions with ReLU modules (not reused), 3 x 16 x 16 -> 5 logits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
-        self.block = nn.Sequential(nn.Conv2d(4, 6, 3, padding=1), nn.ReLU())
-        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(24, 5))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.block(self.features(x)))
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    return TinyCNN().eval()
-
-
-@pytest.fixture(scope="module")
-def images():
-    torch.manual_seed(1)
-    return torch.randn(4, 3, 16, 16)
 
 
 LABELS = torch.tensor([0, 3, 1, 4])
@@ -171,20 +143,6 @@ def test_unknown_method_and_bad_options_are_named(model, images):
         explain(model, images, "saliency", max_batch=0)
 
 
-def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
-    cpu = {(3, 32, 32): 256, (1, 28, 28): 256, (23,): 256, (3, 64, 64): 64, (3, 224, 224): 5, (3, 1024, 1024): 1}
-    for shape, rows in cpu.items():  # at most 256 rows of at most 2^18 pixels on a CPU
-        assert resolve_max_batch(None, torch.zeros(2, *shape)) == rows, shape
-    accelerator = {(3, 32, 32): 256, (3, 128, 128): 256, (3, 224, 224): 83}  # 2^22 pixels elsewhere
-    for shape, rows in accelerator.items():
-        assert resolve_max_batch(None, torch.zeros(2, *shape, device="meta")) == rows, shape
-    assert resolve_max_batch(7, torch.zeros(2, 3, 224, 224)) == resolve_max_batch(np.int64(7), torch.zeros(2, 23)) == 7
-    assert rows_within(torch.zeros(2, 3, 224, 224), 4096, 2**22) == 83 and rows_within(torch.zeros(2, 23), 9, 1) == 1
-    for bad in (0, -1, 2.5, True, "256"):
-        with pytest.raises(InputError, match="option max_batch="):
-            resolve_max_batch(bad, torch.zeros(2, 3, 32, 32))
-
-
 def test_explain_passes_at_most_the_default_rows_at_a_time(model):
     x = torch.randn(20, 3, 128, 128, generator=torch.Generator().manual_seed(0))  # 2^18 / 128^2 = 16 rows
     seen = []
@@ -196,47 +154,6 @@ def test_explain_passes_at_most_the_default_rows_at_a_time(model):
     assert max(seen) == 15 and sum(seen) == 20 * 5  # 3 images x 5 steps a pass (16 // 5 = 3)
     torch.testing.assert_close(default, explain(model, x, "integrated_gradients", target=0, n_steps=5,
                                                 max_batch=1000), **TOL)  # fmt: skip
-
-
-def naive_rise(model, x, target, n_masks, s, p, seed):
-    """Per image, per mask, in float64: the masks redrawn in the documented order."""
-    g = torch.Generator().manual_seed(seed)
-    h, w = x.shape[2:]
-    cell_h, cell_w = -(-h // s), -(-w // s)
-    grids = (torch.rand(n_masks, s, s, generator=g) < p).double()
-    dy = torch.randint(0, cell_h, (n_masks,), generator=g)
-    dx = torch.randint(0, cell_w, (n_masks,), generator=g)
-    model64 = copy.deepcopy(model).double()
-    out = torch.zeros(len(x), h, w, dtype=torch.float64)
-    for i in range(n_masks):
-        up = torch.nn.functional.interpolate(grids[i][None, None], size=((s + 1) * cell_h, (s + 1) * cell_w),
-                                             mode="bilinear", align_corners=False)[0, 0]  # fmt: skip
-        mask = up[dy[i] : dy[i] + h, dx[i] : dx[i] + w]
-        for n in range(len(x)):
-            prob = model64((x[n].double() * mask)[None]).softmax(-1)[0, target[n]]
-            out[n] += prob * mask
-    return out / (n_masks * p)
-
-
-def test_rise_equals_a_naive_loop_over_masks(model, images):
-    ours = explain(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7, max_batch=24)
-    assert ours.shape == images.shape and torch.equal(ours[:, 0], ours[:, 2])
-    naive = naive_rise(model, images, LABELS, 40, 4, 0.5, 7)
-    torch.testing.assert_close(ours[:, 0].double(), naive, rtol=1e-5, atol=1e-6)
-    for max_batch in (1, 7, 1000):  # chunking over images and masks changes nothing
-        other = explain(model, images, "rise", target=LABELS, n_masks=40, s=4, p=0.5, seed=7,
-                        max_batch=max_batch)  # fmt: skip
-        torch.testing.assert_close(other, ours, **TOL)
-
-
-def test_rise_masks_are_binary_grids_upsampled_and_shifted():
-    grids, shifts = rise_masks(50, 3, 0.3, 10, 10, torch.Generator().manual_seed(0))
-    assert set(grids.unique().tolist()) <= {0.0, 1.0} and shifts.max() < 4 and shifts.min() >= 0
-    masks = upsample_masks(grids, shifts, 10, 10)
-    assert masks.shape == (50, 1, 10, 10) and masks.min() >= 0 and masks.max() <= 1
-    torch.manual_seed(0)
-    a, b = rise_masks(5, 3, 0.3, 10, 10), rise_masks(5, 3, 0.3, 10, 10)  # the global generator moves on
-    assert not torch.equal(a[0], b[0]) or not torch.equal(a[1], b[1])
 
 
 def test_reduce_map_against_numpy():
@@ -255,16 +172,6 @@ def test_eval_mode_is_used_and_restored(images):
     first = explain(net, images, "saliency", target=0)
     assert net.training
     torch.testing.assert_close(explain(net, images, "saliency", target=0), first)  # no dropout noise
-
-
-@pytest.mark.parametrize(("arch", "layer"), [("small_cnn", "3"), ("resnet8", "layers")])
-def test_gradcam_layer_is_the_last_conv_block_of_project_networks(arch, layer):
-    torch.manual_seed(0)
-    net = create_image_model(arch, num_classes=3, in_channels=1).eval()
-    assert last_conv_block(net) is net.get_submodule(layer)
-    x = torch.randn(2, 1, 16, 16)
-    out = explain(net, x, "gradcam")
-    assert out.shape == x.shape and (out >= 0).all()
 
 
 @pytest.mark.parametrize("method", sorted(EXPLAINERS.names(modality="images")))
@@ -298,81 +205,3 @@ def test_noise_tunnel_over_other_bases_matches_captum(model, images, base):
     theirs = per_image_captum(images, input_seeds(6, None, 4), lambda x, t: attr.NoiseTunnel(method).attribute(
         x, nt_type="smoothgrad_sq", nt_samples=3, stdevs=0.15, target=t))
     torch.testing.assert_close(ours, theirs, **TOL)
-
-
-def test_deeplift_through_max_pooling_runs_under_deterministic_algorithms():
-    """A Trainer with deterministic=True leaves torch.use_deterministic_algorithms(True) on;
-    DeepLift's max_unpool2d (no deterministic kernel) then warns instead of failing, and the
-    setting is restored after the call."""
-    model = create_image_model("small_cnn", num_classes=3, in_channels=1).eval()
-    x = torch.randn(2, 1, 16, 16, generator=torch.Generator().manual_seed(0))
-    torch.use_deterministic_algorithms(True)
-    try:
-        explain(model, x, "deeplift")
-        assert torch.are_deterministic_algorithms_enabled()
-        assert not torch.is_deterministic_algorithms_warn_only_enabled()
-    finally:
-        torch.use_deterministic_algorithms(False)
-
-
-class _GuidedReLU(torch.autograd.Function):
-    """ReLU whose backward passes only positive gradients where the input was positive
-    (Springenberg et al.'s guided backpropagation), written without Captum's hooks."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad.clamp(min=0) * (x > 0)
-
-
-class _GuidedReLUModule(nn.Module):
-    def forward(self, x):
-        return _GuidedReLU.apply(x)
-
-
-RESNETS = [("resnet8", False), ("resnet18", True), ("resnet18", False), ("resnet50", True)]
-
-
-def _float64_resnet(arch, small_input_stem):
-    torch.manual_seed(0)
-    net = create_image_model(arch, num_classes=4, in_channels=3, small_input_stem=small_input_stem)
-    for m in net.modules():  # eval-mode BatchNorm with statistics other than the identity
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.2, 0.2), m.running_var.uniform_(0.5, 1.5), m.weight.data.uniform_(0.5, 1.5)
-    return net.double().eval()
-
-
-@pytest.mark.parametrize("arch,small_input_stem", RESNETS)
-def test_deeplift_on_project_resnets_sums_to_the_logit_difference(arch, small_input_stem):
-    """DeepLift's rescale rule keeps summation-to-delta: the attributions of each image add
-    up to f_t(x) - f_t(0). Input x gradient (what a network whose ReLUs Captum cannot hook
-    would get) does not."""
-    net = _float64_resnet(arch, small_input_stem)
-    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    target = torch.tensor([0, 2, 3])
-    maps = explain(net, x, "deeplift", target=target)
-    with torch.no_grad():
-        delta = (net(x) - net(torch.zeros_like(x))).gather(1, target[:, None])[:, 0]
-    torch.testing.assert_close(maps.sum(dim=(1, 2, 3)), delta, rtol=1e-7, atol=1e-9)
-
-
-@pytest.mark.parametrize("arch,small_input_stem", RESNETS)
-def test_guided_backprop_on_project_resnets_equals_a_guided_relu_reference(arch, small_input_stem):
-    net = _float64_resnet(arch, small_input_stem)
-    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    target = torch.tensor([1, 0, 3])
-    reference_net = copy.deepcopy(net)
-    for name, module in list(reference_net.named_modules()):
-        if isinstance(module, nn.ReLU):
-            parent, _, child = name.rpartition(".")
-            setattr(reference_net.get_submodule(parent), child, _GuidedReLUModule())
-    xr = x.clone().requires_grad_(True)
-    reference_net(xr).gather(1, target[:, None]).sum().backward()
-    guided = explain(net, x, "guided_backprop", target=target)
-    torch.testing.assert_close(guided, xr.grad, rtol=1e-9, atol=1e-12)
-    assert not torch.allclose(guided, explain(net, x, "saliency", target=target))

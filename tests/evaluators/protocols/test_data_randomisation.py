@@ -1,5 +1,5 @@
-"""Training on permuted labels (``datamodules.label_permutation``), the training accuracy train.py
-records, and the data randomisation protocol (``evaluate.py data_randomisation``)."""
+"""Training on permuted labels through train.py (the option itself: tests/datamodules/test_label_permutation.py),
+the training accuracy train.py records, and the data randomisation protocol (``evaluate.py data_randomisation``)."""
 
 from __future__ import annotations
 
@@ -15,48 +15,11 @@ from skimage.metrics import structural_similarity
 
 import evaluate
 import train
-from datamodules import ImageFolderDataModule, TwoMoonsDataModule
 from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
 from foundation.errors import InputError
 from lightning_modules.population_io import load_population, population_datamodule
 from tests.datamodules.test_images import make_folder
-
-
-# --- the datamodule option -------------------------------------------------------------------
-def test_permuted_training_labels_are_a_seeded_permutation_and_test_labels_stay():
-    true = TwoMoonsDataModule(n_samples=200)
-    a, b, other = (TwoMoonsDataModule(n_samples=200, permute_labels=s) for s in (3, 3, 4))
-    x, y = true.train_tensors
-    xa, ya = a.train_tensors
-    assert torch.equal(xa, x)  # the rows stay where they are
-    assert torch.equal(ya.sort().values, y.sort().values)  # the same labels, in another order
-    assert (ya != y).float().mean() > 0.3  # two-class labels at random: about half differ
-    assert torch.equal(ya, b.train_tensors[1]) and not torch.equal(ya, other.train_tensors[1])
-    for split in ("test",):
-        assert all(torch.equal(s, t) for s, t in zip(a.stored_split(split), true.stored_split(split)))
-    loader_y = torch.cat([yb for _, yb in a.eval_dataloader("train")])
-    assert torch.equal(loader_y, ya) and a.describe()["permuted_train_labels"] == 3
-    assert "permuted_train_labels" not in true.describe()
-    with pytest.raises(InputError, match="permute_labels"):
-        TwoMoonsDataModule(permute_labels=-1)
-
-
-@pytest.mark.parametrize("in_memory", [True, False])
-def test_image_training_labels_are_permuted_in_memory_and_from_files(tmp_path, in_memory):
-    make_folder(tmp_path / "data", classes=("a", "b", "c", "d"), n=6)
-    options = dict(root=str(tmp_path / "data"), cache_dir=str(tmp_path / "cache"), in_memory=in_memory)
-    true, permuted = ImageFolderDataModule(**options), ImageFolderDataModule(**options, permute_labels=0)
-
-    def labels(data, split):
-        loader = data._loader(split, train=False)
-        return torch.cat([torch.as_tensor(y) for _, y in loader])
-
-    y, y_permuted = labels(true, "train"), labels(permuted, "train")
-    assert torch.equal(y_permuted.sort().values, y.sort().values) and not torch.equal(y_permuted, y)
-    assert torch.equal(labels(permuted, "test"), labels(true, "test"))
-    if in_memory:  # the images served with them are the true ones, in their order
-        assert torch.equal(permuted.split_images("train")[0], true.split_images("train")[0])
 
 
 # --- train.py: recorded in the config, the same after a resume, the training accuracy ----------

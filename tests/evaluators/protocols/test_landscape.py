@@ -63,35 +63,6 @@ def test_unknown_option_is_named(tmp_path):
             evaluate.main(["sigma", "--config", str(config), "--set", "device=cuda:0"])
 
 
-def test_sigma_ablation_at_zero_is_the_members_own_agreement(small_population, tmp_path):
-    import torch
-
-    from datamodules import FinancialDataModule
-    from evaluators.metrics.agreement_functional import sign_agreement
-    from lightning_modules import load_population
-
-    config = tmp_path / "sigma.yaml"
-    config.write_text(
-        f"population: {small_population}\nn_models: 3\nn_perturb: 4\nsigmas: [0.0, 0.5]\nlayers: [0]\n"
-        f"n_points: 50\noutput_dir: {tmp_path / 'sigma'}\ndevice: cpu\n"  # the reference below runs on the CPU
-    )
-    summary = evaluate.main(["sigma", "--config", str(config)])
-    zero = summary["rows"][0]
-    population, _ = load_population(small_population)
-    members = torch.randperm(population.size, generator=torch.Generator().manual_seed(0))[:3].tolist()
-    x, y = FinancialDataModule(dataset="german").test_tensors
-    # a perturbed model explains its variants' mean positive-class logit: at sigma = 0, the member's logit
-    logit = []
-    for i in members:
-        xi = x[:50].clone().requires_grad_()
-        logit.append(torch.autograd.grad(population.member(i)(xi)[:, 1].sum(), xi)[0])
-    assert zero["sa"] == pytest.approx(sign_agreement(torch.stack(logit), 5).mean().item(), abs=1e-6)
-    accuracy = [(population.member(i)(x).argmax(-1) == y).float().mean().item() for i in members]
-    assert zero["test_acc"] == pytest.approx(sum(accuracy) / 3, abs=1e-6)
-    (report,) = list((tmp_path / "sigma").iterdir())
-    assert (report / "sigma_ablation.png").stat().st_size > 1000
-
-
 def test_consistency_protocol_scores_pairs_of_ensembles(small_population, tmp_path):
     import torch
 

@@ -1,6 +1,6 @@
-"""Model parameter randomisation and the random-logit test (evaluators/sanity) against float64
-hand computations and Quantus 0.6's ``MPRT`` and ``RandomLogit`` where their definitions match
-(docs/sanity_checks.md#definitions says where they do not)."""
+"""Model parameter randomisation (evaluators/sanity/model_randomisation.py) against float64 hand
+computations and Quantus 0.6's ``MPRT`` where their definitions match (docs/sanity_checks.md#definitions
+says where they do not). The layers it randomises: test_layers.py; the random-logit test: test_random_logit.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import scipy.stats
 import torch
 from torch import nn
 
-from evaluators.sanity import (RandomisationScores, model_randomisation, other_classes, randomisable_layers,
-                               random_logit, randomised_models)
+from evaluators.sanity import RandomisationScores, model_randomisation, random_logit
 from foundation.errors import InputError
 from lightning_modules.image_classifier import create_image_model
 
@@ -96,41 +95,6 @@ def test_mean_over_inputs_skips_nan():
     assert counts.tolist() == [[[2], [0]]]
 
 
-def test_layers_in_module_order_and_cascade():
-    model = trained_like_resnet8()
-    names = randomisable_layers(model)
-    assert names[:3] == ["conv1", "bn1", "layers.0.conv1"] and names[-1] == "fc" and len(names) == 15
-    original = {k: v.clone() for k, v in model.state_dict().items()}
-    for step, (name, randomised) in enumerate(randomised_models(model, "cascading", seed=3)):
-        assert name == names[-1 - step]
-        changed = {k.rsplit(".", 1)[0] for k, v in randomised.state_dict().items() if not torch.equal(v, original[k])}
-        assert changed == set(names[len(names) - 1 - step:]), name  # exactly this layer and every one above
-        if name.startswith("layers.1.bn"):  # BatchNorm reset as at construction
-            bn = dict(randomised.named_modules())[name]
-            assert torch.equal(bn.running_mean, torch.zeros(16 * 2)) and torch.equal(bn.running_var, torch.ones(32))
-            assert torch.equal(bn.weight, torch.ones(32)) and int(bn.num_batches_tracked) == 0
-    for name, randomised in randomised_models(model, "independent", seed=3):
-        changed = {k.rsplit(".", 1)[0] for k, v in randomised.state_dict().items() if not torch.equal(v, original[k])}
-        assert changed == {name}, name
-
-
-def test_layers_of_a_custom_model():
-    class Scaled(nn.Module):  # a parameter without reset_parameters: never randomised
-        def __init__(self):
-            super().__init__()
-            self.scale = nn.Parameter(torch.ones(3))
-
-        def forward(self, x):
-            return x * self.scale
-
-    model = nn.Sequential(nn.Linear(4, 3), Scaled(), nn.ReLU(), nn.BatchNorm1d(3, affine=False), nn.Linear(3, 2))
-    assert randomisable_layers(model) == ["0", "3", "4"]
-    with pytest.raises(InputError, match="no layer to randomise"):
-        next(randomised_models(nn.Sequential(nn.ReLU(), Scaled())))
-    with pytest.raises(InputError, match="mode='top_down'"):
-        next(randomised_models(model, "top_down"))
-
-
 def quantus_explain(method):
     def explain_func(model, inputs, targets, **kwargs):
         import quantus
@@ -161,38 +125,6 @@ def test_mprt_against_quantus(mode, order, methods):
         for step, layer in enumerate(ours.layers):
             np.testing.assert_allclose(ours.scores[step, e, 0], theirs[layer], rtol=0, atol=1e-5, err_msg=layer)
     assert (ours.scores[1:] - ours.scores[:-1]).abs().amax() > 0.05  # each layer's scores its own: the check can fail
-
-
-def test_random_logit_against_quantus_and_by_hand():
-    quantus = pytest.importorskip("quantus", reason="quantus is not installed (pip install quantus==0.6.0)")
-    model = trained_like_resnet8(1)
-    x, y = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(2)), torch.tensor([0, 9, 3, 3, 5, 2])
-    ours = random_logit(model, x, y, ["saliency"], ["spearman", "ssim"], seed=5)["saliency"]
-    metric = quantus.RandomLogit(num_classes=10, seed=5, similarity_func=quantus.similarity_func.correlation_spearman,
-                                 normalise=False, disable_warnings=True)  # fmt: skip
-    theirs = metric(model=model, x_batch=x.numpy(), y_batch=y.numpy(), a_batch=None,
-                    explain_func=quantus_explain("Gradient"), device="cpu")  # fmt: skip
-    np.testing.assert_allclose(ours["spearman"], theirs, rtol=0, atol=1e-5)
-    # the other class by hand: j-th of the classes other than y, j from NumPy's RandomState(5)
-    j = np.random.RandomState(5).randint(0, 9, 6)
-    expected = [[c for c in range(10) if c != t][k] for t, k in zip(y.tolist(), j)]
-    assert other_classes(y, 10, 5).tolist() == expected
-    from evaluators.maps import explain
-    from foundation.modality import reduce_map
-    from skimage.metrics import structural_similarity
-
-    a = reduce_map(explain(model, x, "saliency", target=y), "sum").double().numpy()
-    b = reduce_map(explain(model, x, "saliency", target=torch.tensor(expected)), "sum").double().numpy()
-    ssim = [structural_similarity(p, q, data_range=max(p.max(), q.max()) - min(p.min(), q.min())) for p, q in zip(a, b)]
-    np.testing.assert_allclose(ours["ssim"], ssim, atol=1e-6)
-
-
-def test_other_classes_never_the_target():
-    target = torch.arange(4).repeat(500)
-    other = other_classes(target, 4, 0)
-    assert (other != target).all() and set(other.tolist()) == {0, 1, 2, 3}
-    counts = torch.bincount(other[target == 0], minlength=4)[1:]  # uniform over the 3 others
-    assert counts.min() > 120
 
 
 def test_bad_options():
