@@ -65,7 +65,7 @@ class ReportConfig(PopulationSource):
     n_bootstrap: int = 1000
     n_accuracy_images: int = 500
     output_dir: str = "runs/report"
-    log_to: str = "wandb_offline"
+    log_to: str = "wandb"
 
     def __post_init__(self) -> None:
         super().__post_init__()
