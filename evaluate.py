@@ -273,7 +273,8 @@ def build_parser() -> OneLineParser:
     grid.add_argument("--n_images", type=int, default=8,
                       help="test images, evenly spaced through the run's test split (default 8)")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
-    grid.add_argument("--log_to", default="wandb_offline", help="wandb_offline, wandb_online or none")
+    grid.add_argument("--log_to", default="wandb",
+                      help="wandb (online when the environment says so), wandb_offline, wandb_online or none")
     for name, spec in PROTOCOLS.items():
         sub = commands.add_parser(name, help=spec.help)
         start = sub.add_mutually_exclusive_group(required=spec.default_configs is None)

@@ -50,7 +50,7 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from evaluators.inputs.model_fit import check_resumed_checkpoint
-from evaluators.reports.wandb_log import WANDB_PROJECT
+from evaluators.reports.wandb_log import WANDB_PROJECT, run_group, wandb_mode
 from foundation.errors import InputError, one_line, run_entry_point
 from foundation.files import read_yaml, write_json, write_text
 from foundation.modality import ROWS
@@ -68,7 +68,7 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIGS = [str(ROOT / "configs" / "defaults.yaml"), str(ROOT / "configs" / "german.yaml")]
 # a datamodule class (by name) -> the defaults composed in place of german.yaml's for its data
 DATA_DEFAULTS = {"CSVDataModule": str(ROOT / "configs" / "table.yaml")}
-LogTo = Literal["wandb_offline", "wandb_online", "csv", "none"]
+LogTo = Literal["wandb", "wandb_offline", "wandb_online", "csv", "none"]  # wandb: wandb_log.wandb_mode
 # The seed is in every run's config.yaml; its log line would only stand before errors.
 logging.getLogger("lightning_fabric.utilities.seed").setLevel(logging.WARNING)
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # Lightning's own, every fit
@@ -78,8 +78,9 @@ def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resum
                   previous: Namespace | None = None) -> Namespace | bool:  # fmt: skip
     """The ``trainer.logger`` entry for a ``log_to`` choice; W&B never needs a key offline.
     A resumed run logs CSV metrics to ``csv/resume-<k>/`` so the first part's file stays,
-    and W&B metrics to the same W&B run: its id is kept in the run's config.yaml
-    (``previous``: the logger entry the run was started with)."""
+    and W&B metrics to the same W&B run and group: its id and group are kept in the run's
+    config.yaml (``previous``: the logger entry the run was started with), where the
+    protocols read them (``wandb_log.population_link``)."""
     if log_to == "none":
         return False
     if log_to == "csv":
@@ -99,8 +100,8 @@ def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resum
             save_dir=str(run_dir),
             project=WANDB_PROJECT,
             name=run_name,
-            group=group,
-            offline=log_to == "wandb_offline",
+            group=getattr(getattr(previous, "init_args", None), "group", None) or group,
+            offline=wandb_mode(log_to) == "offline",
             id=wandb_run_id(previous),
         ),
     )
@@ -146,7 +147,7 @@ class TrainCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--output_dir", type=str, default="runs", help="root of all run folders")
         parser.add_argument("--run_name", type=str | None, default=None, help="default: <model>-seed<seed>-<time>")
-        parser.add_argument("--log_to", type=LogTo, default="wandb_offline", help="where metrics are logged")
+        parser.add_argument("--log_to", type=LogTo, default="wandb", help="where metrics are logged")
         parser.add_argument("--resume", type=str | None, default=None, help="a run folder to continue")
         parser.add_argument("--population.chunk_size", type=int | None, default=None, help="members per chunk (auto)")
         parser.add_argument(
@@ -182,7 +183,10 @@ class TrainCLI(LightningCLI):
         run_dir = self.run_dir
         cfg.trainer.default_root_dir = str(run_dir)
         previous = cfg.trainer.logger if cfg.resume else None
-        cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, dataset, bool(cfg.resume), previous)
+        module, _, name = cfg.model.class_path.rpartition(".")
+        population = issubclass(getattr(importlib.import_module(module), name), Population)
+        group = run_group(run_dir, population)  # the group the protocols on its population log into
+        cfg.trainer.logger = logger_config(cfg.log_to, run_dir, run_dir.name, group, bool(cfg.resume), previous)
         checkpoint = Namespace(  # last.ckpt, rewritten at every epoch end, for --resume
             class_path="pytorch_lightning.callbacks.ModelCheckpoint",
             init_args=Namespace(

@@ -59,7 +59,7 @@ from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
-from evaluators.reports.wandb_log import check_log_to, log_report
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from foundation.errors import InputError
 from foundation.files import atomic_open, pyplot, save_figure, write_json, write_text
 
@@ -118,7 +118,7 @@ class AggregationConfig(ModelSource):
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     chunk_size: int | None = None  # inputs read and scored at a time (evaluators.inputs.chunks); None: all at once
     n_grid: int = 6
-    log_to: str = "wandb_offline"
+    log_to: str = "wandb"
     output_dir: str = "runs/aggregation"
 
     def __post_init__(self) -> None:
@@ -460,7 +460,8 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
     data = [[r, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"], v["deletion"]["ci95"]]
             for r, v in summary["rows"].items()]  # fmt: skip
     log_report(summary["config"]["log_to"], out_dir, "aggregation", summary["config"],
-               {"aggregation": (columns, data)}, {p.stem: p for p in pngs})
+               {"aggregation": (columns, data)}, {p.stem: p for p in pngs},
+               table_scalars("aggregation", columns, data, 1), summary["config"]["run"])  # fmt: skip
     note = blank_note(summary["blank_maps"], summary["n_inputs"])
     print(yaml.safe_dump(summary["findings"], sort_keys=False) + (note if note else ""))
 

@@ -75,6 +75,7 @@ from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.registry import definitions, outdated
 from evaluators.maps.stacked_deepshap import SOFTMAX_RULES
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from evaluators.metrics.agreement_functional import (
     RANK_AGREEMENTS, angular_difference, ley_agreements, pair_separations,
 )  # fmt: skip
@@ -133,9 +134,11 @@ class ConsistencyConfig(PopulationSource):
     n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
     seed: int = 0
     output_dir: str = "runs/consistency"
+    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_log_to(self.log_to)
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")
@@ -457,12 +460,17 @@ def markdown_table(summary: dict) -> str:
 
 
 def write_consistency_report(summary: dict, out_dir: Path) -> None:
+    """``consistency.json``, ``consistency.csv``, ``table1.md``, the figure and the W&B run: the
+    table and each cell's numbers as scalars ``table1/<n>/<strategy>/<method>/<metric>/<mean|std|...>``."""
     write_json(out_dir / "consistency.json", summary, reasons=dict.fromkeys(SUMMARY_KEYS, UNDEFINED_EVERYWHERE))
     keys = ["n_models", "strategy", "method", "metric", "mean", "std", "median", "q45", "q55", "test_acc"]
-    lines = [",".join(keys)] + [",".join(str(r[k]) for k in keys) for r in summary["rows"]]
-    write_text(out_dir / "consistency.csv", "\n".join(lines) + "\n")
+    table = [[r[k] for k in keys] for r in summary["rows"]]
+    write_text(out_dir / "consistency.csv", "\n".join(",".join(map(str, row)) for row in [keys, *table]) + "\n")
     write_text(out_dir / "table1.md", markdown_table(summary))
-    plot_agreement(summary, out_dir)
+    png = plot_agreement(summary, out_dir)
+    config = summary["config"]
+    log_report(config["log_to"], out_dir, "consistency", config, {"table1": (keys, table)},
+               {png.stem: png}, table_scalars("table1", keys, table, 4), config["population"])
 
 
 def plot_agreement(summary: dict, out_dir: Path) -> Path:

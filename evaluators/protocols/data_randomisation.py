@@ -28,7 +28,7 @@ permuted side) and test accuracy, per member and their mean. Written:
 ``data_randomisation.json``, ``data_randomisation.csv``, ``similarity.png`` (bars with
 intervals) and, for images, ``maps.png`` (``n_grid_images`` test images; per explainer the
 true-label model's and the permuted-label model's map of member 0: the absolute value of the
-channel-summed map).
+channel-summed map), and a W&B run (``log_to``; ``evaluators.reports.wandb_log``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.reports.map_grid import plot_map_grid
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.modality import IMAGES, modality_of
@@ -78,8 +79,10 @@ class DataRandomisationConfig:
     device: str = "auto"
     data_dir: str | None = None
     output_dir: str = "runs/data_randomisation"
+    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
 
     def __post_init__(self) -> None:
+        check_log_to(self.log_to)
         unknown = [e for e in self.explainers if e not in EXPLAINERS]
         if unknown or not self.explainers:
             raise InputError(f"option explainers={self.explainers}: unknown {unknown}; expected some of "
@@ -216,19 +219,27 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
 
 
 def write_data_randomisation_report(summary: dict, run_dir: Path) -> None:
-    """``data_randomisation.json`` and ``.csv``, ``similarity.png`` and, for images, ``maps.png``."""
+    """``data_randomisation.json`` and ``.csv``, ``similarity.png`` and, for images, ``maps.png``;
+    the W&B run (the rows, figures and scalars, in the true-label population's group)."""
     public = {k: v for k, v in summary.items() if not k.startswith("_")}
     write_json(run_dir / "data_randomisation.json", public)
     with atomic_open(run_dir / "data_randomisation.csv", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(summary["rows"][0]))
         writer.writeheader()
         writer.writerows(summary["rows"])
-    plot_similarity(summary, run_dir / "similarity.png")
+    pngs = [plot_similarity(summary, run_dir / "similarity.png")]
     if summary["images"]:
         n = min(summary["config"]["n_grid_images"], len(summary["_x"]))
         grid = {f"{e}\n{side} labels": m[side][:n].abs().cpu() for e, m in summary["_maps"].items() for side in m}
         titles = [summary["_classes"][int(c)] for c in summary["_y"][:n]] if summary["_classes"] else None
-        plot_map_grid(summary["_x"][:n], grid, summary["_normalization"], run_dir / "maps.png", titles, cell=1.2)
+        pngs.append(plot_map_grid(summary["_x"][:n], grid, summary["_normalization"], run_dir / "maps.png", titles,
+                                  cell=1.2))  # fmt: skip
+    config = summary["config"]
+    columns = list(summary["rows"][0])
+    table = [[r[c] for c in columns] for r in summary["rows"]]
+    log_report(config["log_to"], run_dir, "data_randomisation", config, {"data_randomisation": (columns, table)},
+               {p.stem: p for p in pngs}, table_scalars("data_randomisation", columns, table, 2),
+               [config["true_labels"], config["permuted_labels"]])  # fmt: skip
     print(format_table(summary))
 
 

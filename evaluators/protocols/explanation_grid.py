@@ -27,8 +27,8 @@ from evaluators.inputs.counts import counted
 from foundation.finite import check_finite
 from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.reports.map_grid import blank_kinds, blank_note, count_blank_maps, plot_map_grid
-from evaluators.reports.wandb_log import check_log_to, log_report
+from evaluators.reports.map_grid import BLANK_KINDS, blank_kinds, blank_note, count_blank_maps, plot_map_grid
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from foundation.errors import InputError
 from foundation.modality import modality_of
 from foundation.files import write_json
@@ -39,7 +39,7 @@ N_IMAGES, N_BASELINES = 8, 16  # the defaults: test images in the grid, Gradient
 
 
 def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images: int = N_IMAGES,
-                     n_baselines: int = N_BASELINES, checkpoint: str = "last.ckpt", log_to: str = "wandb_offline",
+                     n_baselines: int = N_BASELINES, checkpoint: str = "last.ckpt", log_to: str = "wandb",
                      seed: int = 0, data_location: str | None = None, **model_options) -> dict:  # fmt: skip
     """Explain ``n_images`` test images with every method; write the grid and its JSON
     into ``out_dir`` (made here; it must not exist yet). ``data_location``: where the run's
@@ -88,7 +88,10 @@ def explanation_grid(run_dir: Path, out_dir: Path, methods: list[str], n_images:
     if note:
         print(f"{note} (written on their cells)")
     write_json(out_dir / "explanations.json", report)
-    log_report(log_to, out_dir, "explain", {"run_dir": str(run_dir), "methods": methods}, images={"explanations": png})
+    columns = ["method", "seconds", *BLANK_KINDS]
+    rows = [[m, seconds[m], *(blanks[m][kind] for kind in BLANK_KINDS)] for m in methods]
+    log_report(log_to, out_dir, "explain", {"run_dir": str(run_dir), "methods": methods}, {"maps": (columns, rows)},
+               {"explanations": png}, table_scalars("maps", columns, rows, 1), run_dir)  # fmt: skip
     return report
 
 

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from evaluators.inputs.config import PopulationSource
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from evaluators.protocols.registry import PROTOCOLS
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from foundation.files import pyplot, save_figure, write_json, write_text
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import MLPEnsemble, build_ensemble
@@ -52,6 +53,11 @@ class LandscapeConfig(PopulationSource):
     ts_diagnostics: list[float] = field(default_factory=lambda: [i / 10 for i in range(11)])
     nudge: float = 1e-7  # std of the noise on the initial parameters of the nudged reruns
     output_dir: str = "runs/landscape"
+    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_log_to(self.log_to)
 
 
 def vector(params) -> torch.Tensor:
@@ -156,6 +162,10 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
     lines = ["ensemble,mean_test_acc,std_test_acc"] + [
         f"{n},{v['mean']:.6f},{v['std']:.6f}" for n, v in summary["test_accuracy"].items()
     ]
+    accuracy = [[n, v["mean"], v["std"]] for n, v in summary["test_accuracy"].items()]
+    distances = [[n, v["mean"], v["std"], v["n"]] for n, v in summary["distances"].items()]
+    tables = {"test_accuracy": (["ensemble", "mean", "std"], accuracy),
+              "distances": (["distance", "mean", "std", "n"], distances)}
     write_text(out_dir / "ensemble_accuracy.csv", "\n".join(lines) + "\n")
     along = summary["along"]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4), dpi=110)
@@ -175,6 +185,11 @@ def write_landscape_report(summary: dict, out_dir: Path) -> None:
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: mode-connecting curves")
     save_figure(fig, out_dir / "landscape.png")
+    config = summary["config"]
+    log_report(config["log_to"], out_dir, "landscape", config, tables, {"landscape": out_dir / "landscape.png"},
+               {k: v for name, (columns, rows) in tables.items()
+                for k, v in table_scalars(name, columns, rows, 1).items()},
+               config["population"])  # fmt: skip
 
 
 PROTOCOLS.add("landscape", evaluate_landscape, help="ensembles over the loss landscape (Ley et al.)",

@@ -27,7 +27,7 @@ import torch
 from evaluators.inputs.members import Members, load_members, model_options, population_path
 from evaluators.inputs.runs import load_run
 from evaluators.metrics.seed_robustness import finding_survival, member_interval, ranking_stability
-from evaluators.reports.wandb_log import log_report
+from evaluators.reports.wandb_log import log_report, table_scalars
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.files import write_json, atomic_open, write_text
@@ -179,6 +179,9 @@ def write_population_report(summary: dict, out_dir: Path, name: str, labels: dic
     text = markdown(summary, labels)
     write_text(out_dir / "table.md", text)
     log_report(summary["config"]["log_to"], out_dir, name, summary["config"],
-               {"seed_table": (seed_columns, seed_data), "robustness": (columns, data)})  # fmt: skip
+               {"seed_table": (seed_columns, seed_data), "robustness": (columns, data)},
+               scalars={**table_scalars("seed_table", seed_columns, seed_data, 1),
+                        **table_scalars("robustness", columns, data, 2)},
+               population=summary["config"]["run"])  # fmt: skip
     write_json(out_dir / f"{name}.json", summary)
     print(text)

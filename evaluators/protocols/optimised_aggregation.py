@@ -78,7 +78,7 @@ from evaluators.inputs.runs import cached, explainer_options
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
-from evaluators.reports.wandb_log import check_log_to, log_report
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 
 # Decker et al.'s metrics (INFD, FCOR, SENS_AVG, SENS_MAX; ROAD; OpenXAI's relative stabilities), each a
 # registered metric (an unknown name fails here): the report's columns, relative_stability's three in its place,
@@ -138,7 +138,7 @@ class OptimisedAggregationConfig(ModelSource):
     seed: int = 0
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     chunk_size: int | None = None  # inputs read and scored at a time (evaluators.inputs.chunks); None: all at once
-    log_to: str = "wandb_offline"
+    log_to: str = "wandb"
     output_dir: str = "runs/optimised"
 
     def __post_init__(self) -> None:
@@ -446,7 +446,9 @@ def write_optimised_report(summary: dict, out_dir: Path) -> None:
             writer.writerow([row] + [v[m][k] for m in metrics for k in ("mean", "se")])
     data = [[r] + [v[m]["mean"] for m in metrics] for r, v in summary["rows"].items()]
     log_report(summary["config"]["log_to"], out_dir, "optimised_aggregation", summary["config"],
-               {"optimised_aggregation": (["row", *metrics], data)}, {"weights": png})
+               {"optimised_aggregation": (["row", *metrics], data)}, {"weights": png},
+               table_scalars("optimised_aggregation", ["row", *metrics], data, 1),
+               summary["config"]["run"])  # fmt: skip
     print(markdown_table(summary))
 
 

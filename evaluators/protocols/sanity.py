@@ -58,7 +58,7 @@ from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
-from evaluators.reports.wandb_log import check_log_to, log_report
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from evaluators.sanity import MODES, efficient_mprt, model_randomisation, random_logit
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
@@ -106,7 +106,7 @@ class SanityConfig(ModelSource):
     seed: int = 0  # the randomised weights, the random logits and the explainers' draws
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch
     n_figure: int = 3  # images in the map figure, spread through the n_inputs
-    log_to: str = "wandb_offline"
+    log_to: str = "wandb"
     output_dir: str = "runs/sanity"
 
     def __post_init__(self) -> None:
@@ -365,8 +365,15 @@ def write_sanity_report(summary: dict, out_dir: Path) -> None:
     rows = [[mode, e["stage"], name, measure, e["mean"], e["ci95"], e["n"]]
             for mode, by_explainer in summary["similarity"].items() for name, by_measure in by_explainer.items()
             for measure, entries in by_measure.items() for e in entries]  # fmt: skip
-    log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], {"sanity": (columns, rows)},
-               {p.stem: p for p in pngs})  # fmt: skip
+    tables = {"sanity": (columns, rows)}
+    if summary["efficient_mprt"]:
+        tables["efficient_mprt"] = (["explainer", "number", "mean", "ci95", "n"],
+                                    [[name, key, e[key]["mean"], e[key]["ci95"], e[key]["n"]]
+                                     for name, e in summary["efficient_mprt"].items() for key in EFFICIENT])
+    keys = {"sanity": 4, "efficient_mprt": 2}  # the cells that name a row
+    scalars = {k: v for name, (c, r) in tables.items() for k, v in table_scalars(name, c, r, keys[name]).items()}
+    log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], tables, {p.stem: p for p in pngs},
+               scalars, summary["config"]["run"])  # fmt: skip
     print((out_dir / "table.md").read_text())
 
 

@@ -32,7 +32,7 @@ from evaluators.inputs.members import Members
 from evaluators.metrics.seed_robustness import member_interval
 from evaluators.protocols.members import evaluate_members, robustness
 from evaluators.reports.sanity_figures import plot_similarity_curves, stage_labels
-from evaluators.reports.wandb_log import log_report
+from evaluators.reports.wandb_log import log_report, table_scalars
 from foundation.errors import InputError
 from foundation.files import atomic_open, write_json, write_text
 
@@ -204,6 +204,10 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
         pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
     text = markdown(summary)
     write_text(out_dir / "table.md", text)
-    log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], tables, {p.stem: p for p in pngs})
+    n_keys = {"seed_table": len(key), "random_logit": 2, "stability": 3}  # the columns that name a row
+    scalars = {k: v for name, (columns, rows) in tables.items()
+               for k, v in table_scalars(name, columns, rows, n_keys[name]).items()}
+    log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], tables, {p.stem: p for p in pngs},
+               scalars, summary["config"]["run"])  # fmt: skip
     write_json(out_dir / "sanity.json", summary)
     print(text)

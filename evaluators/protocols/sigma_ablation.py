@@ -22,6 +22,7 @@ from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.agreement_functional import sign_agreement
 from foundation.errors import InputError
+from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
 from foundation.files import pyplot, save_figure, write_json, write_text
 from lightning_modules.ensembles import build_ensemble
 
@@ -44,9 +45,11 @@ class SigmaAblationConfig(PopulationSource):
     n_points: int = 1000
     seed: int = 0
     output_dir: str = "runs/sigma"
+    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_log_to(self.log_to)
         names = sorted(EXPLAINERS.names(modality="rows"))
         if self.method not in names:
             raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {names}")
@@ -101,6 +104,11 @@ def write_sigma_report(summary: dict, out_dir: Path) -> None:
         ax.legend()
     fig.suptitle(f"{summary['dataset']}: {cfg['part']} perturbations, {cfg['n_perturb']} per model")
     save_figure(fig, out_dir / "sigma_ablation.png")
+    columns = ["layer", "sigma", "sa", "test_acc", "test_acc_std"]
+    table = [[r[c] for c in columns] for r in summary["rows"]]
+    log_report(cfg["log_to"], out_dir, "sigma", cfg, {"sigma_ablation": (columns, table)},
+               {"figure": out_dir / "sigma_ablation.png"}, table_scalars("sigma_ablation", columns, table, 2),
+               cfg["population"])  # fmt: skip
 
 
 PROTOCOLS.add("sigma", evaluate_sigma, help="sigma ablation of perturbed models (Ley et al., Fig. 4-5)",

@@ -23,6 +23,7 @@ from evaluators.inputs.model_source import ModelSource
 from evaluators.protocols.registry import PROTOCOLS
 from tests.entry_points.test_own_table import data_args, write_table
 from tests.support import ROOT
+from tests.support.wandb_runs import assert_logged
 
 SINGLE = ("run", "explain")  # not protocols: they take the model as their first argument, too
 # flag -> (its command-line values, the config's values)
@@ -205,6 +206,9 @@ def test_the_generic_population_configs_take_a_population_by_run_or_population(t
                            "--output_dir", str(tmp_path / "sigma"), "--set", "n_models=2", "--set", "n_perturb=2",
                            "--set", "sigmas=[0.0, 0.1]", "--set", "layers=[0]", "--set", "device=cpu"])  # fmt: skip
     assert sigma["config"]["population"] == population
+    row = sigma["rows"][-1]  # logged by default (offline in the tests)
+    assert_logged(next((tmp_path / "sigma").iterdir()), "sigma", population, {"sigma_ablation/0/0.1/sa": row["sa"]},
+                  ["sigma_ablation"], ["figure"])  # fmt: skip
     landscape = evaluate.main(["landscape", "--config", "configs/landscape/table.yaml", "--population", population,
                                "--output_dir", str(tmp_path / "landscape"), "--n_sets", "2", "--set", "n_models=2",
                                "--set", "n_perturb=2", "--set", "n_t=2", "--set", "device=cpu",

@@ -14,8 +14,10 @@ import wandb
 import evaluate
 import train
 from datamodules import InputError
+from evaluators.reports.wandb_log import Link, population_link
 from tests.support.helpers import assert_one_line_error, run_in_process
 from tests.support import ROOT
+from tests.support.wandb_runs import offline_runs
 
 
 def run_train(tmp_path: Path, *extra: str) -> dict:
@@ -42,6 +44,23 @@ def test_run_folder_holds_config_checkpoint_metrics_and_wandb_offline_run(german
     offline_runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 1
     assert list(offline_runs[0].glob("run-*.wandb")), "the offline run holds its .wandb log for `wandb sync`"
+
+
+def test_training_run_logs_into_the_group_its_protocols_log_into_and_they_find_its_id(german_run, tmp_path):
+    """A model trained alone is a member of its output_dir's population: group <dataset>/<output_dir>;
+    a protocol on the run folder (``population_link``) takes that group and the W&B run's id."""
+    wandb.finish()
+    run_dir = Path(german_run["run_dir"])
+    (run,) = offline_runs(run_dir)
+    assert run.group == f"german/{run_dir.parent.parent.name}"
+    assert population_link(run_dir) == Link(run.group, [run.folder.name.rsplit("-", 1)[-1]], [run.group])
+    population = train.main(["--config", "configs/population.yaml", "--model.size", "2", "--trainer.max_epochs", "1",
+                             "--trainer.enable_progress_bar", "false", "--log_to", "wandb_offline",
+                             "--output_dir", str(tmp_path), "--run_name", "pop"])  # fmt: skip
+    wandb.finish()
+    (pop_run,) = offline_runs(tmp_path / "german" / "pop")
+    assert pop_run.group == "german/pop" == population_link(population["population"]).group
+    assert population_link(population["population"]).training_run_ids == [pop_run.folder.name.rsplit("-", 1)[-1]]
 
 
 def test_evaluate_reproduces_the_test_accuracy(german_run):

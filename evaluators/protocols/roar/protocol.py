@@ -53,7 +53,7 @@ class RoarConfig(RoarGrid, ModelSource):
 
     data: dict = dataclasses.field(default_factory=dict)
     cache_dir: str | None = None
-    log_to: str = "wandb_offline"
+    log_to: str = "wandb"
     output_dir: str = "runs/roar"
 
     def __post_init__(self) -> None:

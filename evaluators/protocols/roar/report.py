@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evaluators.protocols.roar.estimators import ROAR_CONTROLS
 from evaluators.protocols.roar.grid import CLEAN, RoarGrid, read_cells
-from evaluators.reports.wandb_log import log_report
+from evaluators.reports.wandb_log import log_report, table_scalars
 from foundation.files import atomic_open, pyplot, save_figure, write_json
 
 COLUMNS = ["estimator", "fraction", "retrain_mean", "retrain_std", "no_retrain_acc", "k"]
@@ -41,9 +41,11 @@ def collect(out_dir: Path, grid: RoarGrid, config: dict, log_to: str) -> dict:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    pngs = {"roar": plot_retrained(rows, grid, out_dir / "roar.png"),
+    pngs = {"retrained": plot_retrained(rows, grid, out_dir / "roar.png"),
             "retrain_vs_no_retrain": plot_no_retrain(rows, grid, out_dir / "retrain_vs_no_retrain.png")}
-    log_report(log_to, out_dir, "roar", config, {"roar": (COLUMNS, [[r[c] for c in COLUMNS] for r in rows])}, pngs)
+    table = [[r[c] for c in COLUMNS] for r in rows]
+    log_report(log_to, out_dir, "roar", config, {"roar": (COLUMNS, table)}, pngs,
+               table_scalars("roar", COLUMNS, table, 2), config.get("run"))  # fmt: skip
     # roar.json last: its presence marks the finished report
     write_json(out_dir / "roar.json", summary)
     return summary

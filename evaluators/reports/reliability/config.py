@@ -79,7 +79,7 @@ class ReportConfig(PopulationSource):
     ensemble_size: int | None = None
     permuted_population: str | None = None
     output_dir: str = "runs/report"
-    log_to: str = "wandb_offline"
+    log_to: str = "wandb"
 
     def __post_init__(self) -> None:
         super().__post_init__()

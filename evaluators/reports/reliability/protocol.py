@@ -24,7 +24,7 @@ from evaluators.reports.reliability.inputs import report_inputs
 from evaluators.reports.reliability.maps import explainer_unit
 from evaluators.reports.reliability.summary import recommendation, summary_rows, summary_text
 from evaluators.reports.reliability.verdict import equally_good
-from evaluators.reports.wandb_log import log_report
+from evaluators.reports.wandb_log import log_report, population_link
 from foundation.errors import InputError
 from foundation.files import write_json, write_text
 
@@ -56,7 +56,7 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                              "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
                              "map_units": units_per_map, "n_classes": given.n_classes, "names": given.names,
                              "accuracy": accuracies.tolist(), "accuracy_mean": accuracies.mean().item(),
-                             "group": f"{cfg.report_name()}/{Path(cfg.population).resolve().parent.name}"},
+                             "group": population_link(cfg.population).group},
               "sections": sections,
               "summary": {"rows": summary_rows(sections),
                           "recommendation": recommendation(candidates, sections, cfg.n_bootstrap,
@@ -93,6 +93,6 @@ def write_report(report: dict, run_dir: Path) -> None:
     table = [r["cells"] for r in report["summary"]["rows"]]
     figures_logged = {f"figure/{name}": path for name, path in images.items()}
     log_report(report["config"]["log_to"], run_dir, "report", report["config"], {"summary": (columns, table)},
-               figures_logged, scalars=scalars(report), group=report["population"]["group"])  # fmt: skip
+               figures_logged, scalars(report), report["config"]["population"])  # fmt: skip
     write_json(run_dir / REPORT, report)
     print(report["summary"]["text"])

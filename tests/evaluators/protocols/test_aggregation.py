@@ -23,6 +23,7 @@ from lightning_modules.interface import default_classes
 from evaluators.inputs import runs as run_inputs
 from evaluators.inputs.runs import load_run
 from evaluators.protocols import aggregation
+from tests.support.wandb_runs import assert_logged
 
 
 def small_config(tmp_path, run, **extra) -> dict:
@@ -45,8 +46,10 @@ def report_dir(tmp_path):
 
 
 def test_report_rows_files_and_scores_equal_a_direct_computation(tiny_run, tmp_path):
-    summary = evaluate.main(["aggregation", "--config", str(small_config(tmp_path, tiny_run))])
+    summary = evaluate.main(["aggregation", "--config", str(small_config(tmp_path, tiny_run, log_to="wandb_offline"))])
     folder = report_dir(tmp_path)
+    assert_logged(folder, "aggregation", tiny_run, {"aggregation/agg/ucb/insertion": summary["rows"]["agg/ucb"][
+        "insertion"]["mean"]}, ["aggregation"], ["sweeps", "normalisations", "grid"])  # fmt: skip
     for name in ("aggregation.json", "aggregation.csv", "table.md", "sweeps.png", "normalisations.png", "grid.png"):
         assert (folder / name).is_file(), name
     rows = summary["rows"]

@@ -20,6 +20,7 @@ from evaluators.maps import explain
 from foundation.errors import InputError
 from lightning_modules.population_io import load_population, population_datamodule
 from tests.datamodules.test_images import make_folder
+from tests.support.wandb_runs import assert_logged
 
 
 # --- train.py: recorded in the config, the same after a resume, the training accuracy ----------
@@ -114,6 +115,10 @@ def test_tabular_protocol_scores_are_spearman_of_the_paired_maps(german_pair, tm
     assert json.loads((report / "data_randomisation.json").read_text())["rows"] == summary["rows"]
     assert (report / "data_randomisation.csv").read_text().count("\n") == 5
     assert (report / "similarity.png").stat().st_size > 1000
+    row = summary["rows"][0]  # logged by default (offline in the tests), in the true-label population's group
+    assert_logged(report, "data_randomisation", german_pair["true"], {
+        f"data_randomisation/{row['explainer']}/{row['measure']}/mean": row["mean"]}, ["data_randomisation"],
+        ["similarity"])  # fmt: skip
 
 
 def test_protocol_gives_similarity_one_when_the_labels_were_not_permuted(german_pair, tmp_path):

@@ -13,6 +13,7 @@ from evaluators.inputs.runs import load_run
 from evaluators.maps import explain
 from foundation.modality import reduce_map
 from foundation.errors import InputError
+from tests.support.wandb_runs import assert_logged
 
 
 def test_grid_png_and_json_hold_every_method_and_image(tiny_run):
@@ -63,7 +64,9 @@ def test_grid_maps_of_sampling_explainers_are_the_same_in_every_run(tiny_run, mo
 def test_grid_logs_to_wandb_offline(tiny_run):
     report = evaluate.main(["explain", str(tiny_run), "--methods", "saliency", "--n_images", "1"])
     out_dir = tiny_run / report["png"].split("/")[-2]
-    assert list(out_dir.glob("wandb/offline-run-*"))
+    scalars = {"maps/saliency/seconds": report["seconds"]["saliency"],
+               "maps/saliency/all_zero": report["blank_maps"]["saliency"]["all_zero"]}
+    assert_logged(out_dir, "explain", tiny_run, scalars, ["maps"], ["explanations"])
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -9,6 +9,7 @@ import torch
 
 import evaluate
 from evaluators.protocols.landscape import LandscapeConfig, nudged_reruns, vector
+from tests.support.wandb_runs import assert_logged
 
 
 def test_landscape_report(small_population, tmp_path):
@@ -32,6 +33,9 @@ def test_landscape_report(small_population, tmp_path):
     assert json.loads((report / "landscape.json").read_text())["dataset"] == "german"
     assert (report / "landscape.png").stat().st_size > 1000
     assert (report / "ensemble_accuracy.csv").read_text().count("\n") == 7
+    assert_logged(report, "landscape", small_population, {  # the default log_to: offline in the tests
+        "test_accuracy/perturb/mean": sum(acc["perturb"]["values"]) / len(acc["perturb"]["values"]),
+        "distances/model_to_model/n": 12}, ["test_accuracy", "distances"], ["landscape"])  # fmt: skip
 
 
 def test_a_rerun_without_nudge_is_its_member_and_a_nudge_moves_it(small_population):

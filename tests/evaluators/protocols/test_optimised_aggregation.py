@@ -23,6 +23,7 @@ from evaluators.metrics.infidelity import infidelity, subset_perturbations
 from evaluators.metrics.relative_stability import relative_stability
 from evaluators.metrics.road import road_curves
 from evaluators.metrics.sensitivity import sensitivities
+from tests.support.wandb_runs import assert_logged
 
 EXPLAINERS = {"saliency": {}, "integrated_gradients": {"n_steps": 4}, "input_x_gradient": {}}
 STABILITY = {"stability_samples": 4, "stability_radius": 0.2, "stability_layer": "net.fc"}
@@ -39,8 +40,10 @@ def config(tmp_path, run, **extra) -> str:
 
 
 def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_path):
-    summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run)])
+    summary = evaluate.main(["optimised", "--config", config(tmp_path, tiny_run, log_to="wandb_offline")])
     (folder,) = (tmp_path / "out").iterdir()
+    assert_logged(folder, "optimised_aggregation", tiny_run, {"optimised_aggregation/saliency/infidelity": summary[
+        "rows"]["saliency"]["infidelity"]["mean"]}, ["optimised_aggregation"], ["weights"])  # fmt: skip
     for name in ("optimised_aggregation.json", "optimised_aggregation.csv", "table.md", "weights.png", *CACHES):
         assert (folder / name).is_file(), name
     assert list(summary["rows"]) == [*EXPLAINERS, "agg_mean", "agg_var", "agg_robust", "agg_faith", "agg_opt"]

@@ -25,6 +25,7 @@ from evaluators.sanity import other_classes, randomised_models
 from foundation.errors import InputError
 from lightning_modules.interface import default_classes
 from tests.datamodules.test_images import make_folder
+from tests.support.wandb_runs import assert_logged
 
 QUIET = ["--log_to", "none", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
          "--trainer.max_epochs", "1"]  # fmt: skip
@@ -68,8 +69,15 @@ def report_dir(tmp_path: Path) -> Path:
 def fresh(cnn_run, tmp_path_factory) -> tuple[dict, Path]:
     """An uninterrupted run of both modes, saliency and GradCAM, 6 inputs, seed 3: its summary and folder."""
     tmp = tmp_path_factory.mktemp("sanity_fresh")
-    summary = evaluate.main(["sanity", "--config", str(config(tmp, cnn_run, seed=3))])
+    summary = evaluate.main(["sanity", "--config", str(config(tmp, cnn_run, seed=3, log_to="wandb_offline"))])
     return summary, report_dir(tmp)
+
+
+def test_wandb_run_holds_the_similarity_table_scalars_and_figures(cnn_run, fresh):
+    summary, folder = fresh
+    last = summary["similarity"]["cascading"]["gradcam"]["ssim"][-1]
+    scalars = {f"sanity/cascading/{last['stage']}/gradcam/ssim/mean": last["mean"]}
+    assert_logged(folder, "sanity", cnn_run, scalars, ["sanity"], ["similarity_cascading", "maps_independent"])
 
 
 def read_csv(path: Path) -> list[dict]:

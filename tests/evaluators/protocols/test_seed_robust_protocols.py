@@ -15,6 +15,7 @@ import evaluate
 from evaluators.protocols import aggregation, optimised_aggregation
 from foundation.errors import InputError
 from tests.support.helpers import noisy_member_copies
+from tests.support.wandb_runs import assert_logged
 
 AGGREGATION = {"n_inputs": 4, "explainers": {"saliency": {}, "gradcam": {}, "input_x_gradient": {}},
                "aggregators": {"mean": {}, "ucb": {}, "pi": {}}, "normalisations": ["z"], "sweeps": {}, "steps": 4,
@@ -99,7 +100,8 @@ def test_aggregation_over_members_equals_each_member_alone_and_resumes(members, 
 
 
 def test_optimised_over_members_equals_each_member_alone(members, tmp_path):
-    summary = evaluate.main(["optimised", "--config", config(tmp_path / "img", members, OPTIMISED, "opt")])
+    logged = {**OPTIMISED, "log_to": "wandb_offline"}
+    summary = evaluate.main(["optimised", "--config", config(tmp_path / "img", members, logged, "opt")])
     alone = evaluate.main(["optimised", "--config", config(tmp_path / "one", members / "seed1", OPTIMISED, "opt")])
     assert summary["member_rows"]["seed1"] == alone["rows"]
     check_seed_table(summary, list(optimised_aggregation.COLUMNS), "se", optimised_aggregation.HIGHER_IS_BETTER)
@@ -107,6 +109,9 @@ def test_optimised_over_members_equals_each_member_alone(members, tmp_path):
     (folder,) = (tmp_path / "img" / "out").iterdir()
     assert "| all | INFD ↓ |" in (folder / "table.md").read_text()
     assert (folder / "optimised_aggregation.json").is_file()
+    assert_logged(folder, "optimised_aggregation", members, {  # the folder of runs' group: <dataset>/<its name>
+        "seed_table/saliency/infidelity": summary["rows"]["saliency"]["infidelity"]["mean"]},
+        ["seed_table", "robustness"], [])  # fmt: skip
 
 
 def test_a_tabular_population_file(small_population, tmp_path):

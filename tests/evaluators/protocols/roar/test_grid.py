@@ -21,6 +21,7 @@ from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.report import collect
 from foundation.errors import InputError
 from lightning_modules.mlp import MLPClassifier
+from tests.support.wandb_runs import assert_logged
 
 QUICK = {"accelerator": "cpu", "max_epochs": 1}
 
@@ -178,7 +179,7 @@ def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
     config = tmp_path / "roar.yaml"
     config.write_text(f"run: {tmp_path / 'runs' / 'german' / 'r'}\nestimators: {{saliency: {{}}, random: {{}}}}\n"
                       "fractions: [0.0, 0.5]\nretrainings: 2\ntrainer: {max_epochs: 1, accelerator: cpu}\n"
-                      f"log_to: none\ndevice: cpu\noutput_dir: {tmp_path / 'roar'}\n")  # fmt: skip
+                      f"log_to: wandb_offline\ndevice: cpu\noutput_dir: {tmp_path / 'roar'}\n")  # fmt: skip
     assert evaluate.main(["roar", "--config", str(config), "--shard", "1/2"]) == {}
     summary = evaluate.main(["roar", "--config", str(config), "--shard", "0/2"])
     (grid,) = (tmp_path / "roar").iterdir()
@@ -192,5 +193,8 @@ def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
     for line, r in zip(table[2:], rows):
         assert line.split(" | ")[:2] == [f"| {r['estimator']}", f"{r['fraction']:.1f}"]
         assert f"{100 * r['retrain_mean']:.2f} ± {100 * r['retrain_std']:.2f}" in line
+    (saliency,) = [r for r in rows if (r["estimator"], r["fraction"]) == ("saliency", 0.5)]
+    assert_logged(grid, "roar", tmp_path / "runs" / "german" / "r", {
+        "roar/saliency/0.5/retrain_mean": saliency["retrain_mean"]}, ["roar"], ["retrained", "retrain_vs_no_retrain"])
     again = evaluate.main(["roar", "--config", str(config), "--set", "cells_per_population=1"])
     assert again["rows"] == summary["rows"] and len(list((tmp_path / "roar").iterdir())) == 1
