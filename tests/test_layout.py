@@ -54,9 +54,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/reports/reliability/sections.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/reliability/summary.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/sanity_figures.py": "`evaluators/protocols/test_sanity.py` (through the protocol)",
-    "evaluators/reports/wandb_log.py": (
-        "`evaluators/reports/reliability/test_protocol.py` (the offline run file read back)"
-    ),
     "lightning_modules/curve_model.py": (
         "`lightning_modules/test_curves.py`, `lightning_modules/test_image_ensembles.py`, "
         "`lightning_modules/test_ensemble_registry.py`"
