@@ -20,7 +20,8 @@ from evaluators.inputs.assemble import main as assemble_main
 from evaluators.inputs.image_members import load_image_members
 from evaluators.maps import explain
 from tests.datamodules.test_images import make_folder
-from tests.evaluators.reports.reliability.test_protocol import strict_json, wandb_records
+from tests.evaluators.reports.reliability.test_protocol import strict_json
+from tests.support.wandb_runs import records
 from tests.support.user_nets import TinyCNN
 
 
@@ -106,7 +107,7 @@ def test_report_of_a_user_s_own_image_networks_with_no_config(own_population, tm
     assert written["population"]["n_members"] == 3 and written["population"]["input_shape"] == [3, 16, 16]
     assert written["population"]["n_points"] == 12  # the default 100 images: the 12 the test split holds
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    logged = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for record in wandb_records(run_file)
+    logged = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for record in records(run_file)
               if record.WhichOneof("record_type") == "history" for item in record.history.item}
     deltas = {k: v for k, v in logged.items() if k.startswith("sanity/") and k.endswith("/delta")}
     assert len(deltas) == 4 and all(math.isfinite(v) for v in deltas.values())

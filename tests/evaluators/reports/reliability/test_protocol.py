@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from foundation.errors import InputError
 from lightning_modules import load_population
 from lightning_modules.population_io import population_datamodule
 from tests.entry_points.test_own_table import data_args, write_table
+from tests.support.wandb_runs import records
 
 EXPLAINERS = ["saliency", "input_x_gradient"]
 OPTIONS = ["--set", "n_points=20", "--set", f"explainers=[{', '.join(EXPLAINERS)}]", "--set", "n_bootstrap=50",
@@ -98,35 +98,11 @@ def test_maps_and_agreement_against_independent_recomputation(report, population
     assert summary["sections"]["agreement"]["explainers"]["saliency"]["sa"]["per_member"][0] == pytest.approx(by_hand)
 
 
-BLOCK, HEADER = 32768, 7  # the .wandb file: LevelDB's log format after a 7-byte ":W&B" header
-
-
-def wandb_records(path: Path):
-    """Every protobuf ``Record`` of an offline run's ``run-<id>.wandb`` file."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, parts = HEADER, b""
-    while pos + HEADER <= len(data):
-        if BLOCK - pos % BLOCK < HEADER:  # a block's tail too short for a header is padding
-            pos += BLOCK - pos % BLOCK
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos: pos + HEADER])
-        chunk = data[pos + HEADER: pos + HEADER + length]
-        pos += HEADER + length
-        parts = chunk if kind in (1, 2) else parts + chunk  # FULL, FIRST | MIDDLE, LAST
-        if kind in (1, 4):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(parts)
-            yield record
-
-
 def test_wandb_offline_run_holds_scalars_table_figures_and_group(report):
     summary, run_dir = report
     (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
     logged, group = {}, None
-    for record in wandb_records(run_file):
+    for record in records(run_file):
         if record.WhichOneof("record_type") == "run":
             group = record.run.run_group
         if record.WhichOneof("record_type") == "history":
