@@ -57,7 +57,8 @@ class SyntheticTableDataModule(TabularDataModule):
                              "10 rows per class")  # fmt: skip
         if not 0 <= correlation < 1 or not 0 <= label_noise < 1:
             raise InputError(f"options correlation={correlation}, label_noise={label_noise}; expected shares in [0, 1)")
-        self.n_rows, self.num_classes, self.correlation, self.label_noise = n_rows, num_classes, correlation, label_noise
+        self.n_rows, self.num_classes = n_rows, num_classes
+        self.correlation, self.label_noise = correlation, label_noise
         self.counts, self.sample_seed, self.weight_seed = counts, sample_seed, weight_seed
 
     @classmethod
@@ -131,7 +132,6 @@ class SyntheticTableDataModule(TabularDataModule):
         out[:, linear:linear + interacting:2] = half
         out[:, linear + 1:linear + interacting:2] = half
         return torch.from_numpy(out)
-
 
     def probe_truth(self, n: int, target: torch.Tensor | int, split: str = "test") -> dict[str, torch.Tensor]:
         """The truth of ``probe(n, split)``'s rows: ``mask`` (n, d) the relevant features,

@@ -60,7 +60,8 @@ def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor 
                         measures: Sequence[str] = MEASURES, seed: int = 0, reduction: str = "sum",
                         keep_maps: bool | torch.Tensor = False,
                         same_seed: bool = False, n_samples: int = 1,
-                        noise_magnitude: float = 0.0, noise: torch.Tensor | None = None) -> RandomisationScores:  # fmt: skip
+                        noise_magnitude: float = 0.0,
+                        noise: torch.Tensor | None = None) -> RandomisationScores:  # fmt: skip
     """The test of the module docstring; ``explainers`` names (or ``{name: options}``),
     ``same_seed`` as in ``randomised_models``; ``n_samples``, ``noise_magnitude``: every map
     denoised as ``smoothed_maps`` does (1: the plain maps; ``noise``: its draws, the same at
@@ -70,6 +71,7 @@ def model_randomisation(model: nn.Module, x: torch.Tensor, target: torch.Tensor 
     check_mode(mode)
     check_seed(seed)
     options, measures, x, target = prepared(model, x, target, explainers, measures, reduction)
+
     def maps_of(net: nn.Module, name: str, opts: dict) -> torch.Tensor:
         return smoothed_maps(net, x, target, name, opts, seed, reduction, n_samples, noise_magnitude, noise)
 

@@ -124,8 +124,8 @@ def summary_text(report: dict) -> str:
     if truth["available"]:
         against, primary = truth["against_faithfulness"], truth["primary"]
         best = truth["by_metric"][primary]["candidates"][against["best_by_truth"]]
-        notes.append(f"truth: closest by {primary}: {against['best_by_truth']} ({_interval(best)}); the {against['metric']} "
-                     f"ranking agrees with it: Kendall τ {against['kendall_tau']:.2f}, same best: "
+        notes.append(f"truth: closest by {primary}: {against['best_by_truth']} ({_interval(best)}); the "
+                     f"{against['metric']} ranking agrees with it: Kendall τ {against['kendall_tau']:.2f}, same best: "
                      f"{'yes' if against['same_best'] else 'no'}")  # fmt: skip
     lines = [f"Can I trust these explanations? {info['dataset']}: {info['n_members']} members, {info['n_points']} "
              f"test {info['inputs']}, mean test accuracy {info['accuracy_mean']:.3f}",

@@ -189,7 +189,8 @@ def test_smooth_and_efficient_mprt_beside_the_modes(mlp_run, tmp_path):
     got = [e["mean"] for e in summary["similarity"]["smooth_mprt"]["saliency"]["spearman_abs"][1:]]
     np.testing.assert_allclose(got, direct.mean()[0][:, 0, 0], rtol=0, atol=1e-12)
     entropy = efficient_mprt(model, x, target, ["saliency"], seed=0, n_bins=20)
-    assert summary["efficient_mprt"]["saliency"]["scores"]["mean"] == pytest.approx(entropy.mean()[0][0].item(), abs=1e-12)
+    got = summary["efficient_mprt"]["saliency"]["scores"]["mean"]
+    assert got == pytest.approx(entropy.mean()[0][0].item(), abs=1e-12)
     table = (report_dir(tmp_path) / "table.md").read_text()
     assert "### smooth_mprt: spearman_abs" in table and "### efficient MPRT" in table
     assert len(read_csv(report_dir(tmp_path) / "efficient_mprt.csv")) == 3
@@ -198,7 +199,8 @@ def test_smooth_and_efficient_mprt_beside_the_modes(mlp_run, tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ({"explainers": {"saliency": {}, "lime": {}}}, r"unknown explainer\(s\) \['lime'\]"),
     ({"measures": ["spearman", "pearson"]}, r"unknown measure\(s\) \['pearson'\]"),
-    ({"mode": "cascade"}, r"option mode='cascade'; expected one of \['cascading', 'independent', 'bottom_up', 'both'\]"),
+    ({"mode": "cascade"},
+     r"option mode='cascade'; expected one of \['cascading', 'independent', 'bottom_up', 'both'\]"),
     ({"n_inputs": 13}, r"option n_inputs=13: the test split has 12 images"),
 ])  # fmt: skip
 def test_bad_image_options_are_named_before_any_work(cnn_run, tmp_path, extra, message):

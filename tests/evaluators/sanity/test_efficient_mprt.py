@@ -106,7 +106,8 @@ def test_smoothed_maps_by_hand_and_per_input():
     got = smoothed_maps(model, x, y, "input_x_gradient", {}, 0, "sum", n_samples=3, noise_magnitude=0.2, noise=z)
     scale = 0.2 * (x.amax(1) - x.amin(1)).view(-1, 1)
     torch.testing.assert_close(got, model[0].weight.detach()[y] * (x + z.sum(0) * scale / 3), rtol=0, atol=1e-12)
-    assert torch.equal(smoothed_maps(model, x, y, "saliency", {}, 0, "sum"), maps_of(model, x, y, "saliency", {}, 0, "sum"))
+    plain = maps_of(model, x, y, "saliency", {}, 0, "sum")
+    assert torch.equal(smoothed_maps(model, x, y, "saliency", {}, 0, "sum"), plain)
     both = smoothed_maps(model, x, y, "input_x_gradient", {}, 5, "sum", n_samples=4, noise_magnitude=0.1)
     alone = smoothed_maps(model, x[:1], y[:1], "input_x_gradient", {}, 5, "sum", n_samples=4, noise_magnitude=0.1)
     assert torch.equal(both[:1], alone)
@@ -132,8 +133,9 @@ def test_smooth_mprt_against_quantus(monkeypatch):
     metric = quantus.SmoothMPRT(similarity_func=quantus.similarity_func.correlation_spearman, layer_order="bottom_up",
                                 seed=42, nr_samples=n_samples, noise_magnitude=magnitude, normalise=False,
                                 disable_warnings=True)  # fmt: skip
-    theirs = metric(model=model, x_batch=x.numpy(), y_batch=y.numpy(), a_batch=ours.maps["saliency"][0, :, None].numpy(),
-                    explain_func=ours_for_quantus(43), device="cpu")  # fmt: skip
+    theirs = metric(model=model, x_batch=x.numpy(), y_batch=y.numpy(),
+                    a_batch=ours.maps["saliency"][0, :, None].numpy(), explain_func=ours_for_quantus(43),
+                    device="cpu")  # fmt: skip
     np.testing.assert_allclose(theirs["original"], 1.0, rtol=0, atol=1e-12)
     assert list(theirs)[1:] == ours.layers == ["0", "1", "3", "6"]
     for step, layer in enumerate(ours.layers):
