@@ -204,7 +204,7 @@ def write_population_report(summary: dict, out_dir: Path) -> None:
         pngs.append(plot_similarity_curves(by_explainer, stages, out_dir / f"similarity_{mode}.png", title))
     text = markdown(summary)
     write_text(out_dir / "table.md", text)
-    n_keys = {"seed_table": len(key), "random_logit": 2, "stability": 3}  # the columns that name a row
+    n_keys = {"seed_table": len(key), "random_logit": 2, "efficient_mprt": 2, "stability": 3}  # cells naming a row
     scalars = {k: v for name, (columns, rows) in tables.items()
                for k, v in table_scalars(name, columns, rows, n_keys[name]).items()}
     log_report(summary["config"]["log_to"], out_dir, "sanity", summary["config"], tables, {p.stem: p for p in pngs},

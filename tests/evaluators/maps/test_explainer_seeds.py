@@ -73,12 +73,15 @@ def test_image_maps_depend_on_the_seed_alone_and_leave_global_generators_alone(n
 
 @pytest.mark.parametrize("method", IMAGE_EXPLAINERS)
 def test_image_maps_do_not_depend_on_max_batch_or_the_other_images(net, x, method):
+    # LRP divides by each unit's pre-activation z + ε: where z is near 0, the float rounding of a
+    # batched convolution (a few 1e-7) grows to a few 1e-6 in the relevance
+    tol = {"rtol": 1e-4, "atol": 1e-5} if method.startswith("lrp_") else TOL
     whole = explain(net, x, method, seed=3, **image_options(method))
     for max_batch in (1, 3):
         torch.testing.assert_close(explain(net, x, method, seed=3, max_batch=max_batch, **image_options(method)),
-                                   whole, **TOL)  # fmt: skip
+                                   whole, **tol)  # fmt: skip
     part = explain(net, x[2:4], method, seed=3, index=torch.tensor([2, 3]), **image_options(method))
-    torch.testing.assert_close(part, whole[2:4], **TOL)
+    torch.testing.assert_close(part, whole[2:4], **tol)
 
 
 def test_image_explainer_refuses_a_bad_seed_or_index(net, x):
