@@ -16,7 +16,9 @@ from evaluators.maps import explain
 from evaluators.maps.gradients import last_conv_block
 from lightning_modules.image_classifier import create_image_model
 
-RESNETS = [("resnet8", False), ("resnet18", True), ("resnet18", False), ("resnet50", True)]
+# ResNet-50 (about a minute each on 2 cores) runs with `make test-all`
+RESNETS = [("resnet8", False), ("resnet18", True), ("resnet18", False),
+           pytest.param("resnet50", True, marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize(("arch", "layer"), [("small_cnn", "3"), ("resnet8", "layers")])
