@@ -162,8 +162,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         """``n`` images evenly spaced through the split (``test``: :attr:`eval_split`; index 0, k,
         2k, ... with k = size // n, in fixed order, without augmentation), so that class-sorted
         folders show several classes."""
-        name = self.eval_split if split == "test" else split
-        step = max(1, self.split_sizes[name] // n)
+        name, step = self.probe_spacing(n, split)
         xs, ys, seen = [], [], 0
         for x, y in self.eval_dataloader(name):
             picked = [i for i in range(len(x)) if (seen + i) % step == 0]
@@ -173,6 +172,12 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
             if sum(len(v) for v in ys) >= n:
                 break
         return torch.cat(xs)[:n], torch.cat(ys)[:n]
+
+    def probe_spacing(self, n: int, split: str = "test") -> tuple[str, int]:
+        """The split :meth:`probe` reads (``test``: :attr:`eval_split`) and its step k: it takes
+        the images at index 0, k, 2k, ... of that split as served."""
+        name = self.eval_split if split == "test" else split
+        return name, max(1, self.split_sizes[name] // n)
 
     def probe_truth(self, n: int, target=None, split: str = "test") -> dict | None:
         """The ground truth of ``probe(n, split)``'s images (docs/ground_truth.md): None, these

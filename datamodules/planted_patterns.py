@@ -115,10 +115,9 @@ class PlantedPatternDataModule(_ArraysDataModule):
         return masks if chosen is None else masks[chosen]
 
     def probe_truth(self, n: int, target=None, split: str = "test") -> dict[str, torch.Tensor]:
-        """The truth of ``probe(n, split)``'s images (every ``size // n``-th image of the split
-        served, ``ImageDataModule.probe``): ``mask`` (n, H, W); no true attributions (None)."""
-        name = self.eval_split if split == "test" else split
-        step = max(1, self.split_sizes[name] // n)
+        """The truth of ``probe(n, split)``'s images (``probe_spacing``): ``mask`` (n, H, W); no
+        true attributions (None)."""
+        name, step = self.probe_spacing(n, split)
         return {"mask": self.masks(name)[::step][:n], "attributions": None}
 
     def blank_patterns(self, images: torch.Tensor, masks: torch.Tensor, seed: int = 0) -> torch.Tensor:

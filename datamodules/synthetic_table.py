@@ -87,13 +87,16 @@ class SyntheticTableDataModule(TabularDataModule):
         relevant = self.counts["n_linear"] + self.counts["n_interacting"]
         return torch.arange(self.num_features) < relevant
 
+    def pairs(self) -> tuple[slice, slice]:
+        """The columns of the first and of the second feature of each interacting pair."""
+        linear, interacting = self.counts["n_linear"], self.counts["n_interacting"]
+        return slice(linear, linear + interacting, 2), slice(linear + 1, linear + interacting, 2)
+
     def scores(self, raw: np.ndarray) -> np.ndarray:
         """s_k(x) (N, K) of raw rows (N, d)."""
         w, v = self.weights
-        linear, interacting = self.counts["n_linear"], self.counts["n_interacting"]
-        a = raw[:, linear:linear + interacting:2]
-        b = raw[:, linear + 1:linear + interacting:2]
-        return raw[:, :linear] @ w.T + (a * b) @ v.T
+        first, second = self.pairs()
+        return raw[:, :self.counts["n_linear"]] @ w.T + (raw[:, first] * raw[:, second]) @ v.T
 
     def load_raw(self) -> tuple[pd.DataFrame, np.ndarray, str]:
         rng = np.random.default_rng(self.sample_seed)
@@ -124,13 +127,11 @@ class SyntheticTableDataModule(TabularDataModule):
         target = torch.as_tensor(target).expand(len(x)).numpy()
         if (target < 0).any() or (target >= self.num_classes).any():
             raise InputError(f"target {sorted(set(target.tolist()))}; expected classes 0 .. {self.num_classes - 1}")
-        raw, (w, v) = self.raw_rows(x), self.weights
-        linear, interacting = self.counts["n_linear"], self.counts["n_interacting"]
+        raw, (w, v), (first, second) = self.raw_rows(x), self.weights, self.pairs()
+        linear = self.counts["n_linear"]
         out = np.zeros_like(raw)
         out[:, :linear] = raw[:, :linear] * w[target]
-        half = 0.5 * raw[:, linear:linear + interacting:2] * raw[:, linear + 1:linear + interacting:2] * v[target]
-        out[:, linear:linear + interacting:2] = half
-        out[:, linear + 1:linear + interacting:2] = half
+        out[:, first] = out[:, second] = 0.5 * raw[:, first] * raw[:, second] * v[target]
         return torch.from_numpy(out)
 
     def probe_truth(self, n: int, target: torch.Tensor | int, split: str = "test") -> dict[str, torch.Tensor]:

@@ -30,7 +30,6 @@ from torch import nn
 
 from evaluators.sanity.layers import randomised_models
 from evaluators.sanity.maps import maps_of, prepared
-from evaluators.metrics.similarity import MEASURES
 from foundation.errors import InputError
 from foundation.finite import check_finite, finite_mean
 from foundation.seeds import check_seed
@@ -79,7 +78,7 @@ def efficient_mprt(model: nn.Module, x: torch.Tensor, target: torch.Tensor | int
     randomised weights drawn as ``randomised_models`` draws them (``seed``, ``same_seed``:
     Quantus 0.6's seed s is ours s + 1 with ``same_seed=True``)."""
     check_seed(seed)
-    options, _, x, target = prepared(model, x, target, explainers, MEASURES[:1], reduction)
+    options, _, x, target = prepared(model, x, target, explainers, None, reduction)
     steps = list(randomised_models(model, "bottom_up", seed, same_seed))
     layers, randomised = [name for name, _ in steps], steps[-1][1]  # one copy, every layer randomised by now
     entropy, randomised_entropy = [], []

@@ -100,12 +100,14 @@ __all__ = ["NOISE_KEY", "check_measures", "check_reduction", "explainer_options"
 
 
 def prepared(model: nn.Module, x: torch.Tensor, target, explainers: Sequence[str] | Mapping[str, Mapping],
-             measures: Sequence[str], reduction: str) -> tuple[dict[str, dict], list[str], torch.Tensor, torch.Tensor]:
-    """The checked ``{explainer: options}`` and measures, ``x`` on the model's device and the
-    explained class per input (``default_targets``: the predicted class where ``target`` is None)."""
+             measures: Sequence[str] | None,
+             reduction: str) -> tuple[dict[str, dict], list[str] | None, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The checked ``{explainer: options}`` and measures (None: none to check), ``x`` on the
+    model's device and the explained class per input (``default_targets``: the predicted class
+    where ``target`` is None)."""
     check_reduction(reduction)
     options = explainer_options(explainers)
-    measures = check_measures(measures)
+    measures = None if measures is None else check_measures(measures)
     x = x.detach().to(model_device(model, x))
     with torch.no_grad():
         target = default_targets(model, x, target)

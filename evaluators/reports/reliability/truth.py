@@ -33,7 +33,7 @@ def member_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch
     """(M,) float64: each member's mean over inputs of ``metric`` for maps (M, N, ...)."""
     given = truth["attributions"] if metric == "ground_truth_agreement" else truth["mask"]
     options = {"k": k} if metric == "ground_truth_agreement" else {"abs": True}
-    out = [score(metric, None, None, member.abs(), truth=given.to(member.device), **options).double().nanmean()
+    out = [score(metric, None, None, member, truth=given.to(member.device), **options).double().nanmean()
            for member in maps]  # fmt: skip
     return torch.stack(out).cpu()
 
@@ -58,8 +58,7 @@ def truth_section(candidates: dict[str, dict], truth: dict | None, images: bool,
     sign = 1.0 if METRICS[faithful].higher_is_better else -1.0
     free_means = [sign * faithfulness["by_metric"][faithful]["explainers"][n]["mean"] for n in names]
     tau = kendalltau(truth_means, free_means).statistic if len(names) > 1 else float("nan")
-    best_truth, best_free = names[max(range(len(names)), key=truth_means.__getitem__)], \
-        names[max(range(len(names)), key=free_means.__getitem__)]
+    best_truth, best_free = (names[int(torch.tensor(means).argmax())] for means in (truth_means, free_means))
     return {"available": True, "metrics": list(metrics), "primary": primary, "k": k, "by_metric": by_metric,
             "against_faithfulness": {"metric": faithful, "kendall_tau": float(tau), "best_by_truth": best_truth,
                                      "best_by_faithfulness": best_free, "same_best": best_truth == best_free}}
