@@ -35,12 +35,8 @@ WITHOUT_OWN_FILE: dict[str, str] = {
         "`entry_points/test_own_images.py`, `lightning_modules/test_population_io.py`, "
         "`evaluators/protocols/test_consistency.py`"
     ),
-    "evaluators/protocols/members.py": "`evaluators/metrics/test_seed_robustness.py`, `faults/test_nonfinite_maps.py`",
     "evaluators/protocols/report.py": (
         "`evaluators/reports/reliability/test_protocol.py` (its registration: `evaluate.py report`)"
-    ),
-    "evaluators/protocols/roar/maps.py": (
-        "`evaluators/protocols/roar/test_rankings.py`, `datamodules/test_roar.py`, `golden/test_old_files.py`"
     ),
     "evaluators/protocols/roar/protocol.py": (
         "`evaluators/inputs/test_config.py`, `evaluators/protocols/roar/test_grid.py`"
@@ -54,15 +50,6 @@ WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/reports/reliability/sections.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/reliability/summary.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/sanity_figures.py": "`evaluators/protocols/test_sanity.py` (through the protocol)",
-    "lightning_modules/curve_model.py": (
-        "`lightning_modules/test_curves.py`, `lightning_modules/test_image_ensembles.py`, "
-        "`lightning_modules/test_ensemble_registry.py`"
-    ),
-    "lightning_modules/curve_population.py": (
-        "`lightning_modules/test_curves.py`, `lightning_modules/test_multiclass.py`, "
-        "`evaluators/protocols/test_landscape.py`"
-    ),
-    "lightning_modules/population_fit.py": "`lightning_modules/test_population.py`",
 }
 
 

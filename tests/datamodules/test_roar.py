@@ -15,7 +15,6 @@ from datamodules.images import FashionMNISTDataModule, _ArraysDataModule
 from datamodules.roar import RemoveAndRetrainDataModule, model_inputs, remove_top, removed_count
 from datamodules.tabular import FinancialDataModule
 from foundation.errors import InputError
-from evaluators.protocols.roar import maps as roar_maps
 from evaluators.maps import explain
 from evaluators.protocols.roar.estimators import estimator_maps, random_scores, sobel_scores
 from lightning_modules.image_classifier import ImageClassifier, create_image_model
@@ -204,27 +203,6 @@ class TinyImages(_ArraysDataModule):
         rng = np.random.default_rng(0)
         return {s: (rng.integers(0, 256, (n, 3, 8, 8), dtype=np.uint8), rng.integers(0, 3, n))
                 for s, n in (("train", 40), ("test", 24))}  # fmt: skip
-
-
-def test_dataset_maps_cache_hit_and_miss(tmp_path, monkeypatch):
-    torch.manual_seed(0)
-    model, dm = create_image_model("small_cnn", 3, 3), TinyImages()
-    maps = roar_maps.dataset_maps(model, dm, "saliency", "test", tmp_path, chunk=10, progress=False)
-    x, _ = model_inputs(dm, "test")
-    np.testing.assert_allclose(maps, estimator_maps(model, x, "saliency"), atol=1e-7)
-    assert maps.dtype == torch.float32 and len(list(tmp_path.glob("test-saliency-*.pt"))) == 1
-
-    def fail(*args, **kwargs):
-        raise AssertionError("recomputed although cached")
-
-    monkeypatch.setattr(roar_maps, "estimator_maps", fail)
-    assert torch.equal(roar_maps.dataset_maps(model, dm, "saliency", "test", tmp_path, chunk=10, progress=False), maps)
-    with pytest.raises(AssertionError, match="recomputed"):  # another option, another key
-        roar_maps.dataset_maps(model, dm, "saliency", "test", tmp_path, chunk=10, progress=False, abs=True)
-    with pytest.raises(AssertionError, match="recomputed"):  # other weights
-        with torch.no_grad():
-            next(model.parameters()).add_(1.0)
-        roar_maps.dataset_maps(model, dm, "saliency", "test", tmp_path, chunk=10, progress=False)
 
 
 def test_image_datamodule_modifies_train_and_test_and_trains(tmp_path):

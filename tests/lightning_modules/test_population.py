@@ -13,7 +13,6 @@ import train
 from datamodules import FinancialDataModule
 from lightning_modules import MLPClassifier, PopulationMLP, load_member, load_population
 from lightning_modules import population as population_module
-from lightning_modules.population_fit import auto_chunk_size, drop_below_mean, plan_chunks
 
 
 def quiet_trainer(max_epochs: int = 1, **kwargs) -> pl.Trainer:
@@ -104,21 +103,6 @@ def test_subset_and_concatenate_keep_members():
     assert whole.seeds == [10, 11, 12, 13]
     assert max_param_diff(whole, population) == 0.0
     assert max_param_diff(parts[1].member(0), population.member(2)) == 0.0
-
-
-def test_chunk_plan_and_auto_size():
-    assert plan_chunks(7, 3) == [[0, 1], [2, 3, 4], [5, 6]]
-    assert plan_chunks(100, 69) == [list(range(50)), list(range(50, 100))]
-    assert plan_chunks(6, 3) == [[0, 1, 2], [3, 4, 5]]
-    population = PopulationMLP(in_features=6, size=500)
-    size = auto_chunk_size(population, batch_size=128, device=torch.device("cpu"))
-    assert 8 <= size <= 500
-
-
-def test_drop_below_mean_matches_hand_computation():
-    accuracy = torch.tensor([0.80, 0.81, 0.79, 0.70, 0.805])  # mean 0.781 -> threshold 0.771
-    assert drop_below_mean(accuracy, 0.01).tolist() == [True, True, True, False, True]
-    assert drop_below_mean(accuracy, None).all()
 
 
 def population_args(out: Path, *extra: str) -> list[str]:

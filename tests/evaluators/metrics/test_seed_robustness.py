@@ -80,12 +80,3 @@ def test_finding_survival_counts_claims_and_named_rows():
 def test_non_finite_scores_or_one_member_are_refused(scores, message):
     with pytest.raises(InputError, match=message):
         ranking_stability(scores, True, "table x")
-
-
-def test_a_member_mean_that_is_nan_is_refused_naming_row_and_metric():
-    from evaluators.protocols.members import seed_rows
-
-    rows = {"a": {"agg/mean": {"fcor": {"mean": 0.5, "se": 0.1}}},
-            "b": {"agg/mean": {"fcor": {"mean": float("nan"), "se": 0.1}}}}  # fmt: skip
-    with pytest.raises(InputError, match=r"row agg/mean, metric fcor \(members \['a', 'b'\]\): member 1"):
-        seed_rows(rows, ["fcor"], "se")
