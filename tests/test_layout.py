@@ -25,16 +25,6 @@ HEADING = "## Library modules without a test file of their own"
 # module -> the test files that exercise it (paths under tests/), or how it is exercised
 WITHOUT_OWN_FILE: dict[str, str] = {
     "callbacks/roar.py": "`evaluators/protocols/roar/test_grid.py` (the ROAR grid trains through it)",
-    "datamodules/image_cache.py": (
-        "`datamodules/test_archives.py`, `datamodules/test_images.py`, `faults/test_left_behind.py`"
-    ),
-    "evaluators/inputs/assemble.py": (
-        "`evaluators/inputs/test_user_models.py`, `lightning_modules/test_module_population.py`"
-    ),
-    "evaluators/inputs/image_members.py": (
-        "`entry_points/test_own_images.py`, `lightning_modules/test_population_io.py`, "
-        "`evaluators/protocols/test_consistency.py`"
-    ),
     "evaluators/protocols/report.py": (
         "`evaluators/reports/reliability/test_protocol.py` (its registration: `evaluate.py report`)"
     ),

@@ -297,20 +297,6 @@ def test_archive_unpacked_once_and_reused(folder, tmp_path, monkeypatch):
     assert unpack_archive(archive, tmp_path / "cache") == unpacked
 
 
-def test_half_finished_unpack_is_redone(folder, tmp_path):
-    root, _ = folder
-    archive = make_archive(root, tmp_path / "tiny.tar.gz")
-    unpacked = unpack_archive(archive, tmp_path / "cache")
-    (unpacked / COMPLETE_MARKER).unlink()  # a folder without the marker
-    (unpacked / "train" / "cat" / "000.png").unlink()
-    (unpacked / "junk").write_text("left over")
-    leftover = tmp_path / "cache" / f".{unpacked.name}.tmp-99999"  # a temporary folder of a killed run
-    leftover.mkdir()
-    assert unpack_archive(archive, tmp_path / "cache") == unpacked
-    assert (unpacked / COMPLETE_MARKER).is_file() and (unpacked / "train" / "cat" / "000.png").is_file()
-    assert not (unpacked / "junk").exists() and not leftover.exists()
-
-
 def test_truncated_archive(folder, tmp_path):
     root, _ = folder
     archive = make_archive(root, tmp_path / "tiny.tar.gz")

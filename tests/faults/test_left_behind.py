@@ -1,20 +1,17 @@
 """What a failure leaves: a training run that fails before its first epoch ends removes the run
 folder it made (the W&B files in it included); an evaluator that fails before writing anything
-removes its output folders (tests/entry_points/test_cli_errors.py); the image cache keeps no lock file."""
+removes its output folders (tests/entry_points/test_cli_errors.py); the image cache's lock and a truncated
+archive leave nothing: tests/datamodules/test_image_cache.py."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
-from datamodules import InputError, unpack_archive
-from datamodules.image_cache import _locked
-from tests.datamodules.test_images import make_archive, make_folder
+from tests.datamodules.test_images import make_folder
 from tests.support import ROOT
 
 
@@ -45,38 +42,3 @@ def test_a_run_that_fails_after_an_epoch_is_kept_for_resume(tmp_path, monkeypatc
                     "--trainer.callbacks+=tests.support.helpers.InterruptChunk", "--output_dir", str(tmp_path),
                     "--trainer.enable_progress_bar", "false"])  # fmt: skip
     assert (tmp_path / "german" / "x-chunk-001" / "checkpoints" / "last.ckpt").is_file()
-
-
-def test_a_truncated_archive_leaves_nothing_in_the_cache(tmp_path):
-    root = tmp_path / "data"
-    make_folder(root)
-    archive = make_archive(root, tmp_path / "tiny.tar.gz")
-    cut = tmp_path / "cut.tar.gz"
-    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
-    with pytest.raises(InputError, match=r"archive '.*cut\.tar\.gz': cannot unpack it"):
-        unpack_archive(cut, tmp_path / "cache")
-    assert list((tmp_path / "cache").iterdir()) == []
-    unpacked = unpack_archive(archive, tmp_path / "cache")  # and a good one leaves its folder alone
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [unpacked.name]
-
-
-def test_the_lock_excludes_while_its_file_is_removed(tmp_path):
-    """Eight threads (each its own open file, as separate processes have) take the lock 25 times
-    each: never two inside at once, though every release removes the lock file."""
-    lock, inside, overlaps = tmp_path / ".entry.lock", [], []
-
-    def work() -> None:
-        for _ in range(25):
-            with _locked(lock):
-                inside.append(1)
-                if len(inside) > 1:
-                    overlaps.append(len(inside))
-                time.sleep(0.0005)
-                inside.pop()
-
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert overlaps == [] and not lock.exists()
