@@ -24,14 +24,6 @@ HEADING = "## Library modules without a test file of their own"
 
 # module -> the test files that exercise it (paths under tests/), or how it is exercised
 WITHOUT_OWN_FILE: dict[str, str] = {
-    "callbacks/roar.py": "`evaluators/protocols/roar/test_grid.py` (the ROAR grid trains through it)",
-    "evaluators/protocols/report.py": (
-        "`evaluators/reports/reliability/test_protocol.py` (its registration: `evaluate.py report`)"
-    ),
-    "evaluators/protocols/roar/protocol.py": (
-        "`evaluators/inputs/test_config.py`, `evaluators/protocols/roar/test_grid.py`"
-    ),
-    "evaluators/protocols/roar/report.py": "`evaluators/protocols/roar/test_grid.py`",
     "evaluators/reports/reliability/config.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/reliability/html.py": "`evaluators/reports/reliability/test_protocol.py`",
     "evaluators/reports/reliability/maps.py": (

@@ -1,7 +1,6 @@
-"""The ROAR grid runner (evaluators/protocols/roar/grid.py, protocols/roar/protocol.py, callbacks/roar.py):
-shards cover every cell once, a killed grid resumes to the uninterrupted results, a tabular
-cell's K-population equals K MLPs trained alone, a cell retrains under two-process DDP, the
-callback runs the grid on a finished run."""
+"""The ROAR grid runner (evaluators/protocols/roar/grid.py): shards cover every cell once, a killed grid
+resumes to the uninterrupted results, a tabular cell's K-population equals K MLPs trained alone. The
+protocol: test_protocol.py; the callback: tests/callbacks/test_roar.py."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import pytorch_lightning as pl
 import torch
 
 import evaluators.protocols.roar.grid as roar_grid
-from callbacks import ROAR
 from datamodules.roar import RemoveAndRetrainDataModule
 from datamodules.tabular import TwoMoonsDataModule
 from evaluators.protocols.roar.grid import Cell, RoarGrid, grid_cells, parse_shard, run_grid, shard_cells
@@ -21,7 +19,6 @@ from evaluators.protocols.roar.maps import dataset_maps
 from evaluators.protocols.roar.report import collect
 from foundation.errors import InputError
 from lightning_modules.mlp import MLPClassifier
-from tests.support.wandb_runs import assert_logged
 
 QUICK = {"accelerator": "cpu", "max_epochs": 1}
 
@@ -141,60 +138,7 @@ def test_tabular_cells_population_equals_k_mlps_trained_alone(tmp_path, shuffle)
         assert record["retrain_std"] == pytest.approx(torch.tensor(alone).std().item())
 
 
-class ROARDoneCheck(pl.Callback):
-    def on_fit_end(self, trainer, pl_module) -> None:
-        self.found = (Path(trainer.default_root_dir) / "roar" / "roar.json").is_file()
-
-
-def test_roar_callback_runs_the_grid_after_training(tmp_path):
-    callback = ROAR(estimators={"saliency": {}, "random": {}}, fractions=[0.0, 0.5], retrainings=2)
-    model = MLPClassifier(in_features=2, seed=0)
-    trainer = pl.Trainer(default_root_dir=str(tmp_path), max_epochs=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, callbacks=[callback], accelerator="cpu")  # fmt: skip
-    trainer.fit(model, datamodule=moons())
-    rows = callback.summary["rows"]
-    assert [(r["estimator"], r["fraction"]) for r in rows] == [("saliency", 0.0), ("saliency", 0.5),
-                                                               ("random", 0.0), ("random", 0.5)]  # fmt: skip
-    assert all(r["k"] == 2 and 0.0 <= r["retrain_mean"] <= 1.0 for r in rows)
-    assert (tmp_path / "roar" / "roar.png").is_file() and len(list((tmp_path / "roar" / "cells").iterdir())) == 3
-    with torch.no_grad():  # t = 0, no retraining: the trained model on the clean test rows
-        x, y = moons().test_tensors
-        assert rows[0]["no_retrain_acc"] == pytest.approx((model(x).argmax(1) == y).double().mean().item())
-
-
 def test_tabular_grid_refuses_ddp():
     with pytest.raises(InputError, match="one device"):
         run_grid(MLPClassifier(in_features=2), moons(), tiny_grid(trainer={"devices": 2, "max_epochs": 1}),
                  Path("unused"))  # fmt: skip
-
-
-def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
-    """``evaluate.py roar --shard i/k`` on a train.py run: both shards land in the grid's one
-    folder (named by its config), the second writes the report, a third call only collects."""
-    import evaluate
-    import train
-
-    train.main(["--trainer.max_epochs", "1", "--log_to", "none", "--output_dir", str(tmp_path / "runs"),
-                "--run_name", "r", "--trainer.enable_progress_bar", "false"])  # fmt: skip
-    config = tmp_path / "roar.yaml"
-    config.write_text(f"run: {tmp_path / 'runs' / 'german' / 'r'}\nestimators: {{saliency: {{}}, random: {{}}}}\n"
-                      "fractions: [0.0, 0.5]\nretrainings: 2\ntrainer: {max_epochs: 1, accelerator: cpu}\n"
-                      f"log_to: wandb_offline\ndevice: cpu\noutput_dir: {tmp_path / 'roar'}\n")  # fmt: skip
-    assert evaluate.main(["roar", "--config", str(config), "--shard", "1/2"]) == {}
-    summary = evaluate.main(["roar", "--config", str(config), "--shard", "0/2"])
-    (grid,) = (tmp_path / "roar").iterdir()
-    assert grid.name.startswith("german-") and (grid / "roar.json").is_file()
-    cells = sorted(p.name for p in (grid / "cells").iterdir())
-    assert cells == ["clean-t00.json", "random-t50.json", "saliency-t50.json"]
-    assert len(summary["rows"]) == 4 and summary["rows"][0]["k"] == 2
-    table = (grid / "table.md").read_text().splitlines()  # the report's table, one line per row of roar.json
-    rows = json.loads((grid / "roar.json").read_text())["rows"]
-    assert len(table) == 2 + len(rows)
-    for line, r in zip(table[2:], rows):
-        assert line.split(" | ")[:2] == [f"| {r['estimator']}", f"{r['fraction']:.1f}"]
-        assert f"{100 * r['retrain_mean']:.2f} ± {100 * r['retrain_std']:.2f}" in line
-    (saliency,) = [r for r in rows if (r["estimator"], r["fraction"]) == ("saliency", 0.5)]
-    assert_logged(grid, "roar", tmp_path / "runs" / "german" / "r", {
-        "roar/saliency/0.5/retrain_mean": saliency["retrain_mean"]}, ["roar"], ["retrained", "retrain_vs_no_retrain"])
-    again = evaluate.main(["roar", "--config", str(config), "--set", "cells_per_population=1"])
-    assert again["rows"] == summary["rows"] and len(list((tmp_path / "roar").iterdir())) == 1
