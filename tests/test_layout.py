@@ -25,13 +25,6 @@ HEADING = "## Library modules without a test file of their own"
 # module -> the test files that exercise it (paths under tests/), or how it is exercised
 WITHOUT_OWN_FILE: dict[str, str] = {
     "evaluators/reports/reliability/config.py": "`evaluators/reports/reliability/test_protocol.py`",
-    "evaluators/reports/reliability/html.py": "`evaluators/reports/reliability/test_protocol.py`",
-    "evaluators/reports/reliability/maps.py": (
-        "`evaluators/reports/reliability/test_protocol.py`, `evaluators/reports/reliability/test_verdict.py`"
-    ),
-    "evaluators/reports/reliability/sections.py": "`evaluators/reports/reliability/test_protocol.py`",
-    "evaluators/reports/reliability/summary.py": "`evaluators/reports/reliability/test_protocol.py`",
-    "evaluators/reports/sanity_figures.py": "`evaluators/protocols/test_sanity.py` (through the protocol)",
 }
 
 

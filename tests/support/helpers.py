@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import math
 import os
 import re
 import subprocess
@@ -13,9 +14,12 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
+from scipy import stats
+
 from tests.support import ROOT
 
 ENTRY_POINTS = {"evaluate.py": "evaluate", "train.py": "train"}
@@ -209,3 +213,9 @@ def fashion_mnist_or_skip():
     except Exception as err:  # the Debian package is installed by the Makefile
         pytest.skip(f"Fashion-MNIST not available: {err}")
     return data
+
+
+def t_interval(values) -> tuple[float, float]:
+    """Mean and half-width of the 95 % t-interval over the values (members), by numpy and scipy."""
+    v = np.asarray(values, dtype=np.float64)
+    return v.mean(), stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))

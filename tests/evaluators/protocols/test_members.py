@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +15,7 @@ from scipy import stats
 from evaluators.protocols.members import (evaluate_members, markdown, population_summary, robustness, seed_rows,
                                           write_population_report)
 from foundation.errors import InputError
+from tests.support.helpers import t_interval
 
 # three members' means of metric m (higher is better) on rows r1..r3, and their standard errors over inputs
 MEANS = {"a": [0.1, 0.5, 0.9], "b": [0.2, 0.4, 0.8], "c": [0.9, 0.3, 0.1]}
@@ -25,12 +25,6 @@ ROWS = ["r1", "r2", "r3"]
 
 def member_rows() -> dict[str, dict]:
     return {n: {r: {"m": {"mean": v, "se": SE[n]}} for r, v in zip(ROWS, means)} for n, means in MEANS.items()}
-
-
-def t_interval(values) -> tuple[float, float]:
-    """Mean and half-width of the 95 % t-interval, recomputed with numpy and scipy."""
-    v = np.asarray(values, dtype=np.float64)
-    return v.mean(), stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
 
 
 def test_seed_rows_are_the_t_interval_over_members_and_the_mean_spread_over_inputs():
