@@ -5,7 +5,9 @@ of table or image classifiers.
 accuracy (``inputs.report_inputs``), and for each explainer computes every member's maps once
 (``maps.explainer_unit``, kept in ``<run>/maps/<explainer>.pt``: an interrupted report resumed
 with ``--resume <run>`` computes only the explainers not yet finished). The three sections
-(``sections``) and the one-screen summary (``summary``) are computed from those maps.
+(``sections``) and the one-screen summary (``summary``) are computed from those maps; with
+option ``permute_labels`` the permuted-label twin must be trained in ``<run>/permuted/`` first
+(``twin``: ``evaluate.py report`` does it).
 ``write_report(report, run_dir)`` writes the figures (PNG), ``report.html`` (``html``), the
 W&B run (``wandb_log.log_report``: scalars, tables and figures, grouped by population) and last
 ``report.json`` (every number; its presence marks a finished report).
@@ -22,6 +24,7 @@ from evaluators.reports.reliability.config import ReportConfig, default_k
 from evaluators.reports.reliability.html import figures, write_html
 from evaluators.reports.reliability.inputs import report_inputs
 from evaluators.reports.reliability.maps import explainer_unit
+from evaluators.reports.reliability.permuted import permuted_source
 from evaluators.reports.reliability.summary import recommendation, summary_rows, summary_text
 from evaluators.reports.reliability.verdict import equally_good
 from evaluators.reports.wandb_log import log_report, population_link
@@ -34,6 +37,7 @@ REPORT = "report.json"
 def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     """The report of ``cfg``'s population (the module docstring), every number in one mapping."""
     start = time.perf_counter()
+    permuted = permuted_source(cfg, run_dir)  # a twin not trained yet is refused before any work
     given = report_inputs(cfg)
     x = given.x
     units_per_map = x[0, 0].numel() if given.images else x.shape[1]  # pixels of an image's map, or features
@@ -50,7 +54,7 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                                        given.metric_options, cfg.cascade_steps)  # fmt: skip
     accuracies, members = given.accuracies, given.members
     kept, filtered = equally_good(accuracies, cfg.accuracy_tolerance)
-    sections, candidates = report_sections(cfg, given, units, k, kept, filtered, run_dir / "maps")
+    sections, candidates = report_sections(cfg, given, units, k, kept, filtered, run_dir / "maps", permuted)
     report = {"config": dataclasses.asdict(cfg),
               "population": {"dataset": cfg.report_name(), "n_members": len(members), "n_points": len(x),
                              "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
