@@ -70,17 +70,38 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     return report
 
 
+def verdict_scalars(prefix: str, verdict: dict | None) -> dict[str, float]:
+    """A calibrated verdict's δ (seed-level mean), its 95 % half-width and whether it passed (1/0),
+    as ``<prefix>delta``, ``<prefix>delta_ci95`` and ``<prefix>passed``; none for no verdict."""
+    if verdict is None:
+        return {}
+    return {f"{prefix}delta": verdict["delta"]["mean"], f"{prefix}delta_ci95": verdict["delta"]["ci95"],
+            f"{prefix}passed": float(verdict["passed"])}  # fmt: skip
+
+
 def scalars(report: dict) -> dict[str, float]:
-    """The numbers a dashboard charts: per explainer ``<section>/<explainer>/<number>``."""
+    """The numbers a dashboard charts, per explainer and aggregate ``<section>/<candidate>/<number>``:
+    agreement (SA, SSA, CDC@k, Watson's C; ``ensembles_<metric>``: the average ensembles'),
+    sanity (the model randomisation's ``delta``, ``delta_ci95``, ``passed``; the data
+    randomisation's as ``data_delta``, ... when it ran) and faithfulness (each metric's mean and
+    ``<metric>_ci95``)."""
     sections = report["sections"]
+    data = sections["sanity"]["data_randomisation"]
+    ensembles = sections["agreement"]["ensembles"]
     out = {}
     for name, entry in sections["agreement"]["explainers"].items():
         for metric, value in entry.items():
             out[f"agreement/{name}/{metric}"] = value["mean"]
-        verdict = sections["sanity"]["explainers"][name]["verdict"]
-        out[f"sanity/{name}/delta"] = verdict["delta"]["mean"]
-        out[f"sanity/{name}/delta_ci95"] = verdict["delta"]["ci95"]
-        out[f"sanity/{name}/passed"] = float(verdict["passed"])
+        for metric, value in (ensembles["explainers"].get(name, {}) if ensembles["available"] else {}).items():
+            out[f"agreement/{name}/ensembles_{metric}"] = value["mean"]
+        out |= verdict_scalars(f"sanity/{name}/", sections["sanity"]["explainers"][name]["verdict"])
+        out |= verdict_scalars(f"sanity/{name}/data_", data["explainers"][name] if data else None)
+    aggregates = sections["faithfulness"]["aggregates"]
+    for name, entry in (aggregates["aggregates"] if aggregates["available"] else {}).items():
+        for metric, value in entry["agreement"].items():
+            out[f"agreement/{name}/{metric}"] = value["mean"]
+        out |= verdict_scalars(f"sanity/{name}/", entry["verdict"])
+        out |= verdict_scalars(f"sanity/{name}/data_", entry["data_randomisation"])
     for metric, entry in sections["faithfulness"]["by_metric"].items():
         for name, value in entry["explainers"].items():
             out[f"faithfulness/{name}/{metric}"] = value["mean"]

@@ -4,7 +4,8 @@ CSV table, its data-randomisation section equals that of the report given a twin
 (``train.py ... --data.permute_labels 1``, the same numbers: training is deterministic on one
 CPU), with the permuted members near chance; interrupted while training, the report resumes the
 training (the finished chunk is not trained again), and once trained the twin is read, never
-trained again; bad combinations are refused in one line, leaving no folder."""
+trained again; the W&B run holds the data-randomisation δ and the ensembles' agreement; bad
+combinations are refused in one line, leaving no folder."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from foundation.errors import InputError
 from lightning_modules import load_population, population_fit
 from tests.entry_points.test_own_table import data_args, write_table
 from tests.evaluators.reports.reliability.test_protocol import finished
+from tests.support.wandb_runs import records
 
 SEED = 1
 OPTIONS = ["--set", "n_points=20", "--set", "explainers=[saliency]", "--set", "n_bootstrap=50", "--set",
@@ -79,6 +81,22 @@ def test_trained_twin_gives_the_section_of_a_twin_trained_by_hand(populations, o
     assert section["accuracy_mean"] == pytest.approx(populations["by_hand"]["test_acc_mean"])  # train.py's test
     real = summary["population"]["accuracy_mean"]
     assert abs(section["accuracy_mean"] - 0.5) < 0.15 < real - 0.5  # chance on a balanced binary table; real above
+
+
+def test_wandb_run_holds_data_randomisation_and_ensembles(on_request):
+    summary, run_dir = on_request
+    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    logged = {}
+    for record in records(run_file):
+        if record.WhichOneof("record_type") == "history":
+            logged |= {item.key or "/".join(item.nested_key): item.value_json for item in record.history.item}
+    data = summary["sections"]["sanity"]["data_randomisation"]["explainers"]["saliency"]
+    assert float(logged["sanity/saliency/data_delta"]) == pytest.approx(data["delta"]["mean"])
+    assert float(logged["sanity/saliency/data_delta_ci95"]) == pytest.approx(data["delta"]["ci95"])
+    assert float(logged["sanity/saliency/data_passed"]) == float(data["passed"])
+    ensembles = summary["sections"]["agreement"]["ensembles"]["explainers"]["saliency"]
+    for metric in ("sa", "ssa", "cdc_k"):
+        assert float(logged[f"agreement/saliency/ensembles_{metric}"]) == pytest.approx(ensembles[metric]["mean"])
 
 
 def test_interrupted_training_resumes_and_a_trained_twin_is_not_trained_again(
