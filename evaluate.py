@@ -16,6 +16,7 @@
     python evaluate.py sanity --config configs/sanity/fashion_mnist.yaml   # Adebayo et al.'s model randomisation
     python evaluate.py data_randomisation --config configs/data_randomisation/fashion_mnist.yaml  # Adebayo §3.2
     python evaluate.py report --population runs/my/pop-10/population.pt   # can I trust them? docs/trust.md
+    python evaluate.py report --population runs/my/pop-10/population.pt --set permute_labels=1  # and its twin
     python evaluate.py --portable consistency ...   # the same bits on any x86-64 CPU (portable.py)
 
 ``run`` rebuilds the datamodule from the run's ``config.yaml`` and the model from
@@ -31,6 +32,8 @@ folder ``<output_dir>/<dataset>-<stamp>`` (``data_randomisation``, which compare
 ``<output_dir>/data_randomisation-<stamp>``) holding its ``config.yaml`` at the start and JSON,
 CSV and a PNG at the end; an interrupted run of a resumable protocol (``consistency``, ``aggregation``,
 ``optimised``, ``sanity``, ``report``: a protocol entry's ``resumable``) continues with ``--resume <folder>``.
+``report`` with ``permute_labels`` first trains the population's permuted-label twin with
+train.py (``train_twin``).
 
 Every command that evaluates a model names it with the same options (``add_model_source``):
 ``--run``, ``--population``, ``--checkpoint``, and a model file's ``--model_class``,
@@ -58,6 +61,7 @@ import pytorch_lightning as pl
 import yaml
 
 import lightning_modules  # noqa: F401  (the only model classes a checkpoint may name)
+import train
 from evaluators.inputs.config import load_config, population_kind
 from evaluators.inputs.members import population_path
 from evaluators.inputs.model_inputs import MODEL_INPUTS
@@ -67,11 +71,11 @@ from evaluators.inputs.sources import MEMBER_FOLDER, POPULATION_FILE, not_found,
 from evaluators.maps import EXPLAINERS
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS
+from evaluators.reports.reliability.twin import twin_arguments, twin_population
 from foundation.registry import Entry
 from foundation.errors import InputError, OneLineParser, run_entry_point
 from foundation.files import json_text, write_text
 from foundation.run_folders import LOCK, hold, new_folder, release
-from train import ROOT
 
 if portable.is_active():
     portable.configure_torch()
@@ -134,7 +138,7 @@ def resumed_config(run_dir: Path, spec: Entry, overrides: dict):
 
 def default_config(command: str, spec: Entry, population: str | None) -> Path:
     """The config a protocol takes without ``--config``: its default for the kind of ``--population``."""
-    defaults = ", ".join(sorted({Path(c).relative_to(ROOT).as_posix() for c in spec.default_configs.values()}))
+    defaults = ", ".join(sorted({Path(c).relative_to(train.ROOT).as_posix() for c in spec.default_configs.values()}))
     if population is None:
         raise InputError(f"{command}: none of --config, --resume, --population given; expected --config <file>, "
                          f"--resume <folder>, or --population <a table's population file> (default config: {defaults})")
@@ -386,11 +390,34 @@ def main(argv: list[str] | None = None) -> dict:
         release(run_dir)
 
 
+def train_twin(cfg, run_dir: Path) -> None:
+    """``report``'s ``permute_labels``: the population's permuted-label twin trained by train.py
+    with its own recipe into the report's folder, or its interrupted training continued, before
+    the report reads it (``evaluators.reports.reliability.twin``); a twin trained already is kept."""
+    if cfg.permute_labels is None:
+        return
+    trained = twin_population(run_dir)
+    if trained is not None:
+        print(f"permuted labels: the twin {trained} is trained; not trained again", flush=True)
+        return
+    arguments = twin_arguments(cfg, run_dir)
+    print(f"permuted labels: training the twin: python train.py {' '.join(arguments)} (interrupted, it continues "
+          f"with python evaluate.py report --resume {run_dir})", flush=True)  # fmt: skip
+    if train.main(arguments) is None:  # stopped before its last epoch
+        raise KeyboardInterrupt
+
+
+BEFORE = {"report": train_twin}  # a protocol's step that needs train.py, above the protocols' layer
+
+
 def run_protocol(args, spec: Entry, cfg, run_dir: Path, resume: Path | None, made: list[Path]) -> dict:
-    """Evaluate protocol ``spec`` into ``run_dir`` and write its report; a failure before anything was
-    written removes the new folder (and the output folders ``made`` for it)."""
+    """Evaluate protocol ``spec`` into ``run_dir`` (after its ``BEFORE`` step) and write its report;
+    a failure before anything was written removes the new folder (and the output folders ``made``
+    for it)."""
     options = {option: getattr(args, option) for option in spec.options or {}}
     try:
+        if args.command in BEFORE:
+            BEFORE[args.command](cfg, run_dir)
         summary = spec.obj(cfg, run_dir, **options) if spec.resumable else spec.obj(cfg)
         if summary is None:  # nothing to report yet, e.g. a ROAR grid's cells left to other shards
             return {}

@@ -3,7 +3,7 @@
 
 * ``agreement`` (``sections.agreement``) with its ``ensembles`` (``ensembles``);
 * ``sanity`` (``sections.sanity``) with its ``data_randomisation`` (``permuted``; None without a
-  permuted-label population);
+  permuted-label population, given or trained on request);
 * ``faithfulness`` (``sections.faithfulness``) over the explainers and the aggregates of their
   maps (``aggregates``), with the aggregates' own agreement and verdicts under ``aggregates``;
 * ``truth`` (``truth.truth_section``): the candidates against the data's ground truth, where
@@ -27,10 +27,11 @@ from evaluators.reports.reliability.truth import truth_section
 
 
 def report_sections(cfg: ReportConfig, given: ReportInputs, units: dict[str, dict], k: int, kept: list[int],
-                    filtered: bool, folder: Path) -> tuple[dict, dict[str, dict]]:  # fmt: skip
+                    filtered: bool, folder: Path, source: str | None) -> tuple[dict, dict[str, dict]]:  # fmt: skip
     """The sections (the module docstring) and the candidates' units; ``folder``: the report's
-    ``maps`` folder (the permuted members' maps are kept in its ``permuted`` folder)."""
-    data, permuted = data_randomisation(cfg, given, units, kept, folder / "permuted")
+    ``maps`` folder (the permuted members' maps are kept in its ``permuted`` folder);
+    ``source``: the permuted-label population (``permuted.permuted_source``; None: none)."""
+    data, permuted = data_randomisation(cfg, source, given, units, kept, folder / "permuted")
     aggregates = aggregate_units(cfg, given, units, permuted)
     candidates = units | aggregates
     sections = {"agreement": agreement(units, k, cfg.watson_c, cfg.seed)

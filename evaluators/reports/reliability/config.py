@@ -19,6 +19,7 @@ from evaluators.inputs.sources import POPULATIONS
 from evaluators.maps import EXPLAINERS
 from evaluators.metrics.registry import METRICS
 from evaluators.metrics.similarity import MEASURES
+from evaluators.reports.reliability.twin import training_config
 from evaluators.reports.wandb_log import check_log_to
 from evaluators.sanity.maps import explainer_options
 from foundation.errors import InputError
@@ -55,7 +56,9 @@ class ReportConfig(PopulationSource):
     ``ensemble_size``: members per average ensemble in the agreement section (None:
     ``ensembles.default_size``); ``permuted_population``: a population of the same data trained
     on permuted labels (``train.py --data.permute_labels <seed>``), the data-randomisation
-    verdict's (``permuted``; None: no data randomisation)."""
+    verdict's (``permuted``; None: no data randomisation); ``permute_labels``: instead of a given
+    ``permuted_population``, the seed of the training labels' permutation with which the report
+    trains the population's twin itself (``twin``; None: none trained)."""
 
     KINDS: ClassVar[tuple[str, ...]] = POPULATIONS
 
@@ -78,6 +81,7 @@ class ReportConfig(PopulationSource):
     normalisation: str = "z"
     ensemble_size: int | None = None
     permuted_population: str | None = None
+    permute_labels: int | None = None
     output_dir: str = "runs/report"
     log_to: str = "wandb"
 
@@ -133,3 +137,9 @@ class ReportConfig(PopulationSource):
             if other != self.modality.name:
                 raise InputError(f"option permuted_population={self.permuted_population!r}: its members take "
                                  f"{other}; expected {self.modality.name}, as the population's")  # fmt: skip
+        if self.permute_labels is not None:
+            if self.permuted_population is not None:
+                raise InputError(f"options permuted_population={self.permuted_population!r} and permute_labels="
+                                 f"{self.permute_labels!r}: two permuted-label populations; expected one of them "
+                                 "(permute_labels trains one, permuted_population names one trained)")  # fmt: skip
+            training_config(self.population, self.permute_labels)

@@ -214,7 +214,8 @@ def additions(report: dict) -> list[str]:
     parts.append(f"<p>Members trained on permuted labels: <code>{html.escape(data['population'])}</code>, "
                  f"{data['n_pairs']} pairs, mean test accuracy {data['accuracy_mean']:.3f}; the verdict per explainer "
                  "is in the sanity table (δ = s_seed − s_permuted).</p>" if data
-                 else "<p>Not run: no permuted-label population given (option <code>permuted_population</code>).</p>")
+                 else "<p>Not run: no permuted-label population given or trained (options "
+                      "<code>permuted_population</code>, <code>permute_labels</code>).</p>")
     parts.append("<h2>Aggregates of the explainers' maps</h2>")
     if aggregates["available"]:
         metric = sections["faithfulness"]["primary"]

@@ -1,11 +1,12 @@
 """Data randomisation (Adebayo et al. 2018, §3.2), calibrated by the seed like the model
 randomisation (``verdict``).
 
-A permuted-label population (option ``permuted_population``): members of the same
-architecture trained on the same data with the training labels permuted (``train.py
---data.permute_labels <seed>``, ``datamodules.label_permutation``), so what they learnt is
-noise. Its members explain the report's inputs x for the report's class ``target`` (the real
-population's, the same for every member) with each explainer, the same options and draws
+A permuted-label population (option ``permuted_population``, or with ``permute_labels`` the
+twin the report trained, ``twin``): members of the same architecture trained on the same data
+with the training labels permuted (``train.py --data.permute_labels <seed>``,
+``datamodules.label_permutation``), so what they learnt is noise. Its members explain the
+report's inputs x for the report's class ``target`` (the real population's, the same for every
+member) with each explainer, the same options and draws
 (``maps.member_maps``; kept in ``<run>/maps/permuted/<explainer>.pt``, read again on resume).
 Member m of the real population is paired with member m of the permuted one (the first
 n = min(K, K') pairs). With φ_m the real member's maps and ψ_m its permuted partner's:
@@ -32,17 +33,31 @@ import torch
 from evaluators.reports.reliability.config import ReportConfig
 from evaluators.reports.reliability.inputs import ReportInputs, report_inputs
 from evaluators.reports.reliability.maps import member_maps
+from evaluators.reports.reliability.twin import TWIN, twin_population
 from evaluators.reports.reliability.verdict import calibrated_verdict
 from foundation.errors import InputError
 from foundation.files import atomic_write
 
 
-def permuted_inputs(cfg: ReportConfig, given: ReportInputs) -> ReportInputs:
-    """The permuted-label population's members and accuracies, its inputs checked to be ``given``'s."""
-    other = report_inputs(dataclasses.replace(cfg, population=cfg.permuted_population, permuted_population=None))
+def permuted_source(cfg: ReportConfig, run_dir: Path) -> str | None:
+    """The permuted-label population: ``permuted_population``, or with ``permute_labels`` the twin
+    trained in report folder ``run_dir`` (``evaluate.py report`` trains it first); None: neither."""
+    if cfg.permute_labels is None:
+        return cfg.permuted_population
+    trained = twin_population(run_dir)
+    if trained is None:
+        raise InputError(f"option permute_labels={cfg.permute_labels}: no trained twin under {run_dir / TWIN}; "
+                         "expected evaluate.py report to train it before the report (or permuted_population=<a "
+                         "population trained with train.py --data.permute_labels>)")  # fmt: skip
+    return str(trained)
+
+
+def permuted_inputs(cfg: ReportConfig, source: str, given: ReportInputs) -> ReportInputs:
+    """The members and accuracies of permuted-label population ``source``, its inputs checked to be ``given``'s."""
+    other = report_inputs(dataclasses.replace(cfg, population=source, permuted_population=None, permute_labels=None))
     if other.x.shape != given.x.shape or not torch.equal(other.x.cpu(), given.x.cpu()):
-        raise InputError(f"option permuted_population={cfg.permuted_population!r} serves other test inputs than "
-                         f"population={cfg.population!r}; expected a population of the same data (same split and "
+        raise InputError(f"permuted-label population {source!r} serves other test inputs than population="
+                         f"{cfg.population!r}; expected a population of the same data (same split and "
                          "preprocessing) trained with data.permute_labels")  # fmt: skip
     return other
 
@@ -74,16 +89,17 @@ def data_verdict(maps: torch.Tensor, permuted: torch.Tensor, measure: str, kept:
     return out
 
 
-def data_randomisation(cfg: ReportConfig, given: ReportInputs, units: dict[str, dict], kept: list[int],
-                       folder: Path) -> tuple[dict | None, dict[str, torch.Tensor]]:  # fmt: skip
-    """The data-randomisation part of the sanity section (None without ``permuted_population``)
-    and the permuted maps per explainer (for the aggregates' verdicts)."""
-    if cfg.permuted_population is None:
+def data_randomisation(cfg: ReportConfig, source: str | None, given: ReportInputs, units: dict[str, dict],
+                       kept: list[int], folder: Path) -> tuple[dict | None, dict[str, torch.Tensor]]:  # fmt: skip
+    """The data-randomisation part of the sanity section with permuted-label population ``source``
+    (``permuted_source``; None: no such part) and the permuted maps per explainer (for the
+    aggregates' verdicts)."""
+    if source is None:
         return None, {}
-    other = permuted_inputs(cfg, given)
+    other = permuted_inputs(cfg, source, given)
     maps = {m: permuted_maps(folder, other.members, given, m, cfg.options.get(m, {}), cfg.seed) for m in units}
     verdicts = {m: data_verdict(units[m]["maps"], maps[m], cfg.measure, kept, f"explainer {m!r}") for m in units}
-    section = {"population": str(cfg.permuted_population), "n_pairs": min(len(other.members), len(given.members)),
-               "accuracy": other.accuracies.tolist(), "accuracy_mean": other.accuracies.mean().item(),
-               "explainers": verdicts}  # fmt: skip
+    section = {"population": source, "permute_labels": cfg.permute_labels,
+               "n_pairs": min(len(other.members), len(given.members)), "accuracy": other.accuracies.tolist(),
+               "accuracy_mean": other.accuracies.mean().item(), "explainers": verdicts}  # fmt: skip
     return section, maps

@@ -5,7 +5,9 @@ of table or image classifiers.
 accuracy (``inputs.report_inputs``), and for each explainer computes every member's maps once
 (``maps.explainer_unit``, kept in ``<run>/maps/<explainer>.pt``: an interrupted report resumed
 with ``--resume <run>`` computes only the explainers not yet finished). The three sections
-(``sections``) and the one-screen summary (``summary``) are computed from those maps.
+(``sections``) and the one-screen summary (``summary``) are computed from those maps; with
+option ``permute_labels`` the permuted-label twin must be trained in ``<run>/permuted/`` first
+(``twin``: ``evaluate.py report`` does it).
 ``write_report(report, run_dir)`` writes the figures (PNG), ``report.html`` (``html``), the
 W&B run (``wandb_log.log_report``: scalars, tables and figures, grouped by population) and last
 ``report.json`` (every number; its presence marks a finished report).
@@ -22,6 +24,7 @@ from evaluators.reports.reliability.config import ReportConfig, default_k
 from evaluators.reports.reliability.html import figures, write_html
 from evaluators.reports.reliability.inputs import report_inputs
 from evaluators.reports.reliability.maps import explainer_unit
+from evaluators.reports.reliability.permuted import permuted_source
 from evaluators.reports.reliability.summary import recommendation, summary_rows, summary_text
 from evaluators.reports.reliability.verdict import equally_good
 from evaluators.reports.wandb_log import log_report, population_link
@@ -34,6 +37,7 @@ REPORT = "report.json"
 def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     """The report of ``cfg``'s population (the module docstring), every number in one mapping."""
     start = time.perf_counter()
+    permuted = permuted_source(cfg, run_dir)  # a twin not trained yet is refused before any work
     given = report_inputs(cfg)
     x = given.x
     units_per_map = x[0, 0].numel() if given.images else x.shape[1]  # pixels of an image's map, or features
@@ -50,7 +54,7 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
                                        given.metric_options, cfg.cascade_steps)  # fmt: skip
     accuracies, members = given.accuracies, given.members
     kept, filtered = equally_good(accuracies, cfg.accuracy_tolerance)
-    sections, candidates = report_sections(cfg, given, units, k, kept, filtered, run_dir / "maps")
+    sections, candidates = report_sections(cfg, given, units, k, kept, filtered, run_dir / "maps", permuted)
     report = {"config": dataclasses.asdict(cfg),
               "population": {"dataset": cfg.report_name(), "n_members": len(members), "n_points": len(x),
                              "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
@@ -66,17 +70,38 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     return report
 
 
+def verdict_scalars(prefix: str, verdict: dict | None) -> dict[str, float]:
+    """A calibrated verdict's δ (seed-level mean), its 95 % half-width and whether it passed (1/0),
+    as ``<prefix>delta``, ``<prefix>delta_ci95`` and ``<prefix>passed``; none for no verdict."""
+    if verdict is None:
+        return {}
+    return {f"{prefix}delta": verdict["delta"]["mean"], f"{prefix}delta_ci95": verdict["delta"]["ci95"],
+            f"{prefix}passed": float(verdict["passed"])}  # fmt: skip
+
+
 def scalars(report: dict) -> dict[str, float]:
-    """The numbers a dashboard charts: per explainer ``<section>/<explainer>/<number>``."""
+    """The numbers a dashboard charts, per explainer and aggregate ``<section>/<candidate>/<number>``:
+    agreement (SA, SSA, CDC@k, Watson's C; ``ensembles_<metric>``: the average ensembles'),
+    sanity (the model randomisation's ``delta``, ``delta_ci95``, ``passed``; the data
+    randomisation's as ``data_delta``, ... when it ran) and faithfulness (each metric's mean and
+    ``<metric>_ci95``)."""
     sections = report["sections"]
+    data = sections["sanity"]["data_randomisation"]
+    ensembles = sections["agreement"]["ensembles"]
     out = {}
     for name, entry in sections["agreement"]["explainers"].items():
         for metric, value in entry.items():
             out[f"agreement/{name}/{metric}"] = value["mean"]
-        verdict = sections["sanity"]["explainers"][name]["verdict"]
-        out[f"sanity/{name}/delta"] = verdict["delta"]["mean"]
-        out[f"sanity/{name}/delta_ci95"] = verdict["delta"]["ci95"]
-        out[f"sanity/{name}/passed"] = float(verdict["passed"])
+        for metric, value in (ensembles["explainers"].get(name, {}) if ensembles["available"] else {}).items():
+            out[f"agreement/{name}/ensembles_{metric}"] = value["mean"]
+        out |= verdict_scalars(f"sanity/{name}/", sections["sanity"]["explainers"][name]["verdict"])
+        out |= verdict_scalars(f"sanity/{name}/data_", data["explainers"][name] if data else None)
+    aggregates = sections["faithfulness"]["aggregates"]
+    for name, entry in (aggregates["aggregates"] if aggregates["available"] else {}).items():
+        for metric, value in entry["agreement"].items():
+            out[f"agreement/{name}/{metric}"] = value["mean"]
+        out |= verdict_scalars(f"sanity/{name}/", entry["verdict"])
+        out |= verdict_scalars(f"sanity/{name}/data_", entry["data_randomisation"])
     for metric, entry in sections["faithfulness"]["by_metric"].items():
         for name, value in entry["explainers"].items():
             out[f"faithfulness/{name}/{metric}"] = value["mean"]

@@ -110,7 +110,8 @@ def test_report_of_a_user_s_own_image_networks_with_no_config(own_population, tm
     logged = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for record in records(run_file)
               if record.WhichOneof("record_type") == "history" for item in record.history.item}
     deltas = {k: v for k, v in logged.items() if k.startswith("sanity/") and k.endswith("/delta")}
-    assert len(deltas) == 4 and all(math.isfinite(v) for v in deltas.values())
+    assert len(deltas) == 5 and "sanity/aggregate:mean/delta" in deltas  # 4 explainers and the one aggregate
+    assert all(math.isfinite(v) for v in deltas.values())
     _, _, data = load_image_members(pop, torch.device("cpu"))
     x, y = data.probe(12, "test")
     with torch.no_grad():

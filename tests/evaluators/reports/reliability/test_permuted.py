@@ -45,6 +45,7 @@ def test_data_verdict_by_hand(kept, reference):
 class Options:
     population: str = "real.pt"
     permuted_population: str | None = "permuted.pt"
+    permute_labels: int | None = None
 
 
 def inputs(x: torch.Tensor) -> ReportInputs:
@@ -54,7 +55,7 @@ def inputs(x: torch.Tensor) -> ReportInputs:
 def test_other_inputs_are_refused(monkeypatch):
     given = inputs(torch.zeros(4, 3))
     monkeypatch.setattr(permuted_module, "report_inputs", lambda cfg: inputs(torch.ones(4, 3)))
-    with pytest.raises(InputError, match="option permuted_population='permuted.pt' serves other test inputs"):
-        permuted_inputs(Options(), given)
+    with pytest.raises(InputError, match="permuted-label population 'permuted.pt' serves other test inputs"):
+        permuted_inputs(Options(), "permuted.pt", given)
     monkeypatch.setattr(permuted_module, "report_inputs", lambda cfg: inputs(torch.zeros(4, 3)))
-    assert permuted_inputs(Options(), given).x.shape == (4, 3)
+    assert permuted_inputs(Options(), "permuted.pt", given).x.shape == (4, 3)

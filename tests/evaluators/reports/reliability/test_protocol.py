@@ -111,6 +111,13 @@ def test_wandb_offline_run_holds_scalars_table_figures_and_group(report):
     assert group == summary["population"]["group"]
     verdict = summary["sections"]["sanity"]["explainers"]["saliency"]["verdict"]
     assert logged["sanity/saliency/delta"] == pytest.approx(verdict["delta"]["mean"])
+    aggregate = summary["sections"]["faithfulness"]["aggregates"]["aggregates"]["aggregate:mean"]
+    assert logged["sanity/aggregate:mean/delta"] == pytest.approx(aggregate["verdict"]["delta"]["mean"])
+    assert logged["sanity/aggregate:mean/delta_ci95"] == pytest.approx(aggregate["verdict"]["delta"]["ci95"])
+    assert logged["sanity/aggregate:mean/passed"] == float(aggregate["verdict"]["passed"])
+    assert logged["agreement/aggregate:mean/sa"] == pytest.approx(aggregate["agreement"]["sa"]["mean"])
+    # 4 members make no 3 ensembles of 2, and no permuted-label population is given (test_twin.py has both)
+    assert not [key for key in logged if "ensembles_" in key or "/data_" in key]
     assert logged["summary/_type"] == "table-file"
     for name in ("agreement", "sanity", "faithfulness", "settle"):
         assert logged[f"figure/{name}/_type"] == "image-file"
