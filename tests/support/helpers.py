@@ -209,3 +209,26 @@ def fashion_mnist_or_skip():
     except Exception as err:  # the Debian package is installed by the Makefile
         pytest.skip(f"Fashion-MNIST not available: {err}")
     return data
+
+
+def truth_by_hand(maps: torch.Tensor, mask: torch.Tensor, attributions: torch.Tensor | None = None,
+                  k: int = 3) -> dict[str, list[float]]:  # fmt: skip
+    """Per input, the localisation metrics of |maps| (N, ...) against ``mask`` (N, ...) by a loop
+    over inputs (the ROC AUC by scikit-learn); ``ground_truth_agreement`` (top-k sets of |map| and
+    |attributions|) where ``attributions`` are given: the references of the protocols' truth columns."""
+    from sklearn.metrics import roc_auc_score
+
+    out: dict[str, list[float]] = {"relevance_rank_accuracy": [], "relevance_mass_accuracy": [], "pointing_game": [],
+                                   "localisation_auc": [], "ground_truth_agreement": []}  # fmt: skip
+    for i, (m, s) in enumerate(zip(maps.abs().double().flatten(1), mask.flatten(1).bool())):
+        size = int(s.sum())
+        top = set(m.argsort(descending=True, stable=True)[:size].tolist())
+        out["relevance_rank_accuracy"].append(len(top & set(s.nonzero()[:, 0].tolist())) / size)
+        out["relevance_mass_accuracy"].append((m[s].sum() / m.sum()).item())
+        out["pointing_game"].append(float(bool(s[m == m.max()].any())))
+        out["localisation_auc"].append(float(roc_auc_score(s.numpy(), m.numpy())))
+        if attributions is not None:
+            truth_top = set(attributions[i].abs().argsort(descending=True, stable=True)[:k].tolist())
+            out["ground_truth_agreement"].append(len(set(m.argsort(descending=True, stable=True)[:k].tolist())
+                                                     & truth_top) / k)  # fmt: skip
+    return out

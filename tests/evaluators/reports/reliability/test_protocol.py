@@ -18,7 +18,6 @@ import torch
 import evaluate
 import train
 from evaluators.reports.reliability import maps, protocol
-from evaluators.reports.reliability.config import default_k
 from foundation.errors import InputError
 from lightning_modules import load_population
 from lightning_modules.population_io import population_datamodule
@@ -208,8 +207,3 @@ def test_bad_options_are_refused_in_one_line_leaving_no_folder(population, tmp_p
 def test_no_population_names_the_default_config():
     with pytest.raises(InputError, match=re.escape("configs/report/table.yaml")):
         evaluate.main(["report"])
-
-
-@pytest.mark.parametrize("features, k", [(1, 1), (2, 1), (6, 2), (13, 3), (40, 10), (400, 10)])
-def test_default_k(features, k):
-    assert default_k(features) == k
