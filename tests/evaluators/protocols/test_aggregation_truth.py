@@ -14,10 +14,8 @@ import torch
 
 import evaluate
 from evaluators.aggregators.normalisations import normalise
-from evaluators.inputs.runs import load_run
 from evaluators.metrics.ground_truth import IMAGE_METRICS, ROW_METRICS
-from lightning_modules.interface import default_classes
-from tests.support.helpers import truth_by_hand
+from tests.support.helpers import assert_same_columns, assert_truth_columns, truth_of_inputs
 
 Z95 = 1.959964
 
@@ -44,53 +42,30 @@ def rows_by_hand(folder, explainers: list[str]) -> dict[str, torch.Tensor]:
     return {**z, "agg/mean": torch.stack(list(z.values())).mean(0)}
 
 
-def check_columns(summary: dict, rows: dict[str, torch.Tensor], by_hand, metrics) -> None:
-    """Each row's truth columns: the mean of the by-hand scores and its 1.96 s/√n half-width
-    (inputs without a score, a blank map's relevance mass, left out)."""
-    for row, maps in rows.items():
-        expected = by_hand(maps)
-        for metric in metrics:
-            v = torch.tensor(expected[metric], dtype=torch.float64)
-            v = v[~v.isnan()]
-            got = summary["rows"][row][metric]
-            assert got["mean"] == pytest.approx(v.mean().item(), abs=1e-6), (row, metric)
-            assert got["ci95"] == pytest.approx(Z95 * v.std().item() / math.sqrt(len(v)), abs=1e-6), (row, metric)
-
-
 def test_planted_patterns_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(planted_run, tmp_path):
     explainers = {"saliency": {}, "gradcam": {}}
     summary, folder = run_aggregation(tmp_path / "whole", planted_run, explainers)
     assert summary["truth_metrics"] == list(IMAGE_METRICS)
-    _, data, _ = load_run(planted_run)
-    mask = data.masks("test")[::16 // 4][:4]  # the inputs: 4 images evenly spaced through the 16 test images
+    mask, _ = truth_of_inputs(planted_run, 4)
     rows = rows_by_hand(folder, list(explainers))
     torch.testing.assert_close(rows["base/saliency"].float(), normalise(torch.load(
         folder / "maps" / "saliency.pt", weights_only=True)["maps"], "z"), rtol=1e-5, atol=1e-5)  # fmt: skip
-    check_columns(summary, rows, lambda maps: truth_by_hand(maps, mask), IMAGE_METRICS)
+    assert_truth_columns(summary, rows, mask, None, IMAGE_METRICS, "ci95", Z95)
     header = (folder / "aggregation.csv").read_text().splitlines()[0].split(",")
     assert header[-8:] == [f"{m}{s}" for m in IMAGE_METRICS for s in ("", "_ci95")]
     table = (folder / "table.md").read_text()
     assert "| pointing_game ↑ | localisation_auc ↑ |" in table
     assert json.loads((folder / "aggregation.json").read_text())["truth_metrics"] == list(IMAGE_METRICS)
     chunked, _ = run_aggregation(tmp_path / "chunked", planted_run, explainers, chunk_size=3)
-    for row, values in summary["rows"].items():
-        for metric in IMAGE_METRICS:
-            assert chunked["rows"][row][metric]["mean"] == pytest.approx(values[metric]["mean"], abs=1e-6)
-            assert chunked["rows"][row][metric]["ci95"] == pytest.approx(values[metric]["ci95"], abs=1e-6)
+    assert_same_columns(chunked, summary, IMAGE_METRICS, "ci95")
 
 
 def test_synthetic_table_truth_columns_equal_the_metrics_by_hand(synthetic_table_run, tmp_path):
     explainers = {"saliency": {}, "input_x_gradient": {}}
     summary, folder = run_aggregation(tmp_path, synthetic_table_run, explainers)
     assert summary["truth_metrics"] == list(ROW_METRICS)
-    model, data, _ = load_run(synthetic_table_run)
-    data.setup("test")
-    x = data.test_tensors[0][:4]  # the inputs: the first 4 test rows, each explained for its default class
-    attributions = data.true_attributions(x, default_classes(model, x))
-    mask = torch.zeros(4, 12, dtype=torch.bool)
-    mask[:, :6] = True  # the default table's six relevant features
-    check_columns(summary, rows_by_hand(folder, list(explainers)), lambda maps: truth_by_hand(maps, mask, attributions,
-                                                                                              k=3), ROW_METRICS)
+    mask, attributions = truth_of_inputs(synthetic_table_run, 4)
+    assert_truth_columns(summary, rows_by_hand(folder, list(explainers)), mask, attributions, ROW_METRICS, "ci95", Z95)
 
 
 def test_a_population_gives_the_truth_columns_a_seed_level_interval_and_ranking_stability(synthetic_table_population,

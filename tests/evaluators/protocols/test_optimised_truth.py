@@ -14,10 +14,8 @@ import pytest
 import torch
 
 import evaluate
-from evaluators.inputs.runs import load_run
 from evaluators.metrics.ground_truth import IMAGE_METRICS, ROW_METRICS
-from lightning_modules.interface import default_classes
-from tests.support.helpers import truth_by_hand
+from tests.support.helpers import assert_same_columns, assert_truth_columns, truth_of_inputs
 
 
 def run_optimised(tmp_path, run, explainers: dict, **extra) -> tuple[dict, object]:
@@ -30,55 +28,35 @@ def run_optimised(tmp_path, run, explainers: dict, **extra) -> tuple[dict, objec
     return summary, folder
 
 
-def check_columns(summary: dict, folder, explainers: list[str], by_hand, metrics) -> None:
-    """Each explainer's and AGG_mean's truth columns: the by-hand mean and standard error."""
-    stack = torch.load(folder / "maps.pt", weights_only=True)["maps"].double()  # (N, k, *S), post-processed
-    rows = {name: stack[:, i] for i, name in enumerate(explainers)} | {"agg_mean": stack.mean(1)}
-    for row, maps in rows.items():
-        expected = by_hand(maps)
-        for metric in metrics:
-            v = torch.tensor(expected[metric], dtype=torch.float64)
-            v = v[~v.isnan()]
-            got = summary["rows"][row][metric]
-            assert got["mean"] == pytest.approx(v.mean().item(), abs=1e-6), (row, metric)
-            assert got["se"] == pytest.approx(v.std().item() / math.sqrt(len(v)), abs=1e-6), (row, metric)
+def saved_rows(folder, explainers: list[str]) -> dict[str, torch.Tensor]:
+    """Each explainer's and AGG_mean's maps from the saved post-processed maps (N, k, *S)."""
+    stack = torch.load(folder / "maps.pt", weights_only=True)["maps"].double()
+    return {name: stack[:, i] for i, name in enumerate(explainers)} | {"agg_mean": stack.mean(1)}
 
 
 def test_planted_patterns_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(planted_run, tmp_path):
     explainers = {"saliency": {}, "input_x_gradient": {}}
     summary, folder = run_optimised(tmp_path / "whole", planted_run, explainers)
     assert summary["truth_metrics"] == list(IMAGE_METRICS)
-    _, data, _ = load_run(planted_run)
-    mask = data.masks("test")[::16 // 4][:4]  # the inputs: 4 images evenly spaced through the 16 test images
-    check_columns(summary, folder, list(explainers), lambda maps: truth_by_hand(maps, mask), IMAGE_METRICS)
+    mask, _ = truth_of_inputs(planted_run, 4)
+    assert_truth_columns(summary, saved_rows(folder, list(explainers)), mask, None, IMAGE_METRICS, "se", 1.0)
     assert set(summary["rows"]) == {*explainers, "agg_mean", "agg_var", "agg_robust", "agg_faith", "agg_opt"}
     assert all(set(IMAGE_METRICS) <= set(row) for row in summary["rows"].values())
     header = (folder / "optimised_aggregation.csv").read_text().splitlines()[0].split(",")
     assert header[-8:] == [f"{m}{s}" for m in IMAGE_METRICS for s in ("", "_se")]
     assert "| relevance_rank_accuracy ↑ | relevance_mass_accuracy ↑ |" in (folder / "table.md").read_text()
     chunked, _ = run_optimised(tmp_path / "chunked", planted_run, explainers, chunk_size=3)
-    for row, values in summary["rows"].items():
-        for metric in IMAGE_METRICS:
-            assert chunked["rows"][row][metric]["mean"] == pytest.approx(values[metric]["mean"], abs=1e-6)
-            assert chunked["rows"][row][metric]["se"] == pytest.approx(values[metric]["se"], abs=1e-6)
+    assert_same_columns(chunked, summary, IMAGE_METRICS, "se")
 
 
 def test_synthetic_table_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(synthetic_table_run, tmp_path):
     explainers = {"saliency": {}, "input_x_gradient": {}}
     summary, folder = run_optimised(tmp_path / "whole", synthetic_table_run, explainers)
     assert summary["truth_metrics"] == list(ROW_METRICS)
-    model, data, _ = load_run(synthetic_table_run)
-    data.setup("test")
-    x = data.test_tensors[0][:4]  # the inputs: the first 4 test rows, each explained for its default class
-    attributions = data.true_attributions(x, default_classes(model, x))
-    mask = torch.zeros(4, 12, dtype=torch.bool)
-    mask[:, :6] = True  # the default table's six relevant features
-    check_columns(summary, folder, list(explainers), lambda maps: truth_by_hand(maps, mask, attributions, k=3),
-                  ROW_METRICS)  # fmt: skip
+    mask, attributions = truth_of_inputs(synthetic_table_run, 4)
+    assert_truth_columns(summary, saved_rows(folder, list(explainers)), mask, attributions, ROW_METRICS, "se", 1.0)
     chunked, _ = run_optimised(tmp_path / "chunked", synthetic_table_run, explainers, chunk_size=3)
-    for row, values in summary["rows"].items():
-        for metric in ROW_METRICS:
-            assert chunked["rows"][row][metric]["mean"] == pytest.approx(values[metric]["mean"], abs=1e-6)
+    assert_same_columns(chunked, summary, ROW_METRICS, "se")
 
 
 def test_a_population_gives_the_truth_columns_a_seed_level_interval_and_ranking_stability(synthetic_table_population,
