@@ -179,7 +179,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         name = self.eval_split if split == "test" else split
         return name, max(1, self.split_sizes[name] // n)
 
-    def probe_truth(self, n: int, target=None, split: str = "test") -> dict | None:
+    def probe_truth(self, n: int, target=None, split: str = "test", part: slice = slice(None)) -> dict | None:
         """The ground truth of ``probe(n, split)``'s images (docs/ground_truth.md): None, these
         images know none (``PlantedPatternDataModule`` does)."""
         return None

@@ -114,11 +114,12 @@ class PlantedPatternDataModule(_ArraysDataModule):
         chosen = self.subset_indices(split)
         return masks if chosen is None else masks[chosen]
 
-    def probe_truth(self, n: int, target=None, split: str = "test") -> dict[str, torch.Tensor]:
-        """The truth of ``probe(n, split)``'s images (``probe_spacing``): ``mask`` (n, H, W); no
-        true attributions (None)."""
+    def probe_truth(self, n: int, target=None, split: str = "test",
+                    part: slice = slice(None)) -> dict[str, torch.Tensor]:  # fmt: skip
+        """The truth of ``probe(n, split)``'s images (``probe_spacing``), of those at ``part`` of
+        them (a protocol's chunk; all by default): ``mask`` (images, H, W); no true attributions (None)."""
         name, step = self.probe_spacing(n, split)
-        return {"mask": self.masks(name)[::step][:n], "attributions": None}
+        return {"mask": self.masks(name)[::step][:n][part], "attributions": None}
 
     def blank_patterns(self, images: torch.Tensor, masks: torch.Tensor, seed: int = 0) -> torch.Tensor:
         """``images`` (N, C, H, W) uint8 with each mask's pixels replaced by a fresh background's

@@ -134,10 +134,13 @@ class SyntheticTableDataModule(TabularDataModule):
         out[:, first] = out[:, second] = 0.5 * raw[:, first] * raw[:, second] * v[target]
         return torch.from_numpy(out)
 
-    def probe_truth(self, n: int, target: torch.Tensor | int, split: str = "test") -> dict[str, torch.Tensor]:
-        """The truth of ``probe(n, split)``'s rows: ``mask`` (n, d) the relevant features,
-        ``attributions`` (n, d) float64 of class ``target`` (``true_attributions``)."""
-        x = self.probe(n, split)[0]
+    def probe_truth(self, n: int, target: torch.Tensor | int, split: str = "test",
+                    part: slice = slice(None)) -> dict[str, torch.Tensor]:  # fmt: skip
+        """The truth of ``probe(n, split)``'s rows, of those at ``part`` of them (a protocol's
+        chunk; all by default): ``mask`` (rows, d) the relevant features, ``attributions``
+        (rows, d) float64 of class ``target`` (one per row of the part, or one for all:
+        ``true_attributions``)."""
+        x = self.probe(n, split)[0][part]
         return {"mask": self.relevant.expand(len(x), -1).clone(), "attributions": self.true_attributions(x, target)}
 
 

@@ -178,7 +178,7 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         """The first ``n`` rows of the split (drawn at random by the split) and their labels."""
         return tuple(t[:n] for t in self.stored_split(split))
 
-    def probe_truth(self, n: int, target=None, split: str = "test") -> dict | None:
+    def probe_truth(self, n: int, target=None, split: str = "test", part: slice = slice(None)) -> dict | None:
         """The ground truth of ``probe(n, split)``'s rows (docs/ground_truth.md): None, this table
         knows none (``SyntheticTableDataModule`` does)."""
         return None

@@ -67,6 +67,46 @@ def tiny_run(tmp_path_factory) -> Path:
     return tmp / "runs" / "tiny" / "r"
 
 
+@pytest.fixture(scope="session")
+def planted_run(tmp_path_factory) -> Path:
+    """A train.py run folder of the small CNN on 16x16 planted-pattern images (64 training and 16
+    test images, 1 epoch; ``datamodules.PlantedPatternDataModule``, whose truth is known)."""
+    import train
+
+    out = tmp_path_factory.mktemp("planted_run")
+    train.main([
+        "--config", "configs/ground_truth/planted_cnn.yaml", "--data.n_train", "64", "--data.n_test", "16",
+        "--data.size", "16", "--data.pattern", "4", "--data.batch_size", "16", "--data.eval_batch_size", "16",
+        "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu", "--log_to", "none", "--output_dir", str(out),
+        "--run_name", "r", "--trainer.enable_progress_bar", "false",
+    ])  # fmt: skip
+    return out / "planted_patterns" / "r"
+
+
+@pytest.fixture(scope="session")
+def synthetic_table_run(tmp_path_factory) -> Path:
+    """A train.py run folder of the default MLP on a 400-row synthetic table (1 epoch;
+    ``datamodules.SyntheticTableDataModule``, whose truth is known)."""
+    import train
+
+    out = tmp_path_factory.mktemp("table_run")
+    train.main(["--data", "SyntheticTableDataModule", "--data.n_rows", "400", "--trainer.max_epochs", "1",
+                "--log_to", "none", "--output_dir", str(out), "--run_name", "r",
+                "--trainer.enable_progress_bar", "false"])  # fmt: skip
+    return out / "synthetic_table" / "r"
+
+
+@pytest.fixture(scope="session")
+def synthetic_table_population(tmp_path_factory) -> str:
+    """A population file of 3 MLPs on a 400-row synthetic table (1 epoch): its path."""
+    import train
+
+    out = tmp_path_factory.mktemp("table_population")
+    return train.main(["--config", "configs/population.yaml", "--data", "SyntheticTableDataModule", "--data.n_rows",
+                       "400", "--model.size", "3", "--trainer.max_epochs", "1", "--log_to", "none",
+                       "--trainer.enable_progress_bar", "false", "--output_dir", str(out)])["population"]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def model():
     """The tiny image classifier the image explainers are checked on (``support.tiny_models.TinyCNN``,

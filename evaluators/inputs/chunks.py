@@ -83,7 +83,7 @@ class InputSource:
 
     def __init__(self, model, data, n_inputs: int, n_baselines: int, seed: int, max_batch: int | None,
                  device: torch.device, defaults: dict, chunk_size: int | None) -> None:  # fmt: skip
-        self.model, self.max_batch, self.device = model, max_batch, device
+        self.model, self.data, self.max_batch, self.device = model, data, max_batch, device
         self.chunk_size = check_chunk_size(chunk_size)
         if chunk_size is None:  # ``head``: all inputs, or (read in chunks) the first, with the references
             self.head = load_inputs(model, data, n_inputs, n_baselines, seed, max_batch, device, defaults)
@@ -101,6 +101,14 @@ class InputSource:
         if self.chunk_size is None:
             return self.head.x[positions]
         return self._read(positions).to(self.device)
+
+    def truth(self, chunk: Chunk) -> dict | None:
+        """The ground truth of a chunk's inputs where the data know one (``probe_truth`` of the N
+        inputs, part ``start`` … ``stop − 1``; docs/ground_truth.md), else None. A table's true
+        attributions are of each row's explained class (the chunk's ``target``: its rows are in
+        memory); an image's planted region is of no class, so its images are not read for it."""
+        target = chunk.inputs.target.cpu() if self.modality.whole_splits else None
+        return self.data.probe_truth(chunk.total, target, part=slice(chunk.start, chunk.stop))
 
     def _load(self, start: int, stop: int) -> Inputs:
         x = self.read(list(range(start, stop)))

@@ -17,6 +17,13 @@ from evaluators.metrics.base import MeanOverInputs, finite_result
 from foundation.errors import InputError
 
 AGREEMENT_METRICS = (*AGREEMENTS, "angular", *RANK_AGREEMENTS)
+K_SHARE, K_MAX = 0.25, 10  # k chosen from the data: a quarter of the features, at most 10 (at least 1)
+
+
+def default_k(n_features: int) -> int:
+    """Top-k size of SA/SSA/CDC (and of the ground-truth agreement) for maps of ``n_features``
+    features (an image's: pixels): ``min(K_MAX, max(1, round(K_SHARE · d)))``."""
+    return min(K_MAX, max(1, round(K_SHARE * n_features)))
 
 
 class PairwiseAgreement(MeanOverInputs):

@@ -20,7 +20,12 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    mean ± 1.96 s/√n), and the paired difference to the mean aggregator, whose interval
    says whether a row is better, worse or within noise of it; per explainer, how many of
    its maps are blank (all zero or constant, ``evaluators.reports.map_grid``: they carry no ranking,
-   and the grid writes so on their cells).
+   and the grid writes so on their cells);
+5. where the data know the inputs' ground truth (``probe_truth``: docs/ground_truth.md), every
+   row's maps scored against it per input as well, by the localisation metrics of
+   ``evaluators.metrics.ground_truth`` (on |map|), mean and 95 % interval as in 4. (inputs where
+   a metric is undefined left out): columns of their own (``truth_metrics`` names them); none
+   where the data know no truth.
 
 Everything lands in the report folder: ``maps/`` (base maps per explainer) and
 ``scores/`` (per-input AUCs and mean curves per row) as they are computed, so an
@@ -47,7 +52,7 @@ from evaluators.inputs.model_source import ModelSource
 from evaluators.aggregators.normalisations import NORMALISATIONS, normalise
 from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import AGGREGATORS
-from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size
+from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, concatenated
 from evaluators.inputs.counts import counted, default_of
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
@@ -55,6 +60,7 @@ from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
 from evaluators.maps import EXPLAINERS, explain, explainer_names
 from foundation.modality import REDUCTIONS
+from evaluators.metrics.ground_truth import scores_against_truth
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
@@ -228,8 +234,10 @@ def merged_scores(parts: list[dict], sizes: list[int]) -> dict:
 
 
 def interval(values: torch.Tensor) -> dict[str, float]:
-    """Mean and the half-width of its 95 % confidence interval (normal approximation)."""
+    """Mean and the half-width of its 95 % confidence interval (normal approximation), over the
+    inputs where the score is defined (not NaN)."""
     v = values.double()
+    v = v[~v.isnan()]
     return {"mean": v.mean().item(), "ci95": Z95 * v.std().item() / math.sqrt(len(v))}
 
 
@@ -288,11 +296,15 @@ def evaluate_aggregation(cfg: AggregationConfig, run_dir: Path) -> dict:
         rows = list(next(iter(summaries.values()))["rows"])
         groups = {"explainers": [r for r in rows if r.startswith("base/")],
                   "aggregators": [r for r in rows if r.startswith("agg/")]}  # fmt: skip
-        return population_summary(asdict(cfg), summaries, {m: METRICS[m].higher_is_better for m in MODES}, "ci95",
-                                  groups, lambda s: {k: v for k, v in s["findings"].items()
-                                                     if not k.startswith("aggregators_best_first")})  # fmt: skip
+        truth = next(iter(summaries.values())).get("truth_metrics", [])
+        metrics = {m: METRICS[m].higher_is_better for m in (*MODES, *truth)}
+        summary = population_summary(asdict(cfg), summaries, metrics, "ci95", groups,
+                                     lambda s: {k: v for k, v in s["findings"].items()
+                                                if not k.startswith("aggregators_best_first")})  # fmt: skip
+        return {**summary, "truth_metrics": truth} if truth else summary
 
-    return evaluate_run(cfg, run_dir, evaluate_model, ("n_inputs", "rows", "findings", "blank_maps"), summarise)
+    return evaluate_run(cfg, run_dir, evaluate_model, ("n_inputs", "rows", "findings", "blank_maps", "truth_metrics"),
+                        summarise)  # fmt: skip
 
 
 def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
@@ -308,14 +320,15 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
     n_grid = counted("n_grid", cfg.n_grid, source.n, "n_inputs selection", "inputs", default_of(cfg, "n_grid"))
     shown = torch.linspace(0, source.n - 1, n_grid).long()  # across the classes
     map_dims = source.modality.map_dims
-    parts, sizes, blanks, examples = [], [], [], {}
+    parts, sizes, blanks, examples, truth_parts = [], [], [], {}, []
+    images = source.modality.name == "images"
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
             print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
         maps = base_maps(cfg, model, chunk)
         rows = report_rows(cfg, maps, map_dims)
         here = shown[(shown >= chunk.start) & (shown < chunk.stop)] - chunk.start
-        scores = {}
+        scores, truth, against_truth = {}, source.truth(chunk), {}
         for k, (row, compute) in enumerate(rows.items()):
             print(f"  [{k + 1}/{len(rows)}] {row}", flush=True)
             row_maps = compute()
@@ -323,15 +336,22 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
                 examples.setdefault(row, []).append(row_maps[here].cpu())
             file = chunk.folder / "scores" / (row.replace("/", "__") + ".pt")
             scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, chunk, m), cfg.explainers)
+            if truth is not None:  # no model pass: not cached
+                against_truth[row] = scores_against_truth(row_maps, truth, images)
         parts.append(scores)
+        truth_parts += [against_truth] if truth is not None else []
         sizes.append(chunk.stop - chunk.start)
         blanks.append(count_blank_maps(maps))
     scores = merged_scores(parts, sizes)
     table = summarise(scores)
+    truth_scores = concatenated(truth_parts) if truth_parts else {}
+    for row, values in truth_scores.items():
+        table[row].update({metric: interval(v) for metric, v in values.items()})
     blank_maps = {name: {kind: sum(b[name][kind] for b in blanks) for kind in counts}
                   for name, counts in blanks[0].items()}  # fmt: skip
     summary = {"config": asdict(cfg), "n_inputs": source.n, "rows": table, "findings": findings(scores, table),
                "blank_maps": blank_maps,
+               **({"truth_metrics": list(next(iter(truth_scores.values())))} if truth_scores else {}),
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
     summary["_grid"] = {"x": source.read(shown.tolist()).cpu(), "maps": {r: torch.cat(m) for r, m in examples.items()},
@@ -346,10 +366,12 @@ def _fmt(entry: dict) -> str:
 
 
 def markdown_table(summary: dict) -> str:
-    """Rows of Table 1 (and each base explainer) beside the paper's ImageNet and GTSRB columns."""
-    rows = summary["rows"]
+    """Rows of Table 1 (and each base explainer) beside the paper's ImageNet and GTSRB columns,
+    then the scores against the ground truth where the data know it."""
+    rows, truth = summary["rows"], summary.get("truth_metrics", [])
     lines = ["| method | insertion ↑ | deletion ↓ | ins. − mean | del. − mean | paper ImageNet ins. / del. "
-             "| paper GTSRB ins. / del. |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+             f"| paper GTSRB ins. / del. |{''.join(f' {m} ↑ |' for m in truth)}",
+             "|---" * (7 + len(truth)) + "|"]  # fmt: skip
     for row, v in rows.items():
         if not row.startswith(("base/", "agg/")):
             continue
@@ -360,21 +382,24 @@ def markdown_table(summary: dict) -> str:
         cols = [f"{paper[0]:.4f} / {paper[1]:.4f}", f"{paper[2]:.4f} / {paper[3]:.4f}"] if paper else ["—", "—"]
         label = name if kind == "agg" else f"{name} (base)"
         lines.append(f"| {label} | {_fmt(v['insertion'])} | {_fmt(v['deletion'])} | {' | '.join(diffs)} | "
-                     f"{' | '.join(cols)} |")  # fmt: skip
+                     f"{' | '.join(cols)} |{''.join(f' {_fmt(v[m])} |' for m in truth)}")  # fmt: skip
     note = blank_note(summary.get("blank_maps", {}), summary["n_inputs"])
     return "\n".join(lines) + "\n" + (f"\n{note}: the base rows score them as they are\n" if note else "")
 
 
 def write_csv(summary: dict, path: Path) -> None:
+    truth = summary.get("truth_metrics", [])
     with atomic_open(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95",
                          "insertion_minus_mean", "insertion_minus_mean_ci95",
-                         "deletion_minus_mean", "deletion_minus_mean_ci95"])  # fmt: skip
+                         "deletion_minus_mean", "deletion_minus_mean_ci95",
+                         *[f"{m}{s}" for m in truth for s in ("", "_ci95")]])  # fmt: skip
         for row, v in summary["rows"].items():
             writer.writerow([row, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"],
                              v["deletion"]["ci95"]] + [v[m].get(k) for m in MODES
-                                                       for k in ("minus_mean", "minus_mean_ci95")])  # fmt: skip
+                                                       for k in ("minus_mean", "minus_mean_ci95")]
+                            + [v[m][k] for m in truth for k in ("mean", "ci95")])  # fmt: skip
 
 
 def plot_sweeps(summary: dict, path: Path) -> Path | None:
@@ -446,8 +471,10 @@ def plot_grid(summary: dict, path: Path) -> Path | None:
 
 
 def write_aggregation_report(summary: dict, out_dir: Path) -> None:
+    truth = summary.get("truth_metrics", [])
     if "members" in summary:  # a population's report
-        write_population_report(summary, out_dir, "aggregation", {"insertion": "insertion ↑", "deletion": "deletion ↓"})
+        write_population_report(summary, out_dir, "aggregation", {"insertion": "insertion ↑", "deletion": "deletion ↓",
+                                                                  **{m: f"{m} ↑" for m in truth}})  # fmt: skip
         return
     pngs = [p for p in (plot_sweeps(summary, out_dir / "sweeps.png"),
                         plot_normalisations(summary, out_dir / "normalisations.png"),
@@ -456,9 +483,8 @@ def write_aggregation_report(summary: dict, out_dir: Path) -> None:
     write_json(out_dir / "aggregation.json", summary)
     write_csv(summary, out_dir / "aggregation.csv")
     write_text(out_dir / "table.md", markdown_table(summary))
-    columns = ["row", "insertion", "insertion_ci95", "deletion", "deletion_ci95"]
-    data = [[r, v["insertion"]["mean"], v["insertion"]["ci95"], v["deletion"]["mean"], v["deletion"]["ci95"]]
-            for r, v in summary["rows"].items()]  # fmt: skip
+    columns = ["row", *[f"{m}{s}" for m in (*MODES, *truth) for s in ("", "_ci95")]]
+    data = [[r, *[v[m][k] for m in (*MODES, *truth) for k in ("mean", "ci95")]] for r, v in summary["rows"].items()]
     log_report(summary["config"]["log_to"], out_dir, "aggregation", summary["config"],
                {"aggregation": (columns, data)}, {p.stem: p for p in pngs},
                table_scalars("aggregation", columns, data, 1), summary["config"]["run"])  # fmt: skip

@@ -24,7 +24,10 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    explainers' maps there (``agg_var``: recomputed there; why fixed, not refitted at x':
    docs/optimised_aggregation.md); and, if ``map_metrics`` names them, scores of each row's maps
    alone (``sparseness``, ``complexity``: ``evaluators.metrics.complexity``, of the maps as scored,
-   after post-processing; none by default);
+   after post-processing; none by default); where the data know the inputs' ground truth
+   (``probe_truth``: docs/ground_truth.md), every row's maps scored against it as well, by the
+   localisation metrics of ``evaluators.metrics.ground_truth`` (columns of their own after these,
+   named by the summary's ``truth_metrics``; none where the data know no truth);
 4. a table laid out like Decker's Tables 1-3 and 5-6 (rows × metrics, mean ± standard error
    over inputs; the paper's CIFAR-10 values beside a CIFAR-10 run's), the per-input weights
    (Figure 4 box plots), per explainer the number of blank (all-zero or constant) maps
@@ -65,6 +68,7 @@ from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, conca
 from evaluators.inputs.counts import default_of
 from evaluators.inputs.members import population_name, population_path
 from evaluators.maps import EXPLAINERS, explainer_names
+from evaluators.metrics.ground_truth import scores_against_truth, truth_metrics
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import blank_note, count_blank_maps
@@ -205,11 +209,13 @@ def evaluate_optimised(cfg: OptimisedAggregationConfig, run_dir: Path) -> dict:
     def summarise(summaries: dict[str, dict]) -> dict:
         names = next(iter(summaries.values()))["explainers"]
         groups = {"explainers": names, "aggregators": list(cfg.aggregators), "all": names + list(cfg.aggregators)}
-        return population_summary(asdict(cfg), summaries, HIGHER_IS_BETTER, "se", groups,
-                                  lambda s: s["findings"])  # fmt: skip
+        truth = next(iter(summaries.values())).get("truth_metrics", [])
+        summary = population_summary(asdict(cfg), summaries, {**HIGHER_IS_BETTER, **{m: True for m in truth}}, "se",
+                                     groups, lambda s: s["findings"])  # fmt: skip
+        return {**summary, "truth_metrics": truth} if truth else summary
 
-    return evaluate_run(cfg, run_dir, evaluate_model,
-                        ("dataset", "n_inputs", "explainers", "rows", "findings", "blank_maps"), summarise)  # fmt: skip
+    return evaluate_run(cfg, run_dir, evaluate_model, ("dataset", "n_inputs", "explainers", "rows", "findings",
+                                                       "blank_maps", "truth_metrics"), summarise)  # fmt: skip
 
 
 def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) -> dict:
@@ -226,26 +232,34 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
                          {"n_inputs": default_of(cfg, "n_inputs"), "n_baselines": BASELINES},
                          cfg.chunk_size)  # fmt: skip
     map_options = {"absolute": cfg.absolute, "max_batch": resolve_max_batch(cfg.max_batch, source.head.x)}
-    parts = []
+    parts, images = [], source.modality.name == "images"
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
             print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
-        parts.append(chunk_results(cfg, model, chunk, map_options, source.modality.map_dims))
+        *part, rows = chunk_results(cfg, model, chunk, map_options, source.modality.map_dims)
+        truth = source.truth(chunk)
+        for row, maps in rows.items() if truth is not None else ():  # no model pass: not cached
+            part[0][row].update(scores_against_truth(maps, truth, images))
+        parts.append(part)
+        truth_known = truth is not None
     per_input, weights = concatenated([p[0] for p in parts]), concatenated([p[1] for p in parts])
     names = list(cfg.explainers)
     blanks = {name: {kind: sum(p[2][name][kind] for p in parts) for kind in counts}
               for name, counts in parts[0][2].items()}  # fmt: skip
-    table = {row: {m: mean_and_error(v[m]) for m in columns(asdict(cfg))} for row, v in per_input.items()}
+    truth = list(truth_metrics(images)) if truth_known else []
+    table = {row: {m: mean_and_error(v[m]) for m in (*columns(asdict(cfg)), *truth)} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in weights.items() if a in cfg.aggregators}
     return {"config": asdict(cfg), "dataset": data.name, "n_inputs": source.n, "explainers": names, "rows": table,
-            "weights": weights, "blank_maps": blanks, "findings": findings(table, names, cfg.aggregators)}  # fmt: skip
+            "weights": weights, "blank_maps": blanks, "findings": findings(table, names, cfg.aggregators),
+            **({"truth_metrics": truth} if truth else {})}  # fmt: skip
 
 
 def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_options: dict,
-                  map_dims: int) -> tuple[dict, dict, dict]:  # fmt: skip
-    """A chunk's per-input scores (row -> metric -> (n,)), weights (aggregator -> (n, k)) and
-    blank-map counts, from its cache files (``maps.pt``, ``weights.pt``, ``scores.pt``,
-    ``road.pt``, ``stability.pt`` in ``chunk.folder``), computed where missing."""
+                  map_dims: int) -> tuple[dict, dict, dict, dict]:  # fmt: skip
+    """A chunk's per-input scores (row -> metric -> (n,)), weights (aggregator -> (n, k)),
+    blank-map counts and rows' maps (row -> (n, *S)), from its cache files (``maps.pt``,
+    ``weights.pt``, ``scores.pt``, ``road.pt``, ``stability.pt`` in ``chunk.folder``), computed
+    where missing."""
     device = next(model.parameters()).device
     max_batch, names = map_options["max_batch"], list(cfg.explainers)
 
@@ -354,12 +368,17 @@ def chunk_results(cfg: OptimisedAggregationConfig, model, chunk: Chunk, map_opti
         for row, m in rows.items():
             per_input[row][name] = METRICS[name].function(m).cpu()
     blanks = count_blank_maps({name: stack[:, i] for i, name in enumerate(names)})
-    return per_input, fitted["weights"], blanks
+    return per_input, fitted["weights"], blanks, rows
 
 
 def columns(config: dict) -> tuple[str, ...]:
     """The report's metrics: ``COLUMNS`` and the config's ``map_metrics`` (none in older reports)."""
     return (*COLUMNS, *config.get("map_metrics", ()))
+
+
+def report_columns(summary: dict) -> tuple[str, ...]:
+    """A report's metrics: ``columns`` of its config, then its ``truth_metrics`` (where the data know a truth)."""
+    return (*columns(summary["config"]), *summary.get("truth_metrics", ()))
 
 
 def mean_and_error(values: torch.Tensor) -> dict[str, float]:
@@ -399,16 +418,16 @@ def markdown_table(summary: dict) -> str:
     beside Decker et al.'s CIFAR-10 value (the paper has no CIFAR-10 ROAD or relative
     stability; for other datasets it has no comparable value, so no paper column); under
     the table, the explainers with blank (all-zero or constant) maps. The ``map_metrics`` follow
-    the nine columns."""
+    the nine columns, then the ``truth_metrics``."""
     paper_columns = is_cifar10(summary.get("dataset"))
-    extra = columns(summary["config"])[len(COLUMNS):]
+    extra = report_columns(summary)[len(COLUMNS):]
     head = [f"{name}{' | paper, CIFAR-10' if paper_columns and i < 4 else ''}" for i, name in enumerate(LABELS)]
     head += [f"{name} {'↑' if METRICS[name].higher_is_better else '↓'}" for name in extra]
     lines = [f"| method | {' | '.join(head)} |", "|---" * (10 + len(extra) + 4 * paper_columns) + "|"]
     for row, v in summary["rows"].items():
         paper = PAPER_CIFAR10.get(row, (None,) * 4) + ("",) * 5 if paper_columns else ("",) * 9
         cells = [f"{v[m]['mean']:.4f} ± {v[m]['se']:.4f}" + ("" if p == "" else f" | {'—' if p is None else p}")
-                 for m, p in zip(columns(summary["config"]), paper + ("",) * len(extra))]  # fmt: skip
+                 for m, p in zip(report_columns(summary), paper + ("",) * len(extra))]  # fmt: skip
         lines.append(f"| {row} | {' | '.join(cells)} |")
     note = blank_note(summary.get("blank_maps", {}), summary["n_inputs"])
     return "\n".join(lines) + "\n" + (f"\n{note} (after post-processing): they score as they are\n" if note else "")
@@ -433,12 +452,13 @@ def plot_weights(summary: dict, path: Path) -> Path:
 def write_optimised_report(summary: dict, out_dir: Path) -> None:
     if "members" in summary:  # a population's report
         labels = {m: LABELS[i] if i < len(LABELS) else m for i, m in enumerate(COLUMNS)}  # a new column: its name
+        labels.update({m: f"{m} ↑" for m in summary.get("truth_metrics", ())})
         write_population_report(summary, out_dir, "optimised_aggregation", labels)
         return
     png = plot_weights(summary, out_dir / "weights.png")
     write_json(out_dir / "optimised_aggregation.json", summary)
     write_text(out_dir / "table.md", markdown_table(summary))
-    metrics = columns(summary["config"])
+    metrics = report_columns(summary)
     with atomic_open(out_dir / "optimised_aggregation.csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["row"] + [f"{m}{s}" for m in metrics for s in ("", "_se")])

@@ -59,3 +59,4 @@ def test_the_truth_of_probed_images_is_their_masks():
     served = data.as_model_inputs(images, labels)[0]
     index = [next(i for i in range(13) if torch.equal(served[i], image)) for image in x]
     assert torch.equal(truth["mask"], data.masks("test")[index]) and truth["attributions"] is None
+    assert torch.equal(data.probe_truth(4, part=slice(1, 3))["mask"], data.masks("test")[index[1:3]])

@@ -80,3 +80,7 @@ def test_the_truth_of_probed_rows():
     truth = data.probe_truth(5, 1)
     assert torch.equal(truth["attributions"], data.true_attributions(x, 1))
     assert truth["mask"].shape == (5, 12) and truth["mask"][:, :6].all() and not truth["mask"][:, 6:].any()
+    target = torch.tensor([0, 1])  # a chunk's: rows 2 and 3 of the 5, each its own class
+    part = data.probe_truth(5, target, part=slice(2, 4))
+    assert torch.equal(part["attributions"], data.true_attributions(x[2:4], target))
+    assert torch.equal(part["mask"], truth["mask"][2:4])

@@ -190,7 +190,10 @@ def values() -> dict:
             "truth": torch.rand(N, H, W) > 0.5}  # fmt: skip
 
 
-OVERRIDES = {"variance_aggregate": {"maps": torch.rand(N, 3, H, W, dtype=torch.float64)}}  # shapes of their own
+PLANTED = {"mask": torch.arange(H * W).view(1, H, W).expand(N, H, W) < 3, "attributions": None}  # a planted region
+OVERRIDES = {"variance_aggregate": {"maps": torch.rand(N, 3, H, W, dtype=torch.float64)},  # shapes of their own
+             "truth_scores": {"truth": PLANTED, "metric": "pointing_game"},  # probe_truth's mapping
+             "scores_against_truth": {"truth": PLANTED, "images": True}}  # fmt: skip
 
 
 def public_functions(package) -> dict[str, object]:

@@ -219,3 +219,69 @@ def t_interval(values) -> tuple[float, float]:
     """Mean and half-width of the 95 % t-interval over the values (members), by numpy and scipy."""
     v = np.asarray(values, dtype=np.float64)
     return v.mean(), stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
+
+
+def truth_by_hand(maps: torch.Tensor, mask: torch.Tensor, attributions: torch.Tensor | None = None,
+                  k: int = 3) -> dict[str, list[float]]:  # fmt: skip
+    """Per input, the localisation metrics of |maps| (N, ...) against ``mask`` (N, ...) by a loop
+    over inputs (the ROC AUC by scikit-learn); ``ground_truth_agreement`` (top-k sets of |map| and
+    |attributions|) where ``attributions`` are given: the references of the protocols' truth columns."""
+    from sklearn.metrics import roc_auc_score
+
+    out: dict[str, list[float]] = {"relevance_rank_accuracy": [], "relevance_mass_accuracy": [], "pointing_game": [],
+                                   "localisation_auc": [], "ground_truth_agreement": []}  # fmt: skip
+    for i, (m, s) in enumerate(zip(maps.abs().double().flatten(1), mask.flatten(1).bool())):
+        size = int(s.sum())
+        top = set(m.argsort(descending=True, stable=True)[:size].tolist())
+        out["relevance_rank_accuracy"].append(len(top & set(s.nonzero()[:, 0].tolist())) / size)
+        out["relevance_mass_accuracy"].append((m[s].sum() / m.sum()).item())
+        out["pointing_game"].append(float(bool(s[m == m.max()].any())))
+        out["localisation_auc"].append(float(roc_auc_score(s.numpy(), m.numpy())))
+        if attributions is not None:
+            truth_top = set(attributions[i].abs().argsort(descending=True, stable=True)[:k].tolist())
+            out["ground_truth_agreement"].append(len(set(m.argsort(descending=True, stable=True)[:k].tolist())
+                                                     & truth_top) / k)  # fmt: skip
+    return out
+
+
+def truth_of_inputs(run: Path, n: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ground truth of a protocol's ``n`` inputs of a run, by hand: a planted-pattern run's
+    masks of the images at index 0, k, 2k, … of its test split (k = size // n) and no
+    attributions; a synthetic table's relevant-feature mask (its first six features) of the first
+    ``n`` test rows and their true attributions of each row's default class."""
+    from evaluators.inputs.runs import load_run
+    from lightning_modules.interface import default_classes
+
+    model, data, _ = load_run(run)
+    data.setup("test")
+    if hasattr(data, "masks"):
+        masks = data.masks("test")
+        return masks[:: len(masks) // n][:n], None
+    x = data.test_tensors[0][:n]
+    mask = torch.zeros(n, x.shape[1], dtype=torch.bool)
+    mask[:, :6] = True
+    return mask, data.true_attributions(x, default_classes(model, x))
+
+
+def assert_same_columns(got: dict, expected: dict, metrics, spread: str) -> None:
+    """Every row's ``metrics`` of two protocol summaries equal (mean and ``spread``) to 1e-6."""
+    for row, values in expected["rows"].items():
+        for metric in metrics:
+            for key in ("mean", spread):
+                assert got["rows"][row][metric][key] == pytest.approx(values[metric][key], abs=1e-6), (row, metric)
+
+
+def assert_truth_columns(summary: dict, rows: dict[str, torch.Tensor], mask: torch.Tensor,
+                         attributions: torch.Tensor | None, metrics, spread: str, z: float) -> None:  # fmt: skip
+    """Each of ``rows``' ``metrics`` in a protocol summary: the mean of ``truth_by_hand`` (k = 3) of
+    the row's maps over the inputs where it is defined (a blank map has no relevance mass), and
+    ``spread`` = z · s / √n (aggregation's 95 % normal interval, z = 1.959964; optimised's
+    standard error, z = 1)."""
+    for row, maps in rows.items():
+        expected = truth_by_hand(maps, mask, attributions, k=3)
+        for metric in metrics:
+            v = torch.tensor(expected[metric], dtype=torch.float64)
+            v = v[~v.isnan()]
+            got = summary["rows"][row][metric]
+            assert got["mean"] == pytest.approx(v.mean().item(), abs=1e-6), (row, metric)
+            assert got[spread] == pytest.approx(z * v.std().item() / len(v) ** 0.5, abs=1e-6), (row, metric)

@@ -31,20 +31,13 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "report"
 # the config taken without --config, by the kind of --population (evaluate.py's default_config)
 DEFAULT_CONFIGS = {kind: str(CONFIGS / ("image_folder.yaml" if kind == "image population" else "table.yaml"))
                    for kind in POPULATIONS}  # fmt: skip
-K_SHARE, K_MAX = 0.25, 10  # k chosen from the data: a quarter of the features, at most 10 (at least 1)
-
-
-def default_k(n_features: int) -> int:
-    """Top-k size of SA/SSA/CDC for maps of ``n_features`` features (an image's: pixels):
-    ``min(K_MAX, max(1, round(K_SHARE · d)))``."""
-    return min(K_MAX, max(1, round(K_SHARE * n_features)))
 
 
 @dataclass
 class ReportConfig(PopulationSource):
     """Options of the report. ``explainers``: registry names (``evaluators.maps``); ``options``:
     per explainer, ``explain``'s options; ``k``: top-k of the agreement scores (None:
-    ``default_k``); ``measure``: the similarity of two maps in the sanity sections
+    ``evaluators.metrics.agreement.default_k``); ``measure``: the similarity of two maps in the sanity sections
     (``evaluators.metrics.similarity``); ``accuracy_tolerance``: members whose test accuracy is
     within this of the population's median are "equally good" (the calibrated verdict's seed
     reference, ``verdict``); ``cascade_steps``: the cascading randomisation steps explained

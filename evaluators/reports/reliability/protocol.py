@@ -19,8 +19,9 @@ import dataclasses
 import time
 from pathlib import Path
 
+from evaluators.metrics.agreement import default_k
 from evaluators.reports.reliability.assemble import report_sections
-from evaluators.reports.reliability.config import ReportConfig, default_k
+from evaluators.reports.reliability.config import ReportConfig
 from evaluators.reports.reliability.html import figures, write_html
 from evaluators.reports.reliability.inputs import report_inputs
 from evaluators.reports.reliability.maps import explainer_unit

@@ -11,10 +11,10 @@ Kendall's τ_b between the candidates' seed-level means under the truth's first 
 the faithfulness metric (both oriented so that larger is better), and whether the two name the
 same best candidate.
 
-Metrics: rows: ``ground_truth_agreement`` (top-k of |map| against top-k of |true
-attributions|, k the report's), ``relevance_rank_accuracy`` and ``localisation_auc`` against
-the relevant features; images: ``relevance_rank_accuracy``, ``relevance_mass_accuracy``,
-``pointing_game`` and ``localisation_auc`` against the planted region.
+Metrics: ``evaluators.metrics.ground_truth`` (rows: ``ground_truth_agreement`` with the
+report's k, ``relevance_rank_accuracy``, ``localisation_auc``; images: ``relevance_rank_accuracy``,
+``relevance_mass_accuracy``, ``pointing_game``, ``localisation_auc``), as the aggregation and
+optimised protocols take them.
 """
 
 from __future__ import annotations
@@ -22,20 +22,14 @@ from __future__ import annotations
 import torch
 from scipy.stats import kendalltau
 
-from evaluators.metrics.registry import METRICS, score
+from evaluators.metrics.ground_truth import truth_metrics, truth_scores
+from evaluators.metrics.registry import METRICS
 from evaluators.metrics.seed_robustness import member_interval, ranking_stability
-
-ROW_METRICS = ("ground_truth_agreement", "relevance_rank_accuracy", "localisation_auc")
-IMAGE_METRICS = ("relevance_rank_accuracy", "relevance_mass_accuracy", "pointing_game", "localisation_auc")
 
 
 def member_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch.Tensor:
     """(M,) float64: each member's mean over inputs of ``metric`` for maps (M, N, ...)."""
-    given = truth["attributions"] if metric == "ground_truth_agreement" else truth["mask"]
-    options = {"k": k} if metric == "ground_truth_agreement" else {"abs": True}
-    out = [score(metric, None, None, member, truth=given.to(member.device), **options).double().nanmean()
-           for member in maps]  # fmt: skip
-    return torch.stack(out).cpu()
+    return torch.stack([truth_scores(member, truth, metric, k).nanmean() for member in maps])
 
 
 def truth_section(candidates: dict[str, dict], truth: dict | None, images: bool, k: int,
@@ -43,7 +37,7 @@ def truth_section(candidates: dict[str, dict], truth: dict | None, images: bool,
     """The section of the module docstring; ``{"available": False}`` without a truth."""
     if truth is None:
         return {"available": False, "why": "the data know no ground truth (docs/ground_truth.md)"}
-    metrics = IMAGE_METRICS if images else ROW_METRICS
+    metrics = truth_metrics(images)
     names = list(candidates)
     by_metric = {}
     for metric in metrics:

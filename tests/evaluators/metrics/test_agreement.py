@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from evaluators.metrics.agreement import PairwiseAgreement
+from evaluators.metrics.agreement import PairwiseAgreement, default_k
 from evaluators.metrics.agreement_functional import (
     AGREEMENTS,
     angular_difference,
@@ -182,3 +182,8 @@ def test_ley_agreements_at_once_equal_the_single_functions():
     assert torch.equal(together["cdc_k"], consistent_direction(e, 3))
     assert torch.equal(together["cdc_k_union"], consistent_direction_union(e, 3))
     assert torch.equal(together["cdc_d"], consistent_direction(e, None))
+
+
+@pytest.mark.parametrize("features, k", [(1, 1), (2, 1), (6, 2), (13, 3), (40, 10), (400, 10)])
+def test_default_k(features, k):
+    assert default_k(features) == k

@@ -75,6 +75,9 @@ def test_report_rows_files_and_scores_equal_a_direct_computation(tiny_run, tmp_p
     assert rows["agg/ucb"]["insertion"]["ci95"] == pytest.approx(
         1.959964 * expected.std().item() / math.sqrt(4), abs=1e-6)
     assert json.loads((folder / "aggregation.json").read_text())["rows"] == rows
+    # an image folder knows no ground truth: no truth columns (tests/evaluators/protocols/test_aggregation_truth.py)
+    assert "truth_metrics" not in summary and all(set(v) == {"insertion", "deletion"} for v in rows.values())
+    assert (folder / "aggregation.csv").read_text().splitlines()[0].endswith("deletion_minus_mean_ci95")
     assert "| ucb |" in (folder / "table.md").read_text() and "0.3896 / 0.0298" in (folder / "table.md").read_text()
 
 

@@ -80,6 +80,7 @@ def test_rows_equal_the_aggregators_and_metrics_called_directly(tiny_run, tmp_pa
                                                 "ris", "rrs", "ros"}  # fmt: skip
     header = (folder / "optimised_aggregation.csv").read_text().splitlines()[0].split(",")
     assert header[-6:] == ["ris", "ris_se", "rrs", "rrs_se", "ros", "ros_se"]
+    assert "truth_metrics" not in summary  # an image folder knows no ground truth (test_optimised_truth.py)
     assert "| RIS ↓ | RRS ↓ | ROS ↓ |" in (folder / "table.md").read_text()
     check_stability_columns(summary, model, x, target)
 

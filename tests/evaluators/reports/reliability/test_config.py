@@ -1,6 +1,5 @@
 """evaluators/reports/reliability/config.py: the report's options, each refused in one line naming
-it and what was expected, checked when the config is made (before any work); k chosen from the
-data's size by the documented rule."""
+it and what was expected, checked when the config is made (before any work)."""
 
 from __future__ import annotations
 
@@ -8,13 +7,8 @@ import re
 
 import pytest
 
-from evaluators.reports.reliability.config import K_MAX, K_SHARE, ReportConfig, default_k
+from evaluators.reports.reliability.config import ReportConfig
 from foundation.errors import InputError
-
-
-@pytest.mark.parametrize("features, k", [(1, 1), (2, 1), (6, 2), (13, 3), (40, 10), (400, 10)])
-def test_default_k(features, k):
-    assert default_k(features) == k == min(K_MAX, max(1, round(K_SHARE * features)))
 
 
 def test_a_population_takes_the_default_options(small_population):

@@ -10,7 +10,8 @@ import pytest
 import torch
 from scipy.stats import kendalltau, t as student_t
 
-from evaluators.reports.reliability.truth import ROW_METRICS, truth_section
+from evaluators.metrics.ground_truth import ROW_METRICS
+from evaluators.reports.reliability.truth import truth_section
 
 
 def test_member_means_interval_and_agreement_with_faithfulness_by_hand():

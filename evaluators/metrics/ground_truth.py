@@ -1,0 +1,49 @@
+"""The localisation metrics (``evaluators.metrics.localisation``) against the ground truth a
+datamodule knows (``probe_truth``: ``SyntheticTableDataModule``, ``PlantedPatternDataModule``;
+docs/ground_truth.md), as the reliability report's truth section and the aggregation and
+optimised protocols take them: per input, on |map|.
+
+A truth is ``probe_truth``'s mapping for N inputs: ``mask`` (N, H, W) or (N, d) boolean, the
+planted region or the relevant features, and ``attributions`` (N, d) the true contributions
+(rows only; None for images). The metrics:
+
+* rows (``ROW_METRICS``): ``ground_truth_agreement``, the share of the k largest |φ| among the
+  k largest |t| (t the true attributions), then ``relevance_rank_accuracy`` and
+  ``localisation_auc`` of |φ| against the relevant features (the protocols' k:
+  ``evaluators.metrics.agreement.default_k`` of d, the report's: its option ``k``);
+* images (``IMAGE_METRICS``): ``relevance_rank_accuracy``, ``relevance_mass_accuracy``,
+  ``pointing_game`` and ``localisation_auc`` of |φ| against the planted region.
+
+All are higher-is-better; a map without mass (all zero) has no relevance mass accuracy (NaN,
+left out of a mean over inputs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from evaluators.metrics.agreement import default_k
+from evaluators.metrics.registry import score
+
+ROW_METRICS = ("ground_truth_agreement", "relevance_rank_accuracy", "localisation_auc")
+IMAGE_METRICS = ("relevance_rank_accuracy", "relevance_mass_accuracy", "pointing_game", "localisation_auc")
+
+
+def truth_metrics(images: bool) -> tuple[str, ...]:
+    """The metrics of the module docstring for image maps or row maps."""
+    return IMAGE_METRICS if images else ROW_METRICS
+
+
+def truth_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch.Tensor:
+    """(N,) float64 on the CPU: ``metric`` per input of maps (N, ...) against the inputs'
+    ``truth``, k the top-k size of ``ground_truth_agreement``."""
+    given = truth["attributions"] if metric == "ground_truth_agreement" else truth["mask"]
+    options = {"k": k} if metric == "ground_truth_agreement" else {"abs": True}
+    return score(metric, None, None, maps, truth=given.to(maps.device), **options).double().cpu()
+
+
+def scores_against_truth(maps: torch.Tensor, truth: dict, images: bool) -> dict[str, torch.Tensor]:
+    """Metric -> (N,) ``truth_scores`` of maps (N, ...) for each of ``truth_metrics(images)``,
+    k = ``default_k`` of the entries of one map (the protocols' rows)."""
+    k = default_k(maps[0].numel())
+    return {metric: truth_scores(maps, truth, metric, k) for metric in truth_metrics(images)}
