@@ -23,7 +23,8 @@ From a trained model (a ``train.py`` run folder: an image classifier or a tabula
    and the grid writes so on their cells);
 5. where the data know the inputs' ground truth (``probe_truth``: docs/ground_truth.md), every
    row's maps scored against it per input as well, by the localisation metrics of
-   ``evaluators.metrics.ground_truth`` (on |map|), mean and 95 % interval as in 4. (inputs where
+   ``evaluators.metrics.ground_truth`` (on each map less its minimum, as insertion and
+   deletion read it), mean and 95 % interval as in 4. (inputs where
    a metric is undefined left out): columns of their own (``truth_metrics`` names them); none
    where the data know no truth.
 

@@ -222,15 +222,17 @@ def t_interval(values) -> tuple[float, float]:
 
 
 def truth_by_hand(maps: torch.Tensor, mask: torch.Tensor, attributions: torch.Tensor | None = None,
-                  k: int = 3) -> dict[str, list[float]]:  # fmt: skip
-    """Per input, the localisation metrics of |maps| (N, ...) against ``mask`` (N, ...) by a loop
-    over inputs (the ROC AUC by scikit-learn); ``ground_truth_agreement`` (top-k sets of |map| and
-    |attributions|) where ``attributions`` are given: the references of the protocols' truth columns."""
+                  k: int = 3, signed: bool = False) -> dict[str, list[float]]:  # fmt: skip
+    """Per input, the localisation metrics of |maps| (N, ...) (``signed``: of each map less its
+    minimum, as the protocols read their rows) against ``mask`` (N, ...) by a loop over inputs (the
+    ROC AUC by scikit-learn); ``ground_truth_agreement`` (top-k sets of the map and of
+    |attributions|) where ``attributions`` are given: the references of the truth columns."""
     from sklearn.metrics import roc_auc_score
 
     out: dict[str, list[float]] = {"relevance_rank_accuracy": [], "relevance_mass_accuracy": [], "pointing_game": [],
                                    "localisation_auc": [], "ground_truth_agreement": []}  # fmt: skip
-    for i, (m, s) in enumerate(zip(maps.abs().double().flatten(1), mask.flatten(1).bool())):
+    for i, (m, s) in enumerate(zip(maps.double().flatten(1), mask.flatten(1).bool())):
+        m = m - m.min() if signed else m.abs()
         size = int(s.sum())
         top = set(m.argsort(descending=True, stable=True)[:size].tolist())
         out["relevance_rank_accuracy"].append(len(top & set(s.nonzero()[:, 0].tolist())) / size)
@@ -278,7 +280,7 @@ def assert_truth_columns(summary: dict, rows: dict[str, torch.Tensor], mask: tor
     ``spread`` = z · s / √n (aggregation's 95 % normal interval, z = 1.959964; optimised's
     standard error, z = 1)."""
     for row, maps in rows.items():
-        expected = truth_by_hand(maps, mask, attributions, k=3)
+        expected = truth_by_hand(maps, mask, attributions, k=3, signed=True)
         for metric in metrics:
             v = torch.tensor(expected[metric], dtype=torch.float64)
             v = v[~v.isnan()]

@@ -1,6 +1,7 @@
 """The localisation metrics against a ground truth as the report and the protocols take them
-(``evaluators.metrics.ground_truth``): per input on |map|, equal to a loop over inputs by hand
-(the ROC AUC by scikit-learn), k of the ground-truth agreement chosen from the maps' size."""
+(``evaluators.metrics.ground_truth``): per input on |map| (the report) or on the signed map less its
+minimum (the protocols), equal to a loop over inputs by hand (the ROC AUC by scikit-learn), k of
+the ground-truth agreement chosen from the maps' size."""
 
 from __future__ import annotations
 
@@ -15,19 +16,26 @@ from tests.support.helpers import truth_by_hand
 
 def test_image_maps_against_a_planted_region_equal_a_loop_by_hand():
     g = torch.Generator().manual_seed(0)
-    maps = torch.randn(5, 6, 6, generator=g)  # signed: the metrics take |map|
+    maps = torch.randn(5, 6, 6, generator=g)  # signed, as a z-normalised aggregate
     mask = torch.zeros(5, 6, 6, dtype=torch.bool)
     for i in range(5):
         mask[i, i:i + 2, 1:4] = True
-    maps[0, 0, 1] = 9.0  # input 0's largest |value| inside its region: a pointing-game hit
-    got = scores_against_truth(maps, {"mask": mask, "attributions": None}, images=True)
+    maps[0, 0, 1] = 9.0  # input 0's largest value inside its region: a pointing-game hit
+    maps[1, 1, 1] = -9.0  # input 1's least important pixel, inside its region: |map| would point at it
+    truth = {"mask": mask, "attributions": None}
+    got = scores_against_truth(maps, truth, images=True)
     assert tuple(got) == IMAGE_METRICS == truth_metrics(True)
-    expected = truth_by_hand(maps, mask)
+    expected = truth_by_hand(maps, mask, signed=True)
     for metric in IMAGE_METRICS:
         assert got[metric].dtype == torch.float64 and got[metric].shape == (5,)
         torch.testing.assert_close(got[metric], torch.tensor(expected[metric], dtype=torch.float64),
                                    rtol=1e-6, atol=1e-6)  # fmt: skip
-    assert got["pointing_game"][0] == 1.0
+    assert got["pointing_game"][0] == 1.0 and got["pointing_game"][1] == 0.0
+    on_abs = {metric: truth_scores(maps, truth, metric, 3) for metric in IMAGE_METRICS}  # the report's reading
+    for metric, values in truth_by_hand(maps, mask).items():
+        if metric in IMAGE_METRICS:
+            torch.testing.assert_close(on_abs[metric], torch.tensor(values, dtype=torch.float64), rtol=1e-6, atol=1e-6)
+    assert on_abs["pointing_game"][1] == 1.0
 
 
 def test_row_maps_against_true_attributions_take_k_from_the_number_of_features():
@@ -39,8 +47,9 @@ def test_row_maps_against_true_attributions_take_k_from_the_number_of_features()
     truth = {"mask": mask, "attributions": attributions}
     got = scores_against_truth(maps, truth, images=False)
     assert tuple(got) == ROW_METRICS == truth_metrics(False)
-    expected = truth_by_hand(maps, mask, attributions, k=3)  # default_k(12) = round(0.25 · 12) = 3
+    expected = truth_by_hand(maps, mask, attributions, k=3, signed=True)  # default_k(12) = round(0.25 · 12) = 3
     for metric in ROW_METRICS:
         torch.testing.assert_close(got[metric], torch.tensor(expected[metric], dtype=torch.float64))
+    on_abs = truth_by_hand(maps, mask, attributions, k=3)
     by_k = [truth_scores(maps, truth, "ground_truth_agreement", k).mean().item() for k in (1, 3, 12)]
-    assert by_k[2] == 1.0 and by_k[1] == pytest.approx(sum(expected["ground_truth_agreement"]) / 6)
+    assert by_k[2] == 1.0 and by_k[1] == pytest.approx(sum(on_abs["ground_truth_agreement"]) / 6)
