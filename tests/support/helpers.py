@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import math
 import os
 import re
@@ -287,3 +288,24 @@ def assert_truth_columns(summary: dict, rows: dict[str, torch.Tensor], mask: tor
             got = summary["rows"][row][metric]
             assert got["mean"] == pytest.approx(v.mean().item(), abs=1e-6), (row, metric)
             assert got[spread] == pytest.approx(z * v.std().item() / len(v) ** 0.5, abs=1e-6), (row, metric)
+
+
+def run_protocol_config(command: str, tmp_path: Path, cfg: dict) -> tuple[dict, Path]:
+    """``evaluate.py <command> --config <cfg written as a file in tmp_path>``: its summary and its
+    one report folder under ``cfg["output_dir"]``."""
+    import evaluate
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / f"{command}.yaml").write_text(json.dumps(cfg))
+    summary = evaluate.main([command, "--config", str(tmp_path / f"{command}.yaml")])
+    (folder,) = Path(cfg["output_dir"]).iterdir()
+    return summary, folder
+
+
+def assert_member_interval(summary: dict, row: str, metric: str) -> None:
+    """A population summary's ``row``/``metric``: the mean over members of their means and the 95 %
+    t-interval of ``t_interval`` (scipy's quantile)."""
+    values = [summary["member_rows"][name][row][metric]["mean"] for name in summary["members"]]
+    mean, half = t_interval(values)
+    got = summary["rows"][row][metric]
+    assert got["mean"] == pytest.approx(mean, abs=1e-12) and got["ci95"] == pytest.approx(half, abs=1e-12)

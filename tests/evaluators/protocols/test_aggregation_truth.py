@@ -7,28 +7,23 @@ seed-level interval and ranking stability; a run on data without a truth has non
 from __future__ import annotations
 
 import json
-import math
 
-import pytest
 import torch
 
-import evaluate
 from evaluators.aggregators.normalisations import normalise
 from evaluators.metrics.ground_truth import IMAGE_METRICS, ROW_METRICS
-from tests.support.helpers import assert_same_columns, assert_truth_columns, truth_of_inputs
+from tests.support.helpers import (
+    assert_member_interval, assert_same_columns, assert_truth_columns, run_protocol_config, truth_of_inputs,
+)  # fmt: skip
 
 Z95 = 1.959964
 
 
 def run_aggregation(tmp_path, run, explainers: dict, **extra) -> tuple[dict, object]:
-    cfg = {"run": str(run), "n_inputs": 4, "explainers": explainers, "aggregators": {"mean": {}, "ucb": {}},
-           "normalisations": ["z"], "sweeps": {}, "steps": 4, "log_to": "none", "device": "cpu", "n_grid": 2,
-           "output_dir": str(tmp_path / "out"), **extra}  # fmt: skip
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "agg.yaml").write_text(json.dumps(cfg))
-    summary = evaluate.main(["aggregation", "--config", str(tmp_path / "agg.yaml")])
-    (folder,) = (tmp_path / "out").iterdir()
-    return summary, folder
+    return run_protocol_config("aggregation", tmp_path, {
+        "run": str(run), "n_inputs": 4, "explainers": explainers, "aggregators": {"mean": {}, "ucb": {}},
+        "normalisations": ["z"], "sweeps": {}, "steps": 4, "log_to": "none", "device": "cpu", "n_grid": 2,
+        "output_dir": str(tmp_path / "out"), **extra})
 
 
 def rows_by_hand(folder, explainers: list[str]) -> dict[str, torch.Tensor]:
@@ -71,13 +66,9 @@ def test_synthetic_table_truth_columns_equal_the_metrics_by_hand(synthetic_table
 def test_a_population_gives_the_truth_columns_a_seed_level_interval_and_ranking_stability(synthetic_table_population,
                                                                                           tmp_path):  # fmt: skip
     summary, folder = run_aggregation(tmp_path, synthetic_table_population, {"saliency": {}, "input_x_gradient": {}})
-    names, member_rows = summary["members"], summary["member_rows"]
     assert summary["truth_metrics"] == list(ROW_METRICS)
     for metric in ROW_METRICS:
-        v = torch.tensor([member_rows[n]["agg/mean"][metric]["mean"] for n in names], dtype=torch.float64)
-        got = summary["rows"]["agg/mean"][metric]
-        assert got["mean"] == pytest.approx(v.mean().item(), abs=1e-12)
-        assert got["ci95"] == pytest.approx(4.302652729749464 * v.std().item() / math.sqrt(3), abs=1e-12)  # t(2)
+        assert_member_interval(summary, "agg/mean", metric)
         assert {r["table"] for r in summary["robustness"] if r["metric"] == metric} == {"explainers", "aggregators"}
     assert "localisation_auc ↑" in (folder / "table.md").read_text()
     assert "ground_truth_agreement_ci95_members" in (folder / "seed_table.csv").read_text()

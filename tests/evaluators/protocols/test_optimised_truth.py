@@ -7,25 +7,19 @@ without a truth has none (tests/evaluators/protocols/test_optimised_aggregation.
 
 from __future__ import annotations
 
-import json
-import math
 
-import pytest
 import torch
 
-import evaluate
 from evaluators.metrics.ground_truth import IMAGE_METRICS, ROW_METRICS
-from tests.support.helpers import assert_same_columns, assert_truth_columns, truth_of_inputs
+from tests.support.helpers import (
+    assert_member_interval, assert_same_columns, assert_truth_columns, run_protocol_config, truth_of_inputs,
+)  # fmt: skip
 
 
 def run_optimised(tmp_path, run, explainers: dict, **extra) -> tuple[dict, object]:
-    cfg = {"run": str(run), "n_inputs": 4, "explainers": explainers, "m_agg": 4, "m_eval": 6, "m_sens": 3,
-           "stability_samples": 3, "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out"), **extra}
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "opt.yaml").write_text(json.dumps(cfg))
-    summary = evaluate.main(["optimised", "--config", str(tmp_path / "opt.yaml")])
-    (folder,) = (tmp_path / "out").iterdir()
-    return summary, folder
+    return run_protocol_config("optimised", tmp_path, {
+        "run": str(run), "n_inputs": 4, "explainers": explainers, "m_agg": 4, "m_eval": 6, "m_sens": 3,
+        "stability_samples": 3, "log_to": "none", "device": "cpu", "output_dir": str(tmp_path / "out"), **extra})
 
 
 def saved_rows(folder, explainers: list[str]) -> dict[str, torch.Tensor]:
@@ -34,42 +28,40 @@ def saved_rows(folder, explainers: list[str]) -> dict[str, torch.Tensor]:
     return {name: stack[:, i] for i, name in enumerate(explainers)} | {"agg_mean": stack.mean(1)}
 
 
-def test_planted_patterns_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(planted_run, tmp_path):
+def whole_and_chunked(tmp_path, run, metrics) -> tuple[dict, object]:
+    """The optimised protocol on ``run``'s 4 inputs: its truth columns against the metrics by hand, and
+    a run of chunks of 3 giving the same columns."""
     explainers = {"saliency": {}, "input_x_gradient": {}}
-    summary, folder = run_optimised(tmp_path / "whole", planted_run, explainers)
-    assert summary["truth_metrics"] == list(IMAGE_METRICS)
-    mask, _ = truth_of_inputs(planted_run, 4)
-    assert_truth_columns(summary, saved_rows(folder, list(explainers)), mask, None, IMAGE_METRICS, "se", 1.0)
-    assert set(summary["rows"]) == {*explainers, "agg_mean", "agg_var", "agg_robust", "agg_faith", "agg_opt"}
+    summary, folder = run_optimised(tmp_path / "whole", run, explainers)
+    assert summary["truth_metrics"] == list(metrics)
+    mask, attributions = truth_of_inputs(run, 4)
+    assert_truth_columns(summary, saved_rows(folder, list(explainers)), mask, attributions, metrics, "se", 1.0)
+    chunked, _ = run_optimised(tmp_path / "chunked", run, explainers, chunk_size=3)
+    assert_same_columns(chunked, summary, metrics, "se")
+    return summary, folder
+
+
+def test_planted_patterns_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(planted_run, tmp_path):
+    summary, folder = whole_and_chunked(tmp_path, planted_run, IMAGE_METRICS)
+    assert set(summary["rows"]) == {"saliency", "input_x_gradient", "agg_mean", "agg_var", "agg_robust", "agg_faith",
+                                    "agg_opt"}  # fmt: skip
     assert all(set(IMAGE_METRICS) <= set(row) for row in summary["rows"].values())
     header = (folder / "optimised_aggregation.csv").read_text().splitlines()[0].split(",")
     assert header[-8:] == [f"{m}{s}" for m in IMAGE_METRICS for s in ("", "_se")]
     assert "| relevance_rank_accuracy ↑ | relevance_mass_accuracy ↑ |" in (folder / "table.md").read_text()
-    chunked, _ = run_optimised(tmp_path / "chunked", planted_run, explainers, chunk_size=3)
-    assert_same_columns(chunked, summary, IMAGE_METRICS, "se")
 
 
 def test_synthetic_table_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(synthetic_table_run, tmp_path):
-    explainers = {"saliency": {}, "input_x_gradient": {}}
-    summary, folder = run_optimised(tmp_path / "whole", synthetic_table_run, explainers)
-    assert summary["truth_metrics"] == list(ROW_METRICS)
-    mask, attributions = truth_of_inputs(synthetic_table_run, 4)
-    assert_truth_columns(summary, saved_rows(folder, list(explainers)), mask, attributions, ROW_METRICS, "se", 1.0)
-    chunked, _ = run_optimised(tmp_path / "chunked", synthetic_table_run, explainers, chunk_size=3)
-    assert_same_columns(chunked, summary, ROW_METRICS, "se")
+    whole_and_chunked(tmp_path, synthetic_table_run, ROW_METRICS)
 
 
 def test_a_population_gives_the_truth_columns_a_seed_level_interval_and_ranking_stability(synthetic_table_population,
                                                                                           tmp_path):  # fmt: skip
     summary, folder = run_optimised(tmp_path, synthetic_table_population, {"saliency": {}, "input_x_gradient": {}},
                                     n_inputs=3)  # fmt: skip
-    names, member_rows = summary["members"], summary["member_rows"]
     assert summary["truth_metrics"] == list(ROW_METRICS)
     for metric in ROW_METRICS:
-        v = torch.tensor([member_rows[n]["agg_opt"][metric]["mean"] for n in names], dtype=torch.float64)
-        got = summary["rows"]["agg_opt"][metric]
-        assert got["mean"] == pytest.approx(v.mean().item(), abs=1e-12)
-        assert got["ci95"] == pytest.approx(4.302652729749464 * v.std().item() / math.sqrt(3), abs=1e-12)  # t(2)
+        assert_member_interval(summary, "agg_opt", metric)
         tables = {r["table"] for r in summary["robustness"] if r["metric"] == metric}
         assert tables == {"explainers", "aggregators", "all"}
     assert "| ground_truth_agreement ↑ |" in (folder / "table.md").read_text()
