@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -45,3 +46,26 @@ def test_metric_syncs_across_two_processes():
         expected = AGREEMENTS[name](e, 3).double().mean().item()
         assert abs(results[(0, name)] - expected) < 1e-9
         assert abs(results[(1, name)] - expected) < 1e-9
+
+
+def nan_worker(rank: int, world: int, port: int, e: torch.Tensor) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        shard = e[:, rank::world].clone()
+        if rank == 1:
+            shard[0, 2, 4] = float("nan")  # one map entry of one individual on one rank
+        metric = PairwiseAgreement("sa", k=3)
+        metric.update(shard)
+        metric.compute()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_nan_on_one_rank_stops_the_job_naming_it_not_a_number_or_a_hang():
+    """The rank holding the NaN raises (its error reaches the launcher, which ends the other rank
+    waiting in the reduction), so no process returns a score."""
+    torch.manual_seed(0)
+    e = torch.randn(4, 20, 8)
+    with pytest.raises(mp.ProcessRaisedException, match=r"(?s)InputError.*NaN"):
+        mp.spawn(nan_worker, args=(2, free_port(), e), nprocs=2, join=True)
