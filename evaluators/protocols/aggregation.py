@@ -61,7 +61,7 @@ from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
 from evaluators.maps import EXPLAINERS, explain, explainer_names
 from foundation.modality import REDUCTIONS
-from evaluators.metrics.ground_truth import scores_against_truth
+from evaluators.metrics.ground_truth import scores_against_truth, truth_metrics
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
@@ -352,7 +352,7 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
                   for name, counts in blanks[0].items()}  # fmt: skip
     summary = {"config": asdict(cfg), "n_inputs": source.n, "rows": table, "findings": findings(scores, table),
                "blank_maps": blank_maps,
-               **({"truth_metrics": list(next(iter(truth_scores.values())))} if truth_scores else {}),
+               **({"truth_metrics": list(truth_metrics(images))} if truth_scores else {}),
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
     summary["_grid"] = {"x": source.read(shown.tolist()).cpu(), "maps": {r: torch.cat(m) for r, m in examples.items()},

@@ -241,12 +241,11 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
         for row, maps in rows.items() if truth is not None else ():  # no model pass: not cached
             part[0][row].update(scores_against_truth(maps, truth, images))
         parts.append(part)
-        truth_known = truth is not None
     per_input, weights = concatenated([p[0] for p in parts]), concatenated([p[1] for p in parts])
     names = list(cfg.explainers)
     blanks = {name: {kind: sum(p[2][name][kind] for p in parts) for kind in counts}
               for name, counts in parts[0][2].items()}  # fmt: skip
-    truth = list(truth_metrics(images)) if truth_known else []
+    truth = [m for m in truth_metrics(images) if m in per_input[names[0]]]  # none where the data know no truth
     table = {row: {m: mean_and_error(v[m]) for m in (*columns(asdict(cfg)), *truth)} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in weights.items() if a in cfg.aggregators}
     return {"config": asdict(cfg), "dataset": data.name, "n_inputs": source.n, "explainers": names, "rows": table,
