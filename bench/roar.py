@@ -15,7 +15,8 @@ images a per-image dataset normalising one uint8 image at a time and the default
 the datamodule's training order, its ``EpochShuffle``, so that both ways see the same batches).
 (ii) framework: ``evaluators.protocols.roar.grid.run_grid``: maps computed once per estimator and cached
 on disk, the tabular cells' 65 retrainings as ONE ``PopulationMLP``, image cells from the
-datamodule's cached tensors served in whole batches.
+datamodule's cached tensors served in whole batches, their maps and retrainings channels-last
+(``RoarGrid.channels_last``).
 
 Prints both times per kind and the ratios (``ratio``: the lesser); the last line is one JSON
 object. Beside the wall-clock seconds, the process's CPU seconds (``cpu_seconds_*``, ``ratio_*_cpu``):
@@ -25,9 +26,10 @@ way did, which wall time mixes with the other jobs' share of the cores.
 Check (``check``, per kind): at least ``MIN_IDENTICAL`` (half) of the retrainings end with
 the same test accuracy in (i) and (ii). Each population member is the model trained alone,
 and each image retraining sees the same batches in both ways, so on the CPUs measured all
-are identical (65 of 65 and 20 of 20); but that rests on kernels rounding alike for stacked
-and single models, which another CPU's need not, and rounding grows through training (see
-``population.py``), so equality of all is not asked. A cell's accuracies put in another
+tabular ones are identical (65 of 65) and most image ones (18 of 20: the channels-last kernels
+round differently; 20 of 20 in NCHW); but that rests on kernels rounding alike for stacked and
+single models and for both layouts, which another CPU's need not, and rounding grows through
+training (see ``population.py``), so equality of all is not asked. A cell's accuracies put in another
 cell's place or retrainings mixed up match only by chance, and fail.
 """
 

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 from datamodules.image_batches import EpochShuffle, InMemoryImageBatches, _whole_batch, channel_stats
 from datamodules.image_files import SPLITS
 from datamodules.label_permutation import check_permute_labels, permuted_labels
+from foundation.batching import loader_batch_sizes
 from foundation.errors import InputError
 from foundation.modality import IMAGES
 
@@ -55,9 +56,7 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         permute_labels: int | None = None,
     ) -> None:
         super().__init__()
-        for option, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
-            if not isinstance(value, int) or value < 1:
-                raise InputError(f"option {option}={value!r}; expected a positive integer")
+        self.batch_size, self.eval_batch_size = loader_batch_sizes(batch_size, eval_batch_size)
         for option, value in (("random_crop_padding", random_crop_padding), ("num_workers", num_workers),
                               ("seed", seed)):
             if not isinstance(value, int) or value < 0:
@@ -76,8 +75,6 @@ class ImageDataModule(pl.LightningDataModule, abc.ABC):
         self.std_option = None if std is None else [float(s) for s in std]
         self.random_crop_padding = random_crop_padding
         self.horizontal_flip = horizontal_flip
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size
         self.num_workers = num_workers
         self.seed = seed
 

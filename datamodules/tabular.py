@@ -23,6 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from datamodules.label_permutation import check_permute_labels, permuted_labels
 from datamodules.specs import DATASETS, get_spec
+from foundation.batching import loader_batch_sizes
 from foundation.errors import InputError
 from foundation.modality import ROWS
 
@@ -81,12 +82,9 @@ class TabularDataModule(pl.LightningDataModule, abc.ABC):
         permute_labels: int | None = None,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise InputError(f"option batch_size={batch_size}; expected a positive integer")
+        self.batch_size, self.eval_batch_size = loader_batch_sizes(batch_size, eval_batch_size)
         if not 0.0 < test_fraction < 1.0:
             raise InputError(f"option test_fraction={test_fraction}; expected a number strictly between 0 and 1")
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size
         self.test_fraction = test_fraction
         self.split_seed = split_seed
         self.stratify = stratify

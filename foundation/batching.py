@@ -1,6 +1,7 @@
 """How many inputs one forward (and backward) pass takes: :func:`resolve_max_batch`, the
 ``max_batch`` option of every explainer, metric and protocol (``MAX_BATCH`` rows, at most
-``PIXELS_PER_PASS`` input pixels per pass on the inputs' kind of device; docs/explainers.md)."""
+``PIXELS_PER_PASS`` input pixels per pass on the inputs' kind of device; docs/explainers.md);
+and a datamodule's loader batches, :func:`loader_batch_sizes`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ from foundation.errors import InputError
 
 MAX_BATCH = 256
 PIXELS_PER_PASS = {"cpu": 2**18, "accelerator": 2**22}
+
+
+def loader_batch_sizes(batch_size, eval_batch_size) -> tuple[int, int]:
+    """A datamodule's ``batch_size`` (training batches) and ``eval_batch_size`` (evaluation and
+    map batches), each checked to be a positive integer; InputError naming the option if not."""
+    for option, value in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"option {option}={value!r}; expected a positive integer")
+    return batch_size, eval_batch_size
 
 
 def rows_within(x: torch.Tensor, max_rows: int, max_pixels: int) -> int:

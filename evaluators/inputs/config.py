@@ -36,6 +36,15 @@ def population_kind(source: str | Path) -> str:
         return "tabular population"
 
 
+def stacked_mlps_only(does: str, hint: str = "") -> tuple[tuple[str, ...], str]:
+    """``KINDS`` and ``WHY_KINDS`` of an evaluator that ``does`` something only stacked MLPs allow:
+    it takes a population of configs/population.yaml (a ``tabular population``) and, refusing
+    another, says what it does and where a population of other networks goes instead (``hint``
+    adds to that)."""
+    return ("tabular population",), (f"it {does} stacked MLPs (a population of configs/population.yaml); a "
+                                     f"population of your networks takes the consistency protocol{hint}")
+
+
 @dataclass
 class PopulationSource:
     """The population to evaluate, optionally another folder holding its raw data, the

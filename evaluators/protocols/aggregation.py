@@ -66,7 +66,7 @@ from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
 from evaluators.reports.map_grid import blank_note, count_blank_maps, plot_map_grid
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from foundation.errors import InputError
 from foundation.files import atomic_open, pyplot, save_figure, write_json, write_text
 
@@ -100,7 +100,7 @@ def _image_explainers() -> dict:
 
 
 @dataclass
-class AggregationConfig(ModelSource):
+class AggregationConfig(ReportLogging, ModelSource):
     """Options of the aggregation evaluator (configs/aggregation/<name>.yaml); the model and where it runs:
     ``evaluators.inputs.model_source.ModelSource``."""
 
@@ -125,7 +125,6 @@ class AggregationConfig(ModelSource):
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     chunk_size: int | None = None  # inputs read and scored at a time (evaluators.inputs.chunks); None: all at once
     n_grid: int = 6
-    log_to: str = "wandb"
     output_dir: str = "runs/aggregation"
 
     def __post_init__(self) -> None:
@@ -136,7 +135,6 @@ class AggregationConfig(ModelSource):
                                      ("baseline_stats", self.baseline_stats, ("image", "training"))):  # fmt: skip
             if value not in allowed:
                 raise InputError(f"option {name}={value!r}; expected one of {sorted(allowed)}")
-        check_log_to(self.log_to)
         unknown = sorted(set(self.normalisations) - set(NORMALISATIONS))
         unknown += sorted(set(self.aggregators) - set(AGGREGATORS.names(kind="pixel")))
         unknown += sorted(set(self.sweeps) - set(AGGREGATORS.names(kind="pixel")))

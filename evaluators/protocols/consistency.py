@@ -75,7 +75,7 @@ from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.registry import definitions, outdated
 from evaluators.maps.stacked_deepshap import SOFTMAX_RULES
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from evaluators.metrics.agreement_functional import (
     RANK_AGREEMENTS, angular_difference, ley_agreements, pair_separations,
 )  # fmt: skip
@@ -100,7 +100,7 @@ T_SAMPLINGS = ["uniform", "even"]
 
 
 @dataclass
-class ConsistencyConfig(PopulationSource):
+class ConsistencyConfig(ReportLogging, PopulationSource):
     """Options of the protocol (configs/consistency/<dataset>.yaml)."""
 
     strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))
@@ -134,11 +134,9 @@ class ConsistencyConfig(PopulationSource):
     n_accuracy_images: int = 2000  # images: test images an ensemble's accuracy is measured on
     seed: int = 0
     output_dir: str = "runs/consistency"
-    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_log_to(self.log_to)
         unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise InputError(f"unknown strategy(ies) {unknown}; expected some of {STRATEGIES}")

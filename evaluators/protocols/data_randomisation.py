@@ -49,7 +49,7 @@ from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.similarity import MEASURES, similarity
 from evaluators.reports.map_grid import plot_map_grid
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from foundation.devices import resolve_device
 from foundation.errors import InputError
 from foundation.modality import IMAGES, modality_of
@@ -62,7 +62,7 @@ N_INPUTS = 64
 
 
 @dataclass
-class DataRandomisationConfig:
+class DataRandomisationConfig(ReportLogging):
     """The options of ``evaluate.py data_randomisation`` (the module's docstring)."""
 
     true_labels: str  # the side trained on the true labels ("true" itself reads as a boolean in YAML)
@@ -79,10 +79,9 @@ class DataRandomisationConfig:
     device: str = "auto"
     data_dir: str | None = None
     output_dir: str = "runs/data_randomisation"
-    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
 
     def __post_init__(self) -> None:
-        check_log_to(self.log_to)
+        super().__post_init__()
         unknown = [e for e in self.explainers if e not in EXPLAINERS]
         if unknown or not self.explainers:
             raise InputError(f"option explainers={self.explainers}: unknown {unknown}; expected some of "

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.config import PopulationSource, stacked_mlps_only
 from evaluators.protocols.population_sets import disjoint_sets, member_pairs, quiet_trainer, split_per_set, train_curves
 from evaluators.protocols.registry import PROTOCOLS
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from foundation.files import pyplot, save_figure, write_json, write_text
 from lightning_modules.curves import MLPCurve
 from lightning_modules.ensembles import MLPEnsemble, build_ensemble
@@ -33,12 +33,10 @@ from lightning_modules.population import PopulationMLP
 
 
 @dataclass
-class LandscapeConfig(PopulationSource):
+class LandscapeConfig(ReportLogging, PopulationSource):
     """Options of the landscape evaluator (configs/landscape/<dataset>.yaml)."""
 
-    KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
-    WHY_KINDS = ("it retrains members and curve end points from their seeds as stacked MLPs (a population of "
-                 "configs/population.yaml; a population of your networks takes the consistency protocol)")
+    KINDS, WHY_KINDS = stacked_mlps_only("retrains members and curve end points from their seeds as")
 
     n_models: int = 4
     n_sets: int = 5
@@ -53,11 +51,6 @@ class LandscapeConfig(PopulationSource):
     ts_diagnostics: list[float] = field(default_factory=lambda: [i / 10 for i in range(11)])
     nudge: float = 1e-7  # std of the noise on the initial parameters of the nudged reruns
     output_dir: str = "runs/landscape"
-    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_log_to(self.log_to)
 
 
 def vector(params) -> torch.Tensor:

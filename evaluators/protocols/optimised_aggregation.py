@@ -82,7 +82,7 @@ from evaluators.inputs.runs import cached, explainer_options
 from evaluators.metrics.relative_stability import RELATIVE_CHANGES, STABILITIES
 from evaluators.metrics.sensitivity import map_distances
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 
 # Decker et al.'s metrics (INFD, FCOR, SENS_AVG, SENS_MAX; ROAD; OpenXAI's relative stabilities), each a
 # registered metric (an unknown name fails here): the report's columns, relative_stability's three in its place,
@@ -116,7 +116,7 @@ def _decker_explainers() -> dict:
 
 
 @dataclass
-class OptimisedAggregationConfig(ModelSource):
+class OptimisedAggregationConfig(ReportLogging, ModelSource):
     """Options of the optimised-aggregation evaluator (configs/optimised/<name>.yaml); the model and where it runs:
     ``evaluators.inputs.model_source.ModelSource``."""
 
@@ -142,7 +142,6 @@ class OptimisedAggregationConfig(ModelSource):
     seed: int = 0
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch (256 at 32x32, 5 at 224x224 on a CPU)
     chunk_size: int | None = None  # inputs read and scored at a time (evaluators.inputs.chunks); None: all at once
-    log_to: str = "wandb"
     output_dir: str = "runs/optimised"
 
     def __post_init__(self) -> None:
@@ -152,7 +151,6 @@ class OptimisedAggregationConfig(ModelSource):
         if unknown:
             raise InputError(f"unknown optimised aggregator(s) {unknown}; expected some of "
                              f"{AGGREGATORS.names(kind='optimised')}")  # fmt: skip
-        check_log_to(self.log_to)
         for name in ("n_inputs", "m_agg", "m_eval", "m_sens", "stability_samples"):
             if getattr(self, name) < 2:
                 raise InputError(f"option {name}={getattr(self, name)}; expected at least 2")

@@ -58,7 +58,7 @@ from evaluators.metrics.similarity import MEASURES
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from evaluators.sanity import MODES, efficient_mprt, model_randomisation, random_logit
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
@@ -87,7 +87,7 @@ def _adebayo_explainers() -> dict:
 
 
 @dataclass
-class SanityConfig(ModelSource):
+class SanityConfig(ReportLogging, ModelSource):
     """Options of the sanity-check protocol (configs/sanity/<name>.yaml); the model and where it runs:
     ``evaluators.inputs.model_source.ModelSource``."""
 
@@ -106,12 +106,10 @@ class SanityConfig(ModelSource):
     seed: int = 0  # the randomised weights, the random logits and the explainers' draws
     max_batch: int | None = None  # rows per pass; None: resolve_max_batch
     n_figure: int = 3  # images in the map figure, spread through the n_inputs
-    log_to: str = "wandb"
     output_dir: str = "runs/sanity"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_log_to(self.log_to)
         for name, value, allowed in (("mode", self.mode, MODE_OPTIONS), ("reduction", self.reduction, REDUCTIONS)):
             if value not in allowed:
                 raise InputError(f"option {name}={value!r}; expected one of {list(allowed)}")

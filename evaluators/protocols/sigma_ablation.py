@@ -15,25 +15,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evaluators.inputs.config import PopulationSource
+from evaluators.inputs.config import PopulationSource, stacked_mlps_only
 from evaluators.inputs.counts import counted, default_of
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.finite import check_finite
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.metrics.agreement_functional import sign_agreement
 from foundation.errors import InputError
-from evaluators.reports.wandb_log import check_log_to, log_report, table_scalars
+from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from foundation.files import pyplot, save_figure, write_json, write_text
 from lightning_modules.ensembles import build_ensemble
 
 
 @dataclass
-class SigmaAblationConfig(PopulationSource):
+class SigmaAblationConfig(ReportLogging, PopulationSource):
     """Options of the σ ablation (configs/sigma/<dataset>.yaml)."""
 
-    KINDS = ("tabular population",)  # MLP populations only (evaluators.inputs.sources)
-    WHY_KINDS = ("it perturbs every layer of stacked MLPs (a population of configs/population.yaml; a population "
-                 "of your networks takes the consistency protocol, whose perturb ensembles use option layer)")
+    KINDS, WHY_KINDS = stacked_mlps_only("perturbs every layer of", ", whose perturb ensembles use option layer")
 
     n_models: int = 10
     n_perturb: int = 50
@@ -45,11 +43,9 @@ class SigmaAblationConfig(PopulationSource):
     n_points: int = 1000
     seed: int = 0
     output_dir: str = "runs/sigma"
-    log_to: str = "wandb"  # evaluators.reports.wandb_log.LOG_TO
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_log_to(self.log_to)
         names = sorted(EXPLAINERS.names(modality="rows"))
         if self.method not in names:
             raise InputError(f"option method={self.method!r}: unknown explainer; expected one of {names}")

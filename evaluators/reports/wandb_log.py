@@ -40,6 +40,22 @@ def check_log_to(value: str, option: str = "log_to") -> None:
         raise InputError(f"option {option}={value!r}; expected one of {list(LOG_TO)}")
 
 
+@dataclass(kw_only=True)
+class ReportLogging:
+    """The option every protocol's config shares for where its report goes besides its files:
+    ``log_to``, one of ``LOG_TO`` (``wandb``, ``wandb_offline``, ``wandb_online``, ``none``),
+    checked when the config is made. Listed first among a config's bases, its check runs, then
+    the next base's ``__post_init__``."""
+
+    log_to: str = "wandb"
+
+    def __post_init__(self) -> None:
+        check_log_to(self.log_to)
+        after = getattr(super(), "__post_init__", None)
+        if after is not None:
+            after()
+
+
 def wandb_mode(log_to: str, environ: Mapping[str, str] = os.environ) -> str | None:
     """``online``, ``offline`` or None (``none``: no W&B run) for ``log_to``: ``wandb`` is online
     when ``WANDB_MODE`` is ``online``, or ``WANDB_API_KEY`` is set and ``WANDB_MODE`` unset; else offline."""

@@ -1,6 +1,7 @@
 """Rows per forward pass (foundation/batching.py): ``MAX_BATCH`` rows holding at most
 ``PIXELS_PER_PASS`` pixels on the inputs' kind of device, by hand (⌊2^18 / (H·W)⌋ on a CPU,
-⌊2^22 / (H·W)⌋ elsewhere), or the positive integer given."""
+⌊2^22 / (H·W)⌋ elsewhere), or the positive integer given; a datamodule's two loader batch sizes,
+checked alike for tables and images."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from foundation.batching import resolve_max_batch, rows_within
+from foundation.batching import loader_batch_sizes, resolve_max_batch, rows_within
 from foundation.errors import InputError
 
 
@@ -24,3 +25,17 @@ def test_default_rows_per_pass_keep_a_pixel_budget_per_device():
     for bad in (0, -1, 2.5, True, "256"):
         with pytest.raises(InputError, match="option max_batch="):
             resolve_max_batch(bad, torch.zeros(2, 3, 32, 32))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, None, "64"])
+def test_loader_batch_sizes_name_the_option_that_is_not_a_positive_integer(bad):
+    from datamodules.images import MNIST5kDataModule
+    from datamodules.tabular import TwoMoonsDataModule
+
+    assert loader_batch_sizes(1, 4096) == (1, 4096)
+    for option in ("batch_size", "eval_batch_size"):
+        sizes = {"batch_size": 32, "eval_batch_size": 64, option: bad}
+        for make in (lambda: loader_batch_sizes(**sizes), lambda: TwoMoonsDataModule(**sizes),
+                     lambda: MNIST5kDataModule(**sizes)):  # fmt: skip
+            with pytest.raises(InputError, match=rf"option {option}={bad!r}; expected a positive integer"):
+                make()

@@ -36,7 +36,7 @@ from foundation.files import atomic_write, write_text
 from evaluators.inputs.model_inputs import OPTIONS as MODEL_INPUT_OPTIONS
 from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import load_run
-from evaluators.reports.wandb_log import check_log_to
+from evaluators.reports.wandb_log import ReportLogging
 
 # Options that say where things are, where results go or how cells are grouped: they change
 # no number, so they do not name another grid.
@@ -44,7 +44,7 @@ UNNAMED_OPTIONS = ("data_dir", "output_dir", "cache_dir", "log_to", "cells_per_p
 
 
 @dataclass(kw_only=True)
-class RoarConfig(RoarGrid, ModelSource):
+class RoarConfig(ReportLogging, RoarGrid, ModelSource):
     """Options of the ROAR protocol (configs/roar/<name>.yaml): the clean model and where it
     runs (``ModelSource``: ``run`` a ``train.py`` folder or a model file, not a population),
     ``data`` (options overriding the run's datamodule, e.g. an image ``subset``), the maps'
@@ -53,13 +53,11 @@ class RoarConfig(RoarGrid, ModelSource):
 
     data: dict = dataclasses.field(default_factory=dict)
     cache_dir: str | None = None
-    log_to: str = "wandb"
     output_dir: str = "runs/roar"
 
     def __post_init__(self) -> None:
-        RoarGrid.__post_init__(self)
+        super().__post_init__()  # log_to, then RoarGrid's
         ModelSource.__post_init__(self)
-        check_log_to(self.log_to)
 
     def report_name(self) -> str:
         return Path(self.run).resolve().parent.name
@@ -72,6 +70,8 @@ def grid_report_dir(cfg: RoarConfig) -> Path:
     for key in ("data", "model_class", "model_args", "data_config", *MODEL_INPUT_OPTIONS):
         if not options[key]:  # left at its default: the name grids had before the option existed
             del options[key]
+    if options["channels_last"]:  # the default, which changes numbers by float rounding only: the old name
+        del options["channels_last"]
     digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:12]
     run_dir = Path(cfg.output_dir) / f"{cfg.report_name()}-{digest}"
     run_dir.mkdir(parents=True, exist_ok=True)

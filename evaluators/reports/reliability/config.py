@@ -20,7 +20,7 @@ from evaluators.maps import EXPLAINERS
 from evaluators.metrics.registry import METRICS
 from evaluators.metrics.similarity import MEASURES
 from evaluators.reports.reliability.twin import training_config
-from evaluators.reports.wandb_log import check_log_to
+from evaluators.reports.wandb_log import ReportLogging
 from evaluators.sanity.maps import explainer_options
 from foundation.errors import InputError
 
@@ -34,7 +34,7 @@ DEFAULT_CONFIGS = {kind: str(CONFIGS / ("image_folder.yaml" if kind == "image po
 
 
 @dataclass
-class ReportConfig(PopulationSource):
+class ReportConfig(ReportLogging, PopulationSource):
     """Options of the report. ``explainers``: registry names (``evaluators.maps``); ``options``:
     per explainer, ``explain``'s options; ``k``: top-k of the agreement scores (None:
     ``evaluators.metrics.agreement.default_k``); ``measure``: the similarity of two maps in the sanity sections
@@ -76,7 +76,6 @@ class ReportConfig(PopulationSource):
     permuted_population: str | None = None
     permute_labels: int | None = None
     output_dir: str = "runs/report"
-    log_to: str = "wandb"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,7 +103,6 @@ class ReportConfig(PopulationSource):
             raise InputError(f"option k={self.k}; expected a positive integer or null (chosen from the data)")
         if not 0 <= self.accuracy_tolerance <= 1:
             raise InputError(f"option accuracy_tolerance={self.accuracy_tolerance}; expected a share in [0, 1]")
-        check_log_to(self.log_to)
         self.check_additions()
 
     def check_additions(self) -> None:

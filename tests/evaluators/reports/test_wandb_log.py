@@ -155,3 +155,25 @@ def test_consistency_protocol_logs_table1_to_its_population_group(small_populati
     table = json.loads(run.media("table1").read_text())
     assert len(table["data"]) == len(summary["rows"])
     assert run.media("agreement_by_strategy").is_file()
+
+
+def test_every_protocol_config_takes_log_to_from_the_one_shared_section():
+    """``ReportLogging``: every registered protocol's config has ``log_to`` from it (default
+    ``wandb``, one declaration), and its check runs before the config's other checks."""
+    import dataclasses
+
+    import evaluate  # noqa: F401 (registers every protocol)
+    from evaluators.protocols.registry import PROTOCOLS
+    from evaluators.reports.wandb_log import ReportLogging
+
+    configs = {name: PROTOCOLS[name].config for name in PROTOCOLS}
+    assert len(configs) >= 8
+    for name, config in configs.items():
+        assert issubclass(config, ReportLogging), name
+        (field,) = [f for f in dataclasses.fields(config) if f.name == "log_to"]
+        assert field.default == "wandb" and "log_to" not in vars(config).get("__annotations__", {}), name
+        # every other option missing or left at its default: the bad log_to is named first
+        with pytest.raises(InputError, match=r"option log_to='paper'; expected one of"):
+            config(**{f.name: "x" for f in dataclasses.fields(config)
+                      if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING},
+                   log_to="paper")  # fmt: skip

@@ -142,3 +142,29 @@ def test_tabular_grid_refuses_ddp():
     with pytest.raises(InputError, match="one device"):
         run_grid(MLPClassifier(in_features=2), moons(), tiny_grid(trainer={"devices": 2, "max_epochs": 1}),
                  Path("unused"))  # fmt: skip
+
+
+def test_image_models_compute_channels_last_with_the_same_weights():
+    """``in_fast_layout``: a copy of an NCHW ``ImageClassifier`` with its option on and its
+    convolutions' weights channels-last, the same state dict bytes (so the same map cache key),
+    logits equal to float rounding; the clean model untouched; the retrainings built from its
+    hyperparameters channels-last too; a table model and a model already channels-last as they are."""
+    from evaluators.protocols.roar.grid import fresh_models, in_fast_layout
+    from evaluators.protocols.roar.maps import model_digest
+    from lightning_modules.image_classifier import ImageClassifier
+
+    clean = ImageClassifier(arch="small_cnn", num_classes=3, in_channels=1, seed=0)
+    fast = in_fast_layout(clean)
+    convs = [m.weight for m in fast.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert fast is not clean and fast.hparams.channels_last and not clean.hparams.channels_last and convs
+    assert all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)
+    assert not convs[1].is_contiguous()  # 32 input channels: the two layouts differ (for 1 they coincide)
+    assert all(m.weight.is_contiguous() for m in clean.modules() if isinstance(m, torch.nn.Conv2d))
+    assert model_digest(fast) == model_digest(clean)
+    x = torch.randn(5, 1, 12, 12, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), clean.eval()(x), rtol=1e-5, atol=1e-6)
+    (retrained,) = fresh_models(fast, [3])
+    assert retrained.hparams.channels_last and retrained.hparams.seed == 3
+    mlp = MLPClassifier(in_features=2, seed=0)
+    assert in_fast_layout(mlp) is mlp and in_fast_layout(fast) is fast
