@@ -72,6 +72,7 @@ from evaluators.maps import EXPLAINERS
 from evaluators.protocols.explanation_grid import explanation_grid
 from evaluators.protocols.registry import PROTOCOLS
 from evaluators.reports.reliability.twin import twin_arguments, twin_population
+from evaluators.reports.wandb_log import LOG_TO
 from foundation.registry import Entry
 from foundation.errors import InputError, OneLineParser, run_entry_point
 from foundation.files import json_text, write_text
@@ -258,6 +259,9 @@ def choice_value(config: type, option: str, names: list[str]) -> list[str] | dic
     return {name: {} for name in names} if isinstance(default, dict) else names
 
 
+LOG_TO_HELP = "wandb (online when the environment says so), wandb_offline, wandb_online or none"
+
+
 def build_parser() -> OneLineParser:
     """evaluate.py's sub-commands: ``run``, ``explain`` and every protocol of ``PROTOCOLS``; each
     that evaluates a model takes the model options of ``add_model_source``."""
@@ -277,8 +281,7 @@ def build_parser() -> OneLineParser:
     grid.add_argument("--n_images", type=int, default=8,
                       help="test images, evenly spaced through the run's test split (default 8)")
     grid.add_argument("--data_dir", default=None, help="where the run's images lie now: its folder or .tar.gz root")
-    grid.add_argument("--log_to", default="wandb",
-                      help="wandb (online when the environment says so), wandb_offline, wandb_online or none")
+    grid.add_argument("--log_to", default="wandb", choices=LOG_TO, help=LOG_TO_HELP)
     for name, spec in PROTOCOLS.items():
         sub = commands.add_parser(name, help=spec.help)
         start = sub.add_mutually_exclusive_group(required=spec.default_configs is None)
@@ -291,6 +294,7 @@ def build_parser() -> OneLineParser:
             add_model_source(sub)
         sub.add_argument("--data_dir", default=None, help="folder holding the raw dataset")
         sub.add_argument("--output_dir", default=None)
+        sub.add_argument("--log_to", default=None, choices=LOG_TO, help=LOG_TO_HELP + " (the config's log_to)")
         if spec.has_sets:
             sub.add_argument("--n_sets", type=int, default=None)
         for option, keywords in (spec.options or {}).items():
@@ -308,13 +312,13 @@ def build_parser() -> OneLineParser:
 def parse(argv: list[str]) -> tuple:
     """``argv`` parsed, running nothing: the arguments and, for a protocol, the overrides of its
     config (the model options under its config's keys, ``--data_dir``, ``--n_sets``,
-    ``--output_dir``, then each ``--set``); for ``run`` and ``explain`` their model options."""
+    ``--output_dir``, ``--log_to``, then each ``--set``); for ``run`` and ``explain`` their model options."""
     args = build_parser().parse_args(argv)
     if args.command not in PROTOCOLS:
         return args, source_options(args.command, args)
     spec = PROTOCOLS[args.command]
     overrides = source_options(args.command, args) if spec.source != "pair" else {}
-    overrides.update({k: getattr(args, k, None) for k in ("data_dir", "n_sets", "output_dir")})
+    overrides.update({k: getattr(args, k, None) for k in ("data_dir", "n_sets", "output_dir", "log_to")})
     for option in spec.choices or {}:
         if getattr(args, option) is not None:
             overrides[option] = choice_value(spec.config, option, getattr(args, option))

@@ -23,16 +23,16 @@ case "${1:-fashion_mnist}" in
   fashion_mnist)
     run train_cnn 150 "$PYTHON" train.py --config configs/images/fashion_mnist_cnn.yaml --output_dir runs \
       --run_name cnn-seed0 $QUIET
-    run aggregation 200 "$PYTHON" evaluate.py aggregation --config configs/aggregation/fashion_mnist.yaml --set log_to=none
-    run roar 300 "$PYTHON" evaluate.py roar --config configs/roar/fashion_mnist_cpu.yaml --set log_to=none ;;
+    run aggregation 200 "$PYTHON" evaluate.py aggregation --config configs/aggregation/fashion_mnist.yaml --log_to none
+    run roar 300 "$PYTHON" evaluate.py roar --config configs/roar/fashion_mnist_cpu.yaml --log_to none ;;
   cifar10|cifar10-aggregation)
     [ -f runs/cifar10-jpeg/resnet8-seed0/metrics.json ] || run train_resnet8 300 "$PYTHON" train.py \
       --config configs/images/cifar10_resnet8.yaml --data.root .cifar/cifar10-jpeg.tar.gz --output_dir runs \
       --run_name resnet8-seed0 $QUIET
     if [ "$1" = cifar10 ]; then
-      run optimised 240 "$PYTHON" evaluate.py optimised --config configs/optimised/cifar10.yaml --set log_to=none
+      run optimised 240 "$PYTHON" evaluate.py optimised --config configs/optimised/cifar10.yaml --log_to none
     else
-      run aggregation 400 "$PYTHON" evaluate.py aggregation --config configs/aggregation/cifar10.yaml --set log_to=none
+      run aggregation 400 "$PYTHON" evaluate.py aggregation --config configs/aggregation/cifar10.yaml --log_to none
     fi ;;
   *) echo "error: expected fashion_mnist, cifar10 or cifar10-aggregation; got $1" >&2; exit 2 ;;
 esac

@@ -4,7 +4,8 @@ accepts the same model options (``evaluate.add_model_source``: --run, --populati
 lands in the command's config (``evaluators.inputs.model_source.ModelSource`` or
 ``PopulationSource``) or is refused in one line naming it, without running a protocol; the
 sub-commands are read from evaluate.py's parser, so a new one is covered. Then one real, tiny
-run of the generic sanity config (configs/sanity/table.yaml) on a tiny table's MLP."""
+run of the generic sanity config (configs/sanity/table.yaml) on a tiny table's MLP. Every protocol
+takes ``--log_to`` alike."""
 
 from __future__ import annotations
 
@@ -77,6 +78,17 @@ def test_every_sub_command_is_classified_and_takes_every_model_option():
         assert issubclass(PROTOCOLS[command].config, ModelSource)
     for command in [c for c in commands if source(c) == "population"]:
         assert issubclass(PROTOCOLS[command].config, PopulationSource)
+
+
+@pytest.mark.parametrize("command", sorted(PROTOCOLS))
+def test_every_protocol_takes_log_to_on_the_command_line(command):
+    """``--log_to`` of every protocol sub-command (as train.py's and explain's) lands in the config's
+    one ``log_to`` (``ReportLogging``); unset, the config's own stands; a bad value is refused in
+    one line naming the choices."""
+    assert parsed(command, "--log_to", "none")["log_to"] == "none"
+    assert parsed(command)["log_to"] is None
+    with pytest.raises(InputError, match=r"--log_to: invalid choice: 'paper' \(choose from 'wandb', "):
+        parsed(command, "--log_to", "paper")
 
 
 @pytest.mark.parametrize("command", [c for c in MODEL_COMMANDS if source(c) in ("model", "run")])
