@@ -23,6 +23,9 @@ def test_the_grid_folder_is_named_by_the_options_that_change_its_numbers(tmp_pat
     assert (first / "config.yaml").is_file()
     assert folder(log_to="none", cache_dir=str(tmp_path / "maps"), cells_per_population=1) == first
     assert folder(retrainings=3) != first and folder(seed=1) != first and folder(data={"subset": 5}) != first
+    # channels-last (the default since issue 42) changes numbers by rounding only: a grid named before it
+    # existed keeps its name; the NCHW layout asked for is another grid
+    assert folder(channels_last=True) == first and folder(channels_last=False) != first
 
 
 def test_evaluate_py_roar_shards_fill_one_folder(tmp_path):
