@@ -50,7 +50,7 @@ from pytorch_lightning.cli import LightningCLI, SaveConfigCallback
 from pytorch_lightning.loggers import WandbLogger
 
 from evaluators.inputs.model_fit import check_resumed_checkpoint
-from evaluators.reports.wandb_log import WANDB_PROJECT, run_group, wandb_mode
+from evaluators.reports.wandb_log import WANDB_PROJECT, run_group, training_link, wandb_mode
 from foundation.errors import InputError, one_line, run_entry_point
 from foundation.files import read_yaml, write_json, write_text
 from foundation.modality import ROWS
@@ -428,6 +428,7 @@ def fit_population_run(cli: TrainCLI) -> dict | None:
         "dropped_seeds": [s for s, k in zip(trained.seeds, kept.tolist()) if not k],
         "dropped_test_acc": accuracy[~kept].tolist(),
         **({} if on_train is None else {"member_train_acc": on_train[kept].tolist()}),
+        "wandb_link": training_link(cli.config.as_dict(), run_dir),
     }
     save_population(run_dir / "population.pt", trained.subset(keep), accuracy[kept].tolist(), metadata)
     if not options.keep_chunks:  # everything in them is in population.pt now (they were 4x its size)
@@ -498,6 +499,7 @@ def fit_whole_population_run(cli: TrainCLI) -> dict:
     on_train = member_train_accuracy(cli, population) if measures_training_accuracy(cli) else None
     measured = {} if on_train is None else {"member_train_acc": on_train.tolist(), **spread("train_acc", on_train)}
     metadata = {"dataset": info, "datamodule": cli.config.data.as_dict(), "max_epochs": cli.config.trainer.max_epochs,
+                "wandb_link": training_link(cli.config.as_dict(), run_dir),
                 **({} if on_train is None else {"member_train_acc": on_train.tolist()})}  # fmt: skip
     save_population(run_dir / "population.pt", population, accuracy.tolist(), metadata)
     write_reports(run_dir, population.seeds, accuracy, torch.ones_like(accuracy, dtype=torch.bool),

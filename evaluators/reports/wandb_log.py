@@ -14,7 +14,8 @@ one W&B group per population, linked to the population's training runs.
   runs (``training_run_ids``: each run folder's ``config.yaml`` records its W&B logger's id
   when it was trained with ``--log_to wandb*``; none for ``csv``/``none``) and the groups they
   were logged in (``training_groups``; runs trained before the groups were per population
-  were grouped by dataset).
+  were grouped by dataset). train.py also records the link in the population file
+  (``training_link``), which keeps it when moved away from its run folder.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import yaml
 from evaluators.inputs.image_members import member_runs
 from evaluators.inputs.sources import POPULATIONS, run_kind
 from foundation.errors import InputError
+from lightning_modules.population_io import read_population_file
 
 LOG_TO = ("wandb", "wandb_offline", "wandb_online", "none")
 WANDB_PROJECT = "reliable-explanations"
@@ -101,20 +103,50 @@ class Link:
                 "training_groups": self.training_groups}  # fmt: skip
 
 
+def logger_args(config: dict) -> dict:
+    """The W&B logger's ``init_args`` in a train.py run's config (its ``config.yaml``); {} for a
+    run trained with another logger or none."""
+    logger = (config.get("trainer") or {}).get("logger") or {}
+    if isinstance(logger, dict) and str(logger.get("class_path", "")).endswith("WandbLogger"):
+        return logger.get("init_args") or {}
+    return {}
+
+
+def training_link(config: dict, run_dir: Path) -> dict:
+    """The link train.py writes into a population file's metadata (``wandb_link``): the file's
+    group and its training run's W&B id and group, so that a file moved out of its run folder
+    keeps them (:func:`population_link`)."""
+    args = logger_args(config)
+    return Link(run_group(run_dir, population=True), [str(args["id"])] if args.get("id") else [],
+                [str(args["group"])] if args.get("group") else []).config()  # fmt: skip
+
+
+def recorded_link(path: Path) -> dict | None:
+    """The ``wandb_link`` a population file's metadata records, or None (another file, or one
+    written before train.py recorded it)."""
+    try:
+        return read_population_file(path, mmap=True)["metadata"].get("wandb_link")
+    except InputError:  # a model file, not a population file
+        return None
+
+
 def population_link(source: str | Path, *others: str | Path) -> Link:
     """The ``Link`` of the population (or model) ``source``, with the training runs of ``others``
-    too (e.g. data randomisation's permuted-label side); outside train.py's run folders the group
-    is ``<folder>/<file or folder name>``."""
+    too (e.g. data randomisation's permuted-label side). A population file outside its run folder
+    keeps the link train.py recorded in it; outside train.py's run folders the group is
+    ``<folder>/<file or folder name>``."""
     path = Path(source).resolve()
     runs = training_runs(path)
     others_runs = [run for other in others for run in training_runs(Path(other).resolve())]
     configs = [yaml.safe_load((run / "config.yaml").read_text()) or {} for run in [*runs, *others_runs]]
-    loggers = [((c.get("trainer") or {}).get("logger") or {}) for c in configs]
-    wandb_args = [lg.get("init_args") or {} for lg in loggers
-                  if isinstance(lg, dict) and str(lg.get("class_path", "")).endswith("WandbLogger")]  # fmt: skip
+    wandb_args = [args for args in map(logger_args, configs) if args]
     ids = [str(a["id"]) for a in wandb_args if a.get("id")]
     groups = list(dict.fromkeys(str(a["group"]) for a in wandb_args if a.get("group")))
     if not runs:
+        recorded = recorded_link(path) if path.is_file() else None
+        if recorded is not None:
+            return Link(recorded["group"], [*recorded["training_run_ids"], *ids],
+                        list(dict.fromkeys([*recorded["training_groups"], *groups])))  # fmt: skip
         return Link(f"{path.parent.name}/{path.stem}", ids, groups)
     population = (runs[0] / "population.pt").is_file() or run_kind(configs[0]) in POPULATIONS
     return Link(run_group(runs[0], population), ids, groups)

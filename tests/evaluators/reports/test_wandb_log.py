@@ -177,3 +177,39 @@ def test_every_protocol_config_takes_log_to_from_the_one_shared_section():
             config(**{f.name: "x" for f in dataclasses.fields(config)
                       if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING},
                    log_to="paper")  # fmt: skip
+
+
+def test_a_population_file_moved_out_of_its_run_folder_keeps_its_link(tmp_path):
+    """train.py records the link in the population file (``training_link``): copied out of its run
+    folder, the file names the same group and training run id as in place; a population file
+    without the record (written before it) and a model file outside any run fall back to
+    ``<folder>/<name>`` with no ids."""
+    import shutil
+
+    import torch
+
+    import train
+    from lightning_modules.population_io import read_population_file
+
+    import wandb
+
+    try:
+        metrics = train.main(["--config", "configs/population.yaml", "--model.size", "2", "--trainer.max_epochs", "1",
+                              "--trainer.enable_progress_bar", "false", "--log_to", "wandb_offline", "--output_dir",
+                              str(tmp_path / "runs"), "--run_name", "pop-2"])  # fmt: skip
+    finally:
+        wandb.finish()  # as its own process would: no W&B run of this test is left open for the next
+    in_place = population_link(metrics["population"])
+    config = yaml.safe_load((Path(metrics["run_dir"]) / "config.yaml").read_text())
+    run_id = config["trainer"]["logger"]["init_args"]["id"]
+    assert in_place == Link("german/pop-2", [run_id], ["german/pop-2"])
+    moved = tmp_path / "elsewhere" / "mine.pt"
+    moved.parent.mkdir()
+    shutil.copy(metrics["population"], moved)
+    assert population_link(moved) == in_place
+    payload = torch.load(moved, weights_only=True)
+    del payload["metadata"]["wandb_link"]  # as a file written before train.py recorded it
+    old = tmp_path / "elsewhere" / "old.pt"
+    torch.save(payload, old)
+    assert "wandb_link" not in read_population_file(old, mmap=True)["metadata"]
+    assert population_link(old) == Link("elsewhere/old", [], [])
