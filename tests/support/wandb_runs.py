@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +14,8 @@ BLOCK, HEADER = 32768, 7
 
 
 def records(path: Path):
-    """Every protobuf ``Record`` of an offline run's ``run-<id>.wandb`` file."""
+    """Every complete protobuf ``Record`` of an offline run's ``run-<id>.wandb`` file (each chunk's
+    header holds zlib's CRC-32 of its type byte and data)."""
     from wandb.proto import wandb_internal_pb2
 
     data = path.read_bytes()
@@ -23,8 +25,10 @@ def records(path: Path):
         if BLOCK - pos % BLOCK < HEADER:  # a block's tail too short for a header is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
+        checksum, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
         chunk = data[pos + HEADER : pos + HEADER + length]
+        if len(chunk) < length or zlib.crc32(bytes([kind]) + chunk) != checksum:
+            return  # the service process is still writing this record: the file so far ends here
         pos += HEADER + length
         parts = chunk if kind in (1, 2) else parts + chunk  # FULL, FIRST | MIDDLE, LAST
         if kind in (1, 4):
