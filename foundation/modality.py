@@ -30,7 +30,9 @@ A modality says, for inputs x of N examples:
   spread through a split, ``probe``),
   ``default_explainers`` (name -> options, where a callback is given none);
 * which explainers and metrics apply: those whose registry entry names the modality
-  (``applicable(registry)``);
+  (``applicable(registry)``); ``truth_metrics``, the localisation metrics scored against a
+  ground truth where the data know one (``evaluators.metrics.ground_truth``; the first is the
+  primary one);
 * its figure: ``figure``, ``"heatmap"`` (maps drawn over the un-normalised images,
   ``evaluators.reports.map_grid``) or None (a table's maps are reported as numbers).
 
@@ -80,6 +82,7 @@ class Modality:
     units_per_step: int
     figure: str | None
     default_explainers: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    truth_metrics: tuple[str, ...] = ()
 
     def __reduce__(self):
         return modality_of, (self.name,)
@@ -151,6 +154,7 @@ ROWS = register(Modality(
     reduction=None, units_per_step=1, figure=None,
     default_explainers=MappingProxyType({"saliency": {}, "smoothgrad": {"stdevs": 0.1}, "integrated_gradients": {},
                                          "input_x_gradient": {}}),
+    truth_metrics=("ground_truth_agreement", "relevance_rank_accuracy", "localisation_auc"),
 ))  # fmt: skip
 IMAGES = register(Modality(
     name="images", kind="image", noun="images", shape="(N, C, H, W)", input_dims=4, reduced_dim=1, unit="pixel",
@@ -159,6 +163,7 @@ IMAGES = register(Modality(
     figure="heatmap",
     default_explainers=MappingProxyType({"saliency": {}, "smoothgrad": {"nt_samples": 16},
                                          "integrated_gradients": {"n_steps": 16}, "gradcam": {}}),
+    truth_metrics=("relevance_rank_accuracy", "relevance_mass_accuracy", "pointing_game", "localisation_auc"),
 ))  # fmt: skip
 
 

@@ -10,13 +10,14 @@ least important unit.
 
 A truth is ``probe_truth``'s mapping for N inputs: ``mask`` (N, H, W) or (N, d) boolean, the
 planted region or the relevant features, and ``attributions`` (N, d) the true contributions
-(rows only; None for images). The metrics:
+(rows only; None for images). The metrics, each modality's ``truth_metrics``
+(``foundation.modality``):
 
-* rows (``ROW_METRICS``): ``ground_truth_agreement``, the share of the k largest |φ| among the
+* rows: ``ground_truth_agreement``, the share of the k largest |φ| among the
   k largest |t| (t the true attributions), then ``relevance_rank_accuracy`` and
   ``localisation_auc`` of |φ| against the relevant features (the protocols' k:
   ``evaluators.metrics.agreement.default_k`` of d, the report's: its option ``k``);
-* images (``IMAGE_METRICS``): ``relevance_rank_accuracy``, ``relevance_mass_accuracy``,
+* images: ``relevance_rank_accuracy``, ``relevance_mass_accuracy``,
   ``pointing_game`` and ``localisation_auc`` of |φ| against the planted region.
 
 All are higher-is-better; a map without mass (all zero) has no relevance mass accuracy (NaN,
@@ -29,14 +30,7 @@ import torch
 
 from evaluators.metrics.agreement import default_k
 from evaluators.metrics.registry import score
-
-ROW_METRICS = ("ground_truth_agreement", "relevance_rank_accuracy", "localisation_auc")
-IMAGE_METRICS = ("relevance_rank_accuracy", "relevance_mass_accuracy", "pointing_game", "localisation_auc")
-
-
-def truth_metrics(images: bool) -> tuple[str, ...]:
-    """The metrics of the module docstring for image maps or row maps."""
-    return IMAGE_METRICS if images else ROW_METRICS
+from foundation.modality import Modality
 
 
 def truth_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch.Tensor:
@@ -47,10 +41,10 @@ def truth_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch.
     return score(metric, None, None, maps, truth=given.to(maps.device), **options).double().cpu()
 
 
-def scores_against_truth(maps: torch.Tensor, truth: dict, images: bool) -> dict[str, torch.Tensor]:
-    """Metric -> (N,) ``truth_scores`` of the protocols' rows, maps (N, ...) read signed (each less
-    its minimum, φ − min φ: non-negative, in the order of φ), for each of ``truth_metrics(images)``,
-    k = ``default_k`` of the entries of one map."""
+def scores_against_truth(maps: torch.Tensor, truth: dict, modality: Modality) -> dict[str, torch.Tensor]:
+    """Metric -> (N,) ``truth_scores`` of the protocols' rows, maps (N, ...) of ``modality``'s
+    inputs read signed (each less its minimum, φ − min φ: non-negative, in the order of φ), for
+    each of ``modality.truth_metrics``, k = ``default_k`` of the entries of one map."""
     k = default_k(maps[0].numel())
     maps = maps - maps.flatten(1).amin(1).view(-1, *[1] * (maps.dim() - 1))
-    return {metric: truth_scores(maps, truth, metric, k) for metric in truth_metrics(images)}
+    return {metric: truth_scores(maps, truth, metric, k) for metric in modality.truth_metrics}

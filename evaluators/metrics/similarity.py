@@ -26,19 +26,49 @@ A correlation of a constant vector is undefined: a constant map (or an all-zero 
 for its pair, as scipy does, rather than a number the map does not support; SSIM of two
 constant, equal maps (data range 0) is NaN too. Callers that average scores say how many were
 NaN. Non-finite maps, shapes that differ and unknown measures are an ``InputError``.
+
+Which measures take a modality's maps (``measures_for``): all four where a unit has neighbours
+(``Modality.spatial``: image maps), the two Spearman measures for a table's feature vectors;
+``checked_measures`` is every protocol's check of a ``measures`` option against both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
-from foundation.finite import check_finite
 from foundation.errors import InputError
+from foundation.finite import check_finite
+from foundation.modality import Modality
 
 MEASURES = ("spearman_abs", "spearman", "ssim", "hog_pearson")
 IMAGE_ONLY = {"ssim": 7, "hog_pearson": 24}  # measure -> the least height and width it takes
 SSIM_WINDOW, SSIM_K1, SSIM_K2 = 7, 0.01, 0.03
+
+
+def measures_for(modality: Modality) -> list[str]:
+    """The measures that take maps of ``modality``'s inputs (the module docstring)."""
+    return [m for m in MEASURES if modality.spatial or m not in IMAGE_ONLY]
+
+
+def checked_measures(measures: Sequence[str] | None, modality: Modality | None = None,
+                     option: str = "measures") -> list[str]:  # fmt: skip
+    """The option ``measures`` (None: every one of ``measures_for(modality)``) as a list, refused,
+    naming ``option``, unless it is a non-empty list of known measures that take ``modality``'s
+    maps (None: any modality's)."""
+    if measures is None and modality is not None:
+        return measures_for(modality)
+    unknown = [] if isinstance(measures, str) or not measures else [m for m in measures if m not in MEASURES]
+    if isinstance(measures, str) or not measures or unknown:
+        named = f": unknown measure(s) {unknown}" if unknown else ""
+        raise InputError(f"option {option}={measures!r}{named}; expected a non-empty list from {list(MEASURES)}")
+    other = [m for m in measures if modality is not None and m not in measures_for(modality)]
+    if other:
+        raise InputError(f"option {option}: {other} compare 2-D image maps; {modality.kind} maps ({modality.noun}) "
+                         f"take some of {measures_for(modality)}")  # fmt: skip
+    return list(measures)
 
 
 def similarity(a: torch.Tensor, b: torch.Tensor, measure: str,
@@ -162,4 +192,5 @@ def hog_pearson(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return pearson(hog_features(a), hog_features(b))
 
 
-__all__ = ["MEASURES", "average_ranks", "hog_features", "hog_pearson", "pearson", "similarity", "spearman", "ssim"]
+__all__ = ["MEASURES", "average_ranks", "checked_measures", "hog_features", "hog_pearson", "measures_for", "pearson",
+           "similarity", "spearman", "ssim"]

@@ -61,7 +61,7 @@ from evaluators.inputs.members import population_name, population_path
 from evaluators.inputs.runs import cached, explainer_options
 from evaluators.maps import EXPLAINERS, explain, explainer_names
 from foundation.modality import REDUCTIONS
-from evaluators.metrics.ground_truth import scores_against_truth, truth_metrics
+from evaluators.metrics.ground_truth import scores_against_truth
 from evaluators.metrics.insertion_deletion import auc
 from evaluators.metrics.registry import METRICS
 from evaluators.protocols.members import evaluate_run, population_summary, write_population_report
@@ -320,7 +320,6 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
     shown = torch.linspace(0, source.n - 1, n_grid).long()  # across the classes
     map_dims = source.modality.map_dims
     parts, sizes, blanks, examples, truth_parts = [], [], [], {}, []
-    images = source.modality.name == "images"
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
             print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
@@ -336,7 +335,7 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
             file = chunk.folder / "scores" / (row.replace("/", "__") + ".pt")
             scores[row] = cached(file, lambda m=row_maps: score_row(cfg, model, chunk, m), cfg.explainers)
             if truth is not None:  # no model pass: not cached
-                against_truth[row] = scores_against_truth(row_maps, truth, images)
+                against_truth[row] = scores_against_truth(row_maps, truth, source.modality)
         parts.append(scores)
         truth_parts += [against_truth] if truth is not None else []
         sizes.append(chunk.stop - chunk.start)
@@ -350,7 +349,7 @@ def evaluate_model(cfg: AggregationConfig, model, data, run_dir: Path) -> dict:
                   for name, counts in blanks[0].items()}  # fmt: skip
     summary = {"config": asdict(cfg), "n_inputs": source.n, "rows": table, "findings": findings(scores, table),
                "blank_maps": blank_maps,
-               **({"truth_metrics": list(truth_metrics(images))} if truth_scores else {}),
+               **({"truth_metrics": list(source.modality.truth_metrics)} if truth_scores else {}),
                "curves": {r: {"fractions": s["fractions"].tolist(), **{m: s[f"{m}_curve"].tolist() for m in MODES}}
                           for r, s in scores.items() if r.startswith(("base/", "agg/mean", "norm/"))}}  # fmt: skip
     summary["_grid"] = {"x": source.read(shown.tolist()).cpu(), "maps": {r: torch.cat(m) for r, m in examples.items()},

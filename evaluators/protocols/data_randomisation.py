@@ -47,7 +47,7 @@ from foundation.finite import check_finite
 from evaluators.inputs.image_members import load_image_members
 from evaluators.inputs.runs import load_run
 from evaluators.maps import EXPLAINERS, explain
-from evaluators.metrics.similarity import MEASURES, similarity
+from evaluators.metrics.similarity import checked_measures, similarity
 from evaluators.reports.map_grid import plot_map_grid
 from evaluators.reports.wandb_log import ReportLogging, log_report, table_scalars
 from foundation.devices import resolve_device
@@ -57,7 +57,6 @@ from foundation.files import atomic_open, pyplot, save_figure, write_json
 from lightning_modules.population_io import IMAGE_KINDS, load_population, population_datamodule, read_population_file
 
 Z95 = 1.959963984540054
-ROW_MEASURES = ("spearman_abs", "spearman")  # the measures that take rows (N, d)
 N_INPUTS = 64
 
 
@@ -86,9 +85,8 @@ class DataRandomisationConfig(ReportLogging):
         if unknown or not self.explainers:
             raise InputError(f"option explainers={self.explainers}: unknown {unknown}; expected some of "
                              f"{sorted(EXPLAINERS)}")  # fmt: skip
-        bad = [m for m in self.measures or [] if m not in MEASURES]
-        if bad:
-            raise InputError(f"option measures={self.measures}: unknown {bad}; expected some of {list(MEASURES)}")
+        if self.measures:
+            checked_measures(self.measures)
         extra = sorted(set(self.explainer_options) - set(self.explainers))
         if extra or not all(isinstance(v, dict) for v in self.explainer_options.values()):
             raise InputError(f"option explainer_options: expected a mapping of explainers of option explainers to "
@@ -173,9 +171,7 @@ def evaluate_data_randomisation(cfg: DataRandomisationConfig, run_dir: Path | No
         raise InputError(f"options true_labels={cfg.true_labels!r} and permuted_labels={cfg.permuted_labels!r} serve "
                          "different test inputs; expected two runs of the same data (the same test split and "
                          "preprocessing) that differ in data.permute_labels")  # fmt: skip
-    measures = cfg.measures or list(MEASURES if modality.spatial else ROW_MEASURES)
-    if not modality.spatial and set(measures) - set(ROW_MEASURES):
-        raise InputError(f"option measures={measures}: {modality.kind} maps take {list(ROW_MEASURES)} only")
+    measures = checked_measures(cfg.measures or None, modality)
     for explainer in cfg.explainers:
         if not EXPLAINERS[explainer].applies_to(modality.name):
             takes = " or ".join(EXPLAINERS[explainer].modalities)

@@ -68,7 +68,7 @@ from evaluators.inputs.chunks import Chunk, InputSource, check_chunk_size, conca
 from evaluators.inputs.counts import default_of
 from evaluators.inputs.members import population_name, population_path
 from evaluators.maps import EXPLAINERS, explainer_names
-from evaluators.metrics.ground_truth import scores_against_truth, truth_metrics
+from evaluators.metrics.ground_truth import scores_against_truth
 from evaluators.metrics.infidelity import M_EVAL, subset_perturbations
 from evaluators.metrics.perturbations import RADIUS, uniform_noise
 from evaluators.reports.map_grid import blank_note, count_blank_maps
@@ -230,20 +230,20 @@ def evaluate_model(cfg: OptimisedAggregationConfig, model, data, run_dir: Path) 
                          {"n_inputs": default_of(cfg, "n_inputs"), "n_baselines": BASELINES},
                          cfg.chunk_size)  # fmt: skip
     map_options = {"absolute": cfg.absolute, "max_batch": resolve_max_batch(cfg.max_batch, source.head.x)}
-    parts, images = [], source.modality.name == "images"
+    parts = []
     for chunk in source.chunks(run_dir):
         if cfg.chunk_size is not None:
             print(f"  inputs {chunk.start} … {chunk.stop - 1} of {chunk.total}", flush=True)
         *part, rows = chunk_results(cfg, model, chunk, map_options, source.modality.map_dims)
         truth = source.truth(chunk)
         for row, maps in rows.items() if truth is not None else ():  # no model pass: not cached
-            part[0][row].update(scores_against_truth(maps, truth, images))
+            part[0][row].update(scores_against_truth(maps, truth, source.modality))
         parts.append(part)
     per_input, weights = concatenated([p[0] for p in parts]), concatenated([p[1] for p in parts])
     names = list(cfg.explainers)
     blanks = {name: {kind: sum(p[2][name][kind] for p in parts) for kind in counts}
               for name, counts in parts[0][2].items()}  # fmt: skip
-    truth = [m for m in truth_metrics(images) if m in per_input[names[0]]]  # none where the data know no truth
+    truth = [m for m in source.modality.truth_metrics if m in per_input[names[0]]]  # none where the data know no truth
     table = {row: {m: mean_and_error(v[m]) for m in (*columns(asdict(cfg)), *truth)} for row, v in per_input.items()}
     weights = {a: w.tolist() for a, w in weights.items() if a in cfg.aggregators}
     return {"config": asdict(cfg), "dataset": data.name, "n_inputs": source.n, "explainers": names, "rows": table,

@@ -54,7 +54,7 @@ from evaluators.inputs.model_source import ModelSource
 from evaluators.inputs.runs import Inputs, cached, explainer_options, load_inputs, load_run
 from evaluators.maps import EXPLAINERS, explainer_names
 from foundation.modality import REDUCTIONS
-from evaluators.metrics.similarity import MEASURES
+from evaluators.metrics.similarity import checked_measures
 from evaluators.protocols.aggregation import interval
 from evaluators.protocols.sanity_population import evaluate_population, write_population_report
 from evaluators.reports.sanity_figures import plot_similarity_curves, plot_stage_maps, stage_labels
@@ -63,13 +63,11 @@ from evaluators.sanity import MODES, efficient_mprt, model_randomisation, random
 from evaluators.protocols.registry import PROTOCOLS
 from foundation.devices import resolve_device
 from foundation.errors import InputError
-from foundation.modality import Modality
 from foundation.files import atomic_open, write_json, write_text
 
 BOTH = ("cascading", "independent")  # Adebayo et al.'s two modes, option mode=both
 MODE_OPTIONS = (*MODES, "both")
 EFFICIENT = ("scores", "entropy", "randomised_entropy")  # the efficient MPRT's numbers per explainer
-IMAGE_ONLY_MEASURES = ("ssim", "hog_pearson")  # defined on 2-D maps: not for a table's feature vectors
 
 
 def _adebayo_explainers() -> dict:
@@ -114,10 +112,7 @@ class SanityConfig(ReportLogging, ModelSource):
             if value not in allowed:
                 raise InputError(f"option {name}={value!r}; expected one of {list(allowed)}")
         if self.measures is not None:
-            unknown = [m for m in self.measures if m not in MEASURES]
-            if unknown or not self.measures:
-                raise InputError(f"option measures={self.measures!r}: unknown measure(s) {unknown}; "
-                                 f"expected some of {list(MEASURES)}")  # fmt: skip
+            checked_measures(self.measures)
         if not self.explainers or not all(isinstance(v, dict) or v is None for v in self.explainers.values()):
             raise InputError(f"option explainers={self.explainers!r}; expected explainers, name: {{options}}")
         if self.n_inputs < 2:
@@ -150,18 +145,6 @@ class SanityConfig(ReportLogging, ModelSource):
         population's dataset."""
         population = population_path(self.run)
         return Path(self.run).resolve().parent.name if population is None else population_name(population)
-
-    def checked_measures(self, modality: Modality) -> list[str]:
-        """The measures to compute for a model of ``modality``: the configured ones, refused
-        where one needs 2-D maps and the maps are not (``Modality.spatial``); by default every one that applies."""
-        if self.measures is None:
-            return [m for m in MEASURES if modality.spatial or m not in IMAGE_ONLY_MEASURES]
-        flat = [m for m in self.measures if m in IMAGE_ONLY_MEASURES]
-        if not modality.spatial and flat:
-            raise InputError(f"option measures: {flat} compare 2-D image maps; option run={self.run!r} is a tabular "
-                             "model; expected some of "
-                             f"{[m for m in MEASURES if m not in IMAGE_ONLY_MEASURES]}")  # fmt: skip
-        return list(self.measures)
 
 
 # --- evaluation -----------------------------------------------------------------------
@@ -216,7 +199,7 @@ def evaluate_model(cfg: SanityConfig, model, data, run_dir: Path) -> dict:
     device = next(model.parameters()).device
     inputs = load_inputs(model, data, cfg.n_inputs, cfg.n_baselines, cfg.seed, cfg.max_batch, device,
                          {option: default_of(cfg, option) for option in ("n_inputs", "n_baselines")})  # fmt: skip
-    measures = cfg.checked_measures(inputs.modality)
+    measures = checked_measures(cfg.measures, inputs.modality)
     names = explainer_names(model, inputs.x)
     unknown = sorted(set(cfg.explainers) - set(names))
     if unknown:

@@ -12,7 +12,7 @@ from torch import nn
 from evaluators.maps import EXPLAINERS, explain
 from evaluators.maps.batches import normal
 from foundation.modality import REDUCTIONS, reduce_map
-from evaluators.metrics.similarity import MEASURES
+from evaluators.metrics.similarity import checked_measures
 from foundation.devices import model_device
 from foundation.errors import InputError
 from foundation.seeds import derived_seed
@@ -32,12 +32,6 @@ def explainer_options(explainers: Sequence[str] | Mapping[str, Mapping]) -> dict
         if not isinstance(options, Mapping):
             raise InputError(f"explainer {name!r}: options {options!r}; expected a mapping")
     return {name: dict(options) for name, options in named.items()}
-
-
-def check_measures(measures: Sequence[str]) -> list[str]:
-    if isinstance(measures, str) or not measures or any(m not in MEASURES for m in measures):
-        raise InputError(f"option measures={measures!r}; expected a non-empty list from {list(MEASURES)}")
-    return list(measures)
 
 
 def check_reduction(reduction: str) -> None:
@@ -96,7 +90,7 @@ def smoothed_maps(model: nn.Module, x: torch.Tensor, target: torch.Tensor, name:
     return total
 
 
-__all__ = ["NOISE_KEY", "check_measures", "check_reduction", "explainer_options", "maps_of", "smoothed_maps"]
+__all__ = ["NOISE_KEY", "check_reduction", "explainer_options", "maps_of", "smoothed_maps"]
 
 
 def prepared(model: nn.Module, x: torch.Tensor, target, explainers: Sequence[str] | Mapping[str, Mapping],
@@ -107,7 +101,7 @@ def prepared(model: nn.Module, x: torch.Tensor, target, explainers: Sequence[str
     where ``target`` is None)."""
     check_reduction(reduction)
     options = explainer_options(explainers)
-    measures = None if measures is None else check_measures(measures)
+    measures = None if measures is None else checked_measures(measures)
     x = x.detach().to(model_device(model, x))
     with torch.no_grad():
         target = default_targets(model, x, target)

@@ -25,6 +25,7 @@ from evaluators.aggregators.pixel_aggregators import aggregate
 from evaluators.aggregators.registry import AGGREGATORS
 from evaluators.maps import EXPLAINERS
 from foundation.errors import InputError
+from foundation.modality import IMAGES
 from evaluators.metrics.agreement import AGREEMENT_METRICS
 from evaluators.metrics.agreement import PairwiseAgreement
 from evaluators.metrics.agreement_functional import (
@@ -193,7 +194,7 @@ def values() -> dict:
 PLANTED = {"mask": torch.arange(H * W).view(1, H, W).expand(N, H, W) < 3, "attributions": None}  # a planted region
 OVERRIDES = {"variance_aggregate": {"maps": torch.rand(N, 3, H, W, dtype=torch.float64)},  # shapes of their own
              "truth_scores": {"truth": PLANTED, "metric": "pointing_game"},  # probe_truth's mapping
-             "scores_against_truth": {"truth": PLANTED, "images": True}}  # fmt: skip
+             "scores_against_truth": {"truth": PLANTED, "modality": IMAGES}}  # fmt: skip
 
 
 def public_functions(package) -> dict[str, object]:

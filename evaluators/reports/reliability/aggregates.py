@@ -50,7 +50,7 @@ def aggregate_units(cfg: ReportConfig, given: ReportInputs, units: dict[str, dic
     explainers or no aggregator."""
     if len(units) < 2 or not cfg.aggregators:
         return {}
-    map_dims = 2 if given.images else 1
+    map_dims = given.modality.map_dims
     kinds = {"maps": {e: u["maps"] for e, u in units.items()},
              "randomised": {e: u["randomised"] for e, u in units.items()}}
     if permuted:

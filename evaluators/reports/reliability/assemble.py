@@ -39,5 +39,5 @@ def report_sections(cfg: ReportConfig, given: ReportInputs, units: dict[str, dic
                 "sanity": sanity(units, cfg.measure, kept, filtered) | {"data_randomisation": data},
                 "faithfulness": faithfulness(candidates, cfg.faithfulness, cfg.n_bootstrap, cfg.seed)
                 | {"aggregates": aggregate_section(cfg, aggregates, k, kept, list(units))}}  # fmt: skip
-    sections["truth"] = truth_section(candidates, given.truth, given.images, k, sections["faithfulness"])
+    sections["truth"] = truth_section(candidates, given.truth, given.modality, k, sections["faithfulness"])
     return sections, candidates

@@ -18,7 +18,7 @@ from evaluators.inputs.image_members import source_modality
 from evaluators.inputs.sources import POPULATIONS
 from evaluators.maps import EXPLAINERS
 from evaluators.metrics.registry import METRICS
-from evaluators.metrics.similarity import MEASURES
+from evaluators.metrics.similarity import measures_for
 from evaluators.reports.reliability.twin import training_config
 from evaluators.reports.wandb_log import ReportLogging
 from evaluators.sanity.maps import explainer_options
@@ -88,7 +88,7 @@ class ReportConfig(ReportLogging, PopulationSource):
         other = [m for m in self.explainers if not EXPLAINERS[m].applies_to(kind)]
         if other:
             raise InputError(f"option explainers: {other} do not take {kind}; the population's inputs are {kind}")
-        measures = list(MEASURES) if kind == "images" else ["spearman_abs", "spearman"]
+        measures = measures_for(self.modality)
         if self.measure not in measures:
             raise InputError(f"option measure={self.measure!r}; expected one of {measures} ({kind})")
         unknown = [m for m in self.faithfulness if m not in FAITHFULNESS or m not in METRICS]

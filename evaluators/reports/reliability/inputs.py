@@ -23,6 +23,7 @@ import torch
 
 from evaluators.reports.reliability.config import ReportConfig
 from foundation.errors import InputError
+from foundation.modality import Modality
 from lightning_modules.interface import default_targets
 
 ROWS_PER_PASS = 256  # images per forward pass when members' accuracies and mean probabilities are taken
@@ -31,8 +32,8 @@ ROWS_PER_PASS = 256  # images per forward pass when members' accuracies and mean
 @dataclass
 class ReportInputs:
     """The members (eval mode, one device), their names and test accuracies, the inputs ``x``,
-    the class ``target`` (N,) every member explains, the number of classes, whether the inputs
-    are images, each faithfulness metric's options, and the inputs' ground truth where the data
+    the class ``target`` (N,) every member explains, the number of classes, the inputs'
+    modality, each faithfulness metric's options, and the inputs' ground truth where the data
     know it (``probe_truth``: ``mask`` and ``attributions``; None otherwise)."""
 
     members: list
@@ -41,7 +42,7 @@ class ReportInputs:
     x: torch.Tensor
     target: torch.Tensor
     n_classes: int
-    images: bool
+    modality: Modality
     metric_options: dict[str, dict]
     truth: dict | None = None
 
@@ -54,8 +55,7 @@ def batched(model, x: torch.Tensor) -> torch.Tensor:
 def report_inputs(cfg: ReportConfig) -> ReportInputs:
     """The inputs of ``cfg``'s population (the module docstring)."""
     population, _, data = cfg.load()
-    images = cfg.modality.name == "images"
-    if images:
+    if not cfg.modality.whole_splits:  # images: probed through the split, each member explains its predicted class
         members = population.members
         device = population.device
         x, _ = (t.to(device) for t in data.probe(cfg.n_points, "test"))
@@ -87,4 +87,4 @@ def report_inputs(cfg: ReportConfig) -> ReportInputs:
     accuracies = torch.tensor([(batched(m, x_acc).argmax(-1) == y_acc).double().mean().item() for m in members])
     n_classes = batched(members[0], x[:1]).shape[-1]
     truth = data.probe_truth(len(x), target.cpu())
-    return ReportInputs(members, names, accuracies, x, target, n_classes, images, options, truth)
+    return ReportInputs(members, names, accuracies, x, target, n_classes, cfg.modality, options, truth)

@@ -16,6 +16,7 @@ W&B run (``wandb_log.log_report``: scalars, tables and figures, grouped by popul
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 
@@ -41,10 +42,10 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     permuted = permuted_source(cfg, run_dir)  # a twin not trained yet is refused before any work
     given = report_inputs(cfg)
     x = given.x
-    units_per_map = x[0, 0].numel() if given.images else x.shape[1]  # pixels of an image's map, or features
+    units_per_map = math.prod(given.modality.unit_shape(x))  # pixels of an image's map, or features
     k = cfg.k or default_k(units_per_map)
     if k > units_per_map:
-        raise InputError(f"option k={k}: the maps have {units_per_map} {'pixels' if given.images else 'features'}; "
+        raise InputError(f"option k={k}: the maps have {units_per_map} {given.modality.unit}s; "
                          f"expected k <= {units_per_map}")  # fmt: skip
     units = {}
     for i, method in enumerate(cfg.explainers):
@@ -58,7 +59,7 @@ def evaluate_report(cfg: ReportConfig, run_dir: Path) -> dict:
     sections, candidates = report_sections(cfg, given, units, k, kept, filtered, run_dir / "maps", permuted)
     report = {"config": dataclasses.asdict(cfg),
               "population": {"dataset": cfg.report_name(), "n_members": len(members), "n_points": len(x),
-                             "inputs": "images" if given.images else "rows", "input_shape": list(x.shape[1:]),
+                             "inputs": given.modality.name, "input_shape": list(x.shape[1:]),
                              "map_units": units_per_map, "n_classes": given.n_classes, "names": given.names,
                              "accuracy": accuracies.tolist(), "accuracy_mean": accuracies.mean().item(),
                              "group": population_link(cfg.population).group},

@@ -11,10 +11,10 @@ Kendall's τ_b between the candidates' seed-level means under the truth's first 
 the faithfulness metric (both oriented so that larger is better), and whether the two name the
 same best candidate.
 
-Metrics: ``evaluators.metrics.ground_truth`` (rows: ``ground_truth_agreement`` with the
-report's k, ``relevance_rank_accuracy``, ``localisation_auc``; images: ``relevance_rank_accuracy``,
-``relevance_mass_accuracy``, ``pointing_game``, ``localisation_auc``), as the aggregation and
-optimised protocols take them.
+Metrics: the modality's ``truth_metrics`` (``evaluators.metrics.ground_truth``; rows:
+``ground_truth_agreement`` with the report's k, ``relevance_rank_accuracy``, ``localisation_auc``;
+images: ``relevance_rank_accuracy``, ``relevance_mass_accuracy``, ``pointing_game``,
+``localisation_auc``), as the aggregation and optimised protocols take them.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from __future__ import annotations
 import torch
 from scipy.stats import kendalltau
 
-from evaluators.metrics.ground_truth import truth_metrics, truth_scores
+from evaluators.metrics.ground_truth import truth_scores
 from evaluators.metrics.registry import METRICS
 from evaluators.metrics.seed_robustness import member_interval, ranking_stability
+from foundation.modality import Modality
 
 
 def member_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch.Tensor:
@@ -32,12 +33,13 @@ def member_scores(maps: torch.Tensor, truth: dict, metric: str, k: int) -> torch
     return torch.stack([truth_scores(member, truth, metric, k).nanmean() for member in maps])
 
 
-def truth_section(candidates: dict[str, dict], truth: dict | None, images: bool, k: int,
+def truth_section(candidates: dict[str, dict], truth: dict | None, modality: Modality, k: int,
                   faithfulness: dict) -> dict:  # fmt: skip
-    """The section of the module docstring; ``{"available": False}`` without a truth."""
+    """The section of the module docstring for maps of ``modality``'s inputs; ``{"available":
+    False}`` without a truth."""
     if truth is None:
         return {"available": False, "why": "the data know no ground truth (docs/ground_truth.md)"}
-    metrics = truth_metrics(images)
+    metrics = modality.truth_metrics
     names = list(candidates)
     by_metric = {}
     for metric in metrics:

@@ -12,8 +12,11 @@ import torch
 from skimage.feature import hog
 from skimage.metrics import structural_similarity
 
-from evaluators.metrics.similarity import MEASURES, average_ranks, hog_features, similarity
+from evaluators.metrics.similarity import (
+    MEASURES, average_ranks, checked_measures, hog_features, measures_for, similarity,
+)  # fmt: skip
 from foundation.errors import InputError
+from foundation.modality import IMAGES, ROWS
 
 
 def maps(n=6, h=32, w=32, seed=0, ties=False):
@@ -127,3 +130,20 @@ def test_bad_input():
     with pytest.raises(InputError, match="float tensor"):
         similarity(a.numpy(), b, "spearman")
     assert MEASURES == ("spearman_abs", "spearman", "ssim", "hog_pearson")
+
+
+def test_a_measures_option_is_checked_against_the_measures_and_the_maps_modality():
+    assert measures_for(IMAGES) == list(MEASURES) and measures_for(ROWS) == ["spearman_abs", "spearman"]
+    assert checked_measures(None, ROWS) == ["spearman_abs", "spearman"] and checked_measures(("spearman", "ssim")) == [
+        "spearman", "ssim"]  # fmt: skip
+    for bad in ("spearman", [], ["pearson"], None):
+        with pytest.raises(InputError, match="option measures=.*expected a non-empty list"):
+            checked_measures(bad)
+    with pytest.raises(InputError, match=r"unknown measure\(s\) \['pearson'\]"):
+        checked_measures(["spearman", "pearson"])
+    with pytest.raises(InputError, match=r"option measures: \['ssim'\] compare 2-D image maps; tabular maps \(rows\)"):
+        checked_measures(["spearman", "ssim"], ROWS)
+    for modality in (ROWS, IMAGES):  # each measure it allows takes such maps
+        shape = (2, 24, 24) if modality is IMAGES else (2, 9)
+        maps = torch.rand(*shape, dtype=torch.float64)
+        assert all(similarity(maps, maps + 0.1 * maps.flip(-1), m).shape == (2,) for m in measures_for(modality))

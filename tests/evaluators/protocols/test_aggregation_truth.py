@@ -11,7 +11,7 @@ import json
 import torch
 
 from evaluators.aggregators.normalisations import normalise
-from evaluators.metrics.ground_truth import IMAGE_METRICS, ROW_METRICS
+from foundation.modality import IMAGES, ROWS
 from tests.support.helpers import (
     assert_member_interval, assert_same_columns, assert_truth_columns, run_protocol_config, truth_of_inputs,
 )  # fmt: skip
@@ -40,34 +40,35 @@ def rows_by_hand(folder, explainers: list[str]) -> dict[str, torch.Tensor]:
 def test_planted_patterns_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(planted_run, tmp_path):
     explainers = {"saliency": {}, "gradcam": {}}
     summary, folder = run_aggregation(tmp_path / "whole", planted_run, explainers)
-    assert summary["truth_metrics"] == list(IMAGE_METRICS)
+    assert summary["truth_metrics"] == list(IMAGES.truth_metrics)
     mask, _ = truth_of_inputs(planted_run, 4)
     rows = rows_by_hand(folder, list(explainers))
     torch.testing.assert_close(rows["base/saliency"].float(), normalise(torch.load(
         folder / "maps" / "saliency.pt", weights_only=True)["maps"], "z"), rtol=1e-5, atol=1e-5)  # fmt: skip
-    assert_truth_columns(summary, rows, mask, None, IMAGE_METRICS, "ci95", Z95)
+    assert_truth_columns(summary, rows, mask, None, IMAGES.truth_metrics, "ci95", Z95)
     header = (folder / "aggregation.csv").read_text().splitlines()[0].split(",")
-    assert header[-8:] == [f"{m}{s}" for m in IMAGE_METRICS for s in ("", "_ci95")]
+    assert header[-8:] == [f"{m}{s}" for m in IMAGES.truth_metrics for s in ("", "_ci95")]
     table = (folder / "table.md").read_text()
     assert "| pointing_game ↑ | localisation_auc ↑ |" in table
-    assert json.loads((folder / "aggregation.json").read_text())["truth_metrics"] == list(IMAGE_METRICS)
+    assert json.loads((folder / "aggregation.json").read_text())["truth_metrics"] == list(IMAGES.truth_metrics)
     chunked, _ = run_aggregation(tmp_path / "chunked", planted_run, explainers, chunk_size=3)
-    assert_same_columns(chunked, summary, IMAGE_METRICS, "ci95")
+    assert_same_columns(chunked, summary, IMAGES.truth_metrics, "ci95")
 
 
 def test_synthetic_table_truth_columns_equal_the_metrics_by_hand(synthetic_table_run, tmp_path):
     explainers = {"saliency": {}, "input_x_gradient": {}}
     summary, folder = run_aggregation(tmp_path, synthetic_table_run, explainers)
-    assert summary["truth_metrics"] == list(ROW_METRICS)
+    assert summary["truth_metrics"] == list(ROWS.truth_metrics)
     mask, attributions = truth_of_inputs(synthetic_table_run, 4)
-    assert_truth_columns(summary, rows_by_hand(folder, list(explainers)), mask, attributions, ROW_METRICS, "ci95", Z95)
+    assert_truth_columns(summary, rows_by_hand(folder, list(explainers)), mask, attributions, ROWS.truth_metrics,
+                         "ci95", Z95)  # fmt: skip
 
 
 def test_a_population_gives_the_truth_columns_a_seed_level_interval_and_ranking_stability(synthetic_table_population,
                                                                                           tmp_path):  # fmt: skip
     summary, folder = run_aggregation(tmp_path, synthetic_table_population, {"saliency": {}, "input_x_gradient": {}})
-    assert summary["truth_metrics"] == list(ROW_METRICS)
-    for metric in ROW_METRICS:
+    assert summary["truth_metrics"] == list(ROWS.truth_metrics)
+    for metric in ROWS.truth_metrics:
         assert_member_interval(summary, "agg/mean", metric)
         assert {r["table"] for r in summary["robustness"] if r["metric"] == metric} == {"explainers", "aggregators"}
     assert "localisation_auc ↑" in (folder / "table.md").read_text()

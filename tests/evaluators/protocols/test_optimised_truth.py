@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from evaluators.metrics.ground_truth import IMAGE_METRICS, ROW_METRICS
+from foundation.modality import IMAGES, ROWS
 from tests.support.helpers import (
     assert_member_interval, assert_same_columns, assert_truth_columns, run_protocol_config, truth_of_inputs,
 )  # fmt: skip
@@ -42,25 +42,25 @@ def whole_and_chunked(tmp_path, run, metrics) -> tuple[dict, object]:
 
 
 def test_planted_patterns_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(planted_run, tmp_path):
-    summary, folder = whole_and_chunked(tmp_path, planted_run, IMAGE_METRICS)
+    summary, folder = whole_and_chunked(tmp_path, planted_run, IMAGES.truth_metrics)
     assert set(summary["rows"]) == {"saliency", "input_x_gradient", "agg_mean", "agg_var", "agg_robust", "agg_faith",
                                     "agg_opt"}  # fmt: skip
-    assert all(set(IMAGE_METRICS) <= set(row) for row in summary["rows"].values())
+    assert all(set(IMAGES.truth_metrics) <= set(row) for row in summary["rows"].values())
     header = (folder / "optimised_aggregation.csv").read_text().splitlines()[0].split(",")
-    assert header[-8:] == [f"{m}{s}" for m in IMAGE_METRICS for s in ("", "_se")]
+    assert header[-8:] == [f"{m}{s}" for m in IMAGES.truth_metrics for s in ("", "_se")]
     assert "| relevance_rank_accuracy ↑ | relevance_mass_accuracy ↑ |" in (folder / "table.md").read_text()
 
 
 def test_synthetic_table_truth_columns_equal_the_metrics_by_hand_and_chunks_agree(synthetic_table_run, tmp_path):
-    whole_and_chunked(tmp_path, synthetic_table_run, ROW_METRICS)
+    whole_and_chunked(tmp_path, synthetic_table_run, ROWS.truth_metrics)
 
 
 def test_a_population_gives_the_truth_columns_a_seed_level_interval_and_ranking_stability(synthetic_table_population,
                                                                                           tmp_path):  # fmt: skip
     summary, folder = run_optimised(tmp_path, synthetic_table_population, {"saliency": {}, "input_x_gradient": {}},
                                     n_inputs=3)  # fmt: skip
-    assert summary["truth_metrics"] == list(ROW_METRICS)
-    for metric in ROW_METRICS:
+    assert summary["truth_metrics"] == list(ROWS.truth_metrics)
+    for metric in ROWS.truth_metrics:
         assert_member_interval(summary, "agg_opt", metric)
         tables = {r["table"] for r in summary["robustness"] if r["metric"] == metric}
         assert tables == {"explainers", "aggregators", "all"}

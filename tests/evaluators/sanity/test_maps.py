@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from evaluators.maps import explain
-from evaluators.sanity.maps import check_measures, check_reduction, explainer_options, maps_of, prepared
+from evaluators.sanity.maps import check_reduction, explainer_options, maps_of, prepared
 from foundation.errors import InputError
 
 
@@ -22,11 +22,7 @@ def test_explainer_options_from_a_list_or_a_mapping():
             explainer_options(bad)
 
 
-def test_measures_and_reductions_are_checked():
-    assert check_measures(("spearman", "ssim")) == ["spearman", "ssim"]
-    for bad in ("spearman", [], ["pearson"]):
-        with pytest.raises(InputError, match="option measures="):
-            check_measures(bad)
+def test_reductions_are_checked():
     check_reduction("sum")
     with pytest.raises(InputError, match="option reduction='max'"):
         check_reduction("max")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.stats import kendalltau, t as student_t
 
-from evaluators.metrics.ground_truth import ROW_METRICS
 from evaluators.reports.reliability.truth import truth_section
+from foundation.modality import ROWS
 
 
 def test_member_means_interval_and_agreement_with_faithfulness_by_hand():
@@ -29,8 +29,8 @@ def test_member_means_interval_and_agreement_with_faithfulness_by_hand():
     candidates = {"good": {"maps": good}, "bad": {"maps": bad}}
     faithfulness = {"primary": "deletion", "by_metric": {"deletion": {"explainers": {
         "good": {"mean": 0.2}, "bad": {"mean": 0.6}}}}}  # deletion: lower is better, so "good" is best
-    got = truth_section(candidates, truth, False, 2, faithfulness)
-    assert got["metrics"] == list(ROW_METRICS) and got["primary"] == "ground_truth_agreement"
+    got = truth_section(candidates, truth, ROWS, 2, faithfulness)
+    assert got["metrics"] == list(ROWS.truth_metrics) and got["primary"] == "ground_truth_agreement"
     rank = got["by_metric"]["relevance_rank_accuracy"]["candidates"]
     assert rank["good"]["mean"] == 1.0 and rank["bad"]["mean"] == 0.0
     # ground-truth agreement by hand: top-2 of |map| against top-2 of |truth|, per member then mean
@@ -54,7 +54,7 @@ def test_member_means_interval_and_agreement_with_faithfulness_by_hand():
 
 
 def test_no_truth_no_section():
-    assert truth_section({"a": {"maps": torch.zeros(3, 2, 4)}}, None, False, 2, {})["available"] is False
+    assert truth_section({"a": {"maps": torch.zeros(3, 2, 4)}}, None, ROWS, 2, {})["available"] is False
 
 
 def test_a_report_on_a_synthetic_table_scores_the_truth(tmp_path):
@@ -74,7 +74,7 @@ def test_a_report_on_a_synthetic_table_scores_the_truth(tmp_path):
                             "n_bootstrap=50", "--set", "infidelity_samples=5", "--set", "device=cpu", "--set",
                             "log_to=none"])  # fmt: skip
     truth = report["sections"]["truth"]
-    assert truth["available"] and truth["metrics"] == list(ROW_METRICS)
+    assert truth["available"] and truth["metrics"] == list(ROWS.truth_metrics)
     (run_dir,) = out.iterdir()
     kept = torch.load(run_dir / "maps" / "saliency.pt", weights_only=True)["maps"]  # (M, N, d)
     mask = torch.zeros(kept.shape[1:], dtype=torch.bool)
