@@ -91,7 +91,7 @@ def logger_config(log_to: LogTo, run_dir: Path, run_name: str, group: str, resum
                 k += 1
             version = f"resume-{k}"
         return Namespace(
-            class_path="pytorch_lightning.loggers.CSVLogger",
+            class_path="foundation.csv_logger.CSVLogger",
             init_args=Namespace(save_dir=str(run_dir), name="csv", version=version),
         )
     return Namespace(
