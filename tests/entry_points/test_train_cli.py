@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import shutil
 import subprocess
 import sys
@@ -95,6 +96,23 @@ def test_same_seed_gives_identical_weights_and_runs_are_never_overwritten(tmp_pa
     w1, w2, w3 = _weights(first), _weights(second), _weights(other)
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
     assert not torch.equal(w1["net.0.weight"], w3["net.0.weight"])
+
+
+def test_a_run_folder_of_lightnings_csv_logger_resumes_and_keeps_its_table(tmp_path):
+    """Run folders of before name Lightning's own CSVLogger in their config.yaml: one resumes, its
+    first table kept as it was, the resumed epoch's rows in ``csv/resume-1/``."""
+    run_dir = Path(run_train(tmp_path, "--log_to", "csv", "--run_name", "old", "--trainer.max_epochs", "1")["run_dir"])
+    config = run_dir / "config.yaml"
+    assert "foundation.csv_logger.CSVLogger" in config.read_text()
+    old = config.read_text().replace("foundation.csv_logger.CSVLogger", "pytorch_lightning.loggers.CSVLogger")
+    config.write_text(old)
+    first = (run_dir / "csv" / "metrics.csv").read_text()
+    train.main(["--resume", str(run_dir), "--trainer.max_epochs", "2"])
+    assert (run_dir / "csv" / "metrics.csv").read_text() == first
+    with open(run_dir / "csv" / "resume-1" / "metrics.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    epochs = {float(r["epoch"]) for r in rows if r["epoch"]}
+    assert 1.0 in epochs and 0.0 not in epochs  # the resumed epoch (then the test's rows), not the first
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
