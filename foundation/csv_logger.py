@@ -34,9 +34,7 @@ class AtomicExperimentWriter(ExperimentWriter):
         kept: list[dict[str, str]] = []
         if path.is_file():
             with open(path, newline="") as file:
-                reader = csv.DictReader(file)
-                kept = list(reader)
-                self.metrics_keys.extend(k for k in reader.fieldnames or [] if k not in self.metrics_keys)
+                kept = list(csv.DictReader(file))  # written by this writer (Lightning's removes an older file)
         self._record_new_keys()  # every key seen, sorted: the header
         with atomic_open(path, "w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
